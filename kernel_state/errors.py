@@ -1,0 +1,21 @@
+"""Errors that name the problem and the fix."""
+
+
+class CheckpointError(Exception):
+    """Base class: a checkpoint operation could not be done as asked."""
+
+
+class CheckpointNotFound(CheckpointError):
+    pass
+
+
+class CheckpointWriteError(CheckpointError):
+    """Writing failed (disk full, permissions); the previous checkpoint is untouched."""
+
+
+class CorruptBlob(CheckpointError):
+    """A blob is missing, truncated, or its bytes do not match its hash."""
+
+
+class CorruptManifest(CheckpointError):
+    pass

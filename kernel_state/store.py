@@ -1,0 +1,260 @@
+"""The checkpoint store on disk.
+
+    <root>/blobs/<xxh3-128>.safetensors   tensor and array data, shared by all checkpoints
+    <root>/blobs/<xxh3-128>.pkl           one pickled variable (its tensors by reference)
+    <root>/notebooks/<key>/notebook.json  which notebook the key stands for
+    <root>/notebooks/<key>/manifests/<id>.json
+    <root>/tmp/                           files being written; anything here is unfinished
+
+A checkpoint exists once its manifest is renamed into place; blobs are written and fsynced first, so a
+crash at any moment leaves either the previous set of manifests or the new one, never half of one.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import secrets
+import time
+
+from . import config
+from .errors import CheckpointNotFound, CheckpointWriteError, CorruptManifest
+from .fsutil import fsync_dir, remove_quietly, write_bytes_durable, write_json_durable
+from .hashing import digest_bytes
+from .safetensors_io import write_blob
+
+MANIFEST_FORMAT = "gkews-checkpoint"
+MANIFEST_VERSION = 1
+
+_WRITE_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+                 errno.EFBIG: "the file size limit was reached", errno.EROFS: "the file system is read-only",
+                 errno.EACCES: "permission denied", errno.EPERM: "permission denied"}
+
+
+def write_error(exc: OSError, root: str) -> CheckpointWriteError:
+    why = _WRITE_ERRNOS.get(exc.errno, exc.strerror or str(exc))
+    return CheckpointWriteError(
+        f"could not write the checkpoint to {root}: {why} ({exc.strerror or exc}). Free space there, or "
+        f"point GKEWS_CHECKPOINT_ROOT (c.GkewsApp.checkpoint_root) at a volume with room; "
+        f"the previous checkpoint is intact.")
+
+
+def new_checkpoint_id() -> str:
+    now = time.time()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
+    return f"{stamp}-{int(now * 1000) % 1000:03d}-{secrets.token_hex(2)}"
+
+
+class Store:
+    def __init__(self, root: str | None = None):
+        self.root = config.checkpoint_root(root)
+        self.blob_dir = os.path.join(self.root, "blobs")
+        self.tmp_dir = os.path.join(self.root, "tmp")
+        self.created: list[str] = []  # blobs this writer added, removed again if the save fails
+
+    # -- layout ---------------------------------------------------------------------------------
+    def ensure(self) -> None:
+        try:
+            for d in (self.blob_dir, self.tmp_dir, os.path.join(self.root, "notebooks")):
+                os.makedirs(d, exist_ok=True)
+        except OSError as exc:
+            raise write_error(exc, self.root) from None
+
+    def notebook_dir(self, notebook: str) -> str:
+        return os.path.join(self.root, "notebooks", config.notebook_key(notebook))
+
+    def manifest_dir(self, notebook: str) -> str:
+        return os.path.join(self.notebook_dir(notebook), "manifests")
+
+    def blob_path(self, digest: str, ext: str) -> str:
+        return os.path.join(self.blob_dir, f"{digest}.{ext}")
+
+    def has_blob(self, digest: str, ext: str) -> bool:
+        return os.path.exists(self.blob_path(digest, ext))
+
+    # -- locking: saves share, garbage collection is exclusive -----------------------------------
+    @contextlib.contextmanager
+    def lock(self, exclusive: bool = False):
+        self.ensure()
+        fd = os.open(os.path.join(self.root, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)
+
+    # -- writing ----------------------------------------------------------------------------------
+    def put_tensors(self, entries, progress=None) -> tuple[str, int, bool]:
+        """Store a safetensors blob; returns (digest, size, newly written)."""
+        try:
+            tmp, digest, size = write_blob(entries, self.tmp_dir, progress)
+        except OSError as exc:
+            raise write_error(exc, self.root) from None
+        return digest, size, self._adopt(tmp, digest, "safetensors")
+
+    def put_bytes(self, data: bytes) -> tuple[str, int, bool]:
+        digest = digest_bytes(data)
+        if self.has_blob(digest, "pkl"):
+            return digest, len(data), False
+        try:
+            write_bytes_durable(data, self.blob_path(digest, "pkl"), self.tmp_dir, sync_dir=False)
+        except OSError as exc:
+            raise write_error(exc, self.root) from None
+        self.created.append(self.blob_path(digest, "pkl"))
+        return digest, len(data), True
+
+    def _adopt(self, tmp: str, digest: str, ext: str) -> bool:
+        final = self.blob_path(digest, ext)
+        if os.path.exists(final):
+            remove_quietly(tmp)
+            return False
+        os.replace(tmp, final)
+        self.created.append(final)
+        return True
+
+    def commit(self, notebook: str, manifest: dict) -> None:
+        """Make the checkpoint exist: blobs durable first, then the manifest, atomically."""
+        mdir = self.manifest_dir(notebook)
+        try:
+            os.makedirs(mdir, exist_ok=True)
+            fsync_dir(self.blob_dir)
+            info = os.path.join(self.notebook_dir(notebook), "notebook.json")
+            if not os.path.exists(info):
+                write_json_durable({"notebook": notebook}, info, self.tmp_dir)
+            write_json_durable(manifest, os.path.join(mdir, manifest["id"] + ".json"), self.tmp_dir)
+        except OSError as exc:
+            raise write_error(exc, self.root) from None
+        self.created.clear()
+
+    def rollback(self) -> None:
+        """Remove what a failed save wrote; committed checkpoints are untouched."""
+        for path in self.created:
+            remove_quietly(path)
+        self.created.clear()
+
+    # -- reading ----------------------------------------------------------------------------------
+    def checkpoint_ids(self, notebook: str) -> list[str]:
+        """Committed checkpoints of a notebook, newest first."""
+        try:
+            names = os.listdir(self.manifest_dir(notebook))
+        except FileNotFoundError:
+            return []
+        return sorted((n[:-5] for n in names if n.endswith(".json")), reverse=True)
+
+    def load_manifest(self, notebook: str, checkpoint_id: str | None = None) -> dict:
+        ids = self.checkpoint_ids(notebook)
+        if not ids:
+            raise CheckpointNotFound(
+                f"no checkpoint for notebook {notebook!r} in {self.root}; save one with %gkews_checkpoint save")
+        if checkpoint_id is None:
+            checkpoint_id = ids[0]
+        elif checkpoint_id not in ids:
+            raise CheckpointNotFound(
+                f"checkpoint {checkpoint_id!r} does not exist for notebook {notebook!r}; "
+                f"%gkews_checkpoint list shows the ones that do")
+        return self.read_manifest_file(os.path.join(self.manifest_dir(notebook), checkpoint_id + ".json"))
+
+    @staticmethod
+    def read_manifest_file(path: str) -> dict:
+        name = os.path.basename(path)
+        try:
+            with open(path, "rb") as f:
+                manifest = json.loads(f.read())
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            raise CorruptManifest(f"manifest {name} cannot be read ({exc}); delete it with "
+                                  f"%gkews_checkpoint delete {name[:-5]} and restore an older one") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+            raise CorruptManifest(f"manifest {name} is not a gkews checkpoint manifest")
+        if manifest.get("version") != MANIFEST_VERSION:
+            raise CorruptManifest(f"manifest {name} has format version {manifest.get('version')}; this "
+                                  f"kernel_state reads version {MANIFEST_VERSION}: upgrade jupyter-gkews")
+        for field, kind in (("variables", dict), ("storages", dict), ("tensors", dict), ("arrays", dict),
+                            ("blobs", dict), ("skipped", dict), ("modules", dict), ("id", str)):
+            if not isinstance(manifest.get(field), kind):
+                raise CorruptManifest(f"manifest {name} lacks a valid {field!r} field")
+        return manifest
+
+    def list(self, notebook: str) -> list[dict]:
+        rows = []
+        for cid in self.checkpoint_ids(notebook):
+            try:
+                m = self.load_manifest(notebook, cid)
+            except CorruptManifest as exc:
+                rows.append({"id": cid, "error": str(exc)})
+                continue
+            rows.append(summary(m))
+        return rows
+
+    def delete(self, notebook: str, checkpoint_id: str) -> None:
+        path = os.path.join(self.manifest_dir(notebook), checkpoint_id + ".json")
+        if not os.path.exists(path):
+            raise CheckpointNotFound(f"checkpoint {checkpoint_id!r} does not exist for notebook {notebook!r}")
+        with self.lock(exclusive=True):
+            os.unlink(path)
+            fsync_dir(os.path.dirname(path))
+            self._collect()
+
+    # -- retention and garbage collection ---------------------------------------------------------
+    def apply_retention(self, notebook: str, keep_last: int | None = None, max_bytes: int | None = None) -> dict:
+        keep = config.keep_last(keep_last)
+        budget = config.max_bytes(max_bytes)
+        with self.lock(exclusive=True):
+            ids = self.checkpoint_ids(notebook)
+            doomed = ids[keep:]
+            kept = ids[:keep]
+            if budget and len(kept) > 1:
+                blobs: dict[str, int] = {}
+                manifests = {cid: self.load_manifest(notebook, cid) for cid in kept}
+                for cid in kept:
+                    blobs.update(manifests[cid]["blobs"])
+                while len(kept) > 1 and sum(blobs.values()) > budget:
+                    doomed.append(kept.pop())
+                    blobs = {}
+                    for cid in kept:
+                        blobs.update(manifests[cid]["blobs"])
+            for cid in doomed:
+                remove_quietly(os.path.join(self.manifest_dir(notebook), cid + ".json"))
+            if doomed:
+                fsync_dir(self.manifest_dir(notebook))
+            freed = self._collect()
+        return {"deleted": doomed, "bytes_freed": freed}
+
+    def _collect(self) -> int:
+        """Delete blobs that no manifest references, and stale temp files. Caller holds the exclusive lock."""
+        referenced: set[str] = set()
+        nb_root = os.path.join(self.root, "notebooks")
+        for key in os.listdir(nb_root) if os.path.isdir(nb_root) else []:
+            mdir = os.path.join(nb_root, key, "manifests")
+            for name in os.listdir(mdir) if os.path.isdir(mdir) else []:
+                if not name.endswith(".json"):
+                    continue
+                try:
+                    referenced.update(self.read_manifest_file(os.path.join(mdir, name))["blobs"])
+                except CorruptManifest:
+                    return 0  # cannot tell what it needs: keep every blob until it is deleted
+        freed = 0
+        for name in os.listdir(self.blob_dir):
+            if name.split(".", 1)[0] not in referenced:
+                path = os.path.join(self.blob_dir, name)
+                try:
+                    freed += os.path.getsize(path)
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+        for name in os.listdir(self.tmp_dir):
+            remove_quietly(os.path.join(self.tmp_dir, name))
+        return freed
+
+
+def summary(manifest: dict) -> dict:
+    return {
+        "id": manifest["id"],
+        "created": manifest.get("created"),
+        "notebook": manifest.get("notebook"),
+        "bytes": sum(manifest["blobs"].values()),
+        "variables": len(manifest["variables"]) + len(manifest["modules"]),
+        "skipped": len(manifest["skipped"]),
+        "identity": manifest.get("identity", {}),
+    }
