@@ -1,0 +1,45 @@
+"""JSON in, JSON out: the calls the server makes inside a kernel through user_expressions.
+
+    kernel_state.api.call('{"op": "verify", "notebook": "work/train.ipynb"}')
+    -> '{"ok": true, "result": {...}}'  or  '{"ok": false, "error": "...", "type": "CheckpointNotFound"}'
+
+With "progress": true a save prints {"gkews_progress": {...}} lines on stdout as it goes.
+"""
+from __future__ import annotations
+
+import json
+
+from . import checkpoint
+from .identity import identity
+
+_OPS = {
+    "identity": lambda req: identity(),
+    "save": lambda req: checkpoint.save(
+        notebook=req.get("notebook"), root=req.get("root"), names=req.get("names"),
+        exclude=req.get("exclude", ()), keep_last=req.get("keep_last"), max_bytes=req.get("max_bytes"),
+        progress=_print_progress if req.get("progress") else None),
+    "restore": lambda req: checkpoint.restore(
+        notebook=req.get("notebook"), root=req.get("root"), checkpoint=req.get("checkpoint"),
+        names=req.get("names"), device=req.get("device")),
+    "verify": lambda req: checkpoint.verify(notebook=req.get("notebook"), root=req.get("root"),
+                                            checkpoint=req.get("checkpoint")),
+    "list": lambda req: checkpoint.list_checkpoints(notebook=req.get("notebook"), root=req.get("root")),
+    "status": lambda req: checkpoint.status(notebook=req.get("notebook"), root=req.get("root")),
+    "probe": lambda req: checkpoint.probe(req["expr"], notebook=req.get("notebook"), root=req.get("root")),
+    "delete": lambda req: checkpoint.delete(req["checkpoint"], notebook=req.get("notebook"), root=req.get("root")),
+}
+
+
+def _print_progress(p: dict) -> None:
+    print(json.dumps({"gkews_progress": p}), flush=True)
+
+
+def call(request) -> str:
+    try:
+        req = json.loads(request) if isinstance(request, (str, bytes)) else dict(request)
+        op = req.get("op")
+        if op not in _OPS:
+            raise ValueError(f"unknown op {op!r}; one of {', '.join(_OPS)}")
+        return json.dumps({"ok": True, "result": _OPS[op](req)}, default=str)
+    except Exception as exc:  # the caller is another process: every failure becomes a JSON answer
+        return json.dumps({"ok": False, "error": str(exc), "type": type(exc).__name__})

@@ -1,0 +1,320 @@
+"""The operations: save, restore, verify, probe, list, delete, status. Plain dicts in, plain dicts out."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import platform
+import sys
+import time
+import types
+
+from . import config
+from .capture import Capture, VariableSkipped, defined_interactively
+from .errors import CheckpointError
+from .fingerprint import cpu_fingerprint, memory_view, storage_fingerprint
+from .fsutil import write_json_durable
+from .hashing import digest_bytes
+from .history import defining_cell
+from .identity import TOKEN, identity
+from .restore import restore_namespace
+from .store import MANIFEST_FORMAT, MANIFEST_VERSION, Store, new_checkpoint_id, summary
+
+IPYTHON_NAMES = {"In", "Out", "exit", "quit", "get_ipython"}
+_activity: dict = {"operation": None}
+
+
+def current_shell():
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    return get_ipython()
+
+
+def _namespace(namespace):
+    shell = current_shell()
+    if namespace is not None:
+        return namespace, shell if shell is not None and shell.user_ns is namespace else None
+    if shell is not None:
+        return shell.user_ns, shell
+    return sys.modules["__main__"].__dict__, None
+
+
+def select_variables(ns: dict, shell, names=None, exclude=()) -> tuple[list, dict]:
+    """The variables a checkpoint holds, classes and functions first so later values can refer to them."""
+    if names:
+        missing = [n for n in names if n not in ns]
+        if missing:
+            raise ValueError(f"no variable named {', '.join(map(repr, missing))} in this namespace; "
+                             f"%who lists the variables")
+    hidden = getattr(shell, "user_ns_hidden", {}) if shell is not None else {}
+    chosen, modules = [], {}
+    for name, value in ns.items():
+        if (names and name not in names) or name in exclude:
+            continue
+        if name.startswith("_") or name in IPYTHON_NAMES or (name in hidden and hidden[name] is value):
+            continue
+        if isinstance(value, types.ModuleType):
+            modules[name] = value.__name__  # saved by reference, re-imported on restore
+            continue
+        chosen.append((name, value))
+    rank = {"class": 0, "function": 1}
+    chosen.sort(key=lambda item: rank.get(
+        "class" if isinstance(item[1], type) else "function" if isinstance(item[1], types.FunctionType) else "", 2))
+    return chosen, modules
+
+
+def _versions() -> dict:
+    out = {"python": platform.python_version()}
+    for mod in ("torch", "numpy", "dill", "safetensors"):
+        m = sys.modules.get(mod)
+        if m is not None:
+            out[mod] = getattr(m, "__version__", "?")
+    return out
+
+
+class Progress:
+    """Counts variables and bytes; hands a snapshot to the caller's callback at most 4 times a second."""
+
+    def __init__(self, callback, total: int):
+        self.callback, self.total = callback, total
+        self.variables_done, self.bytes_done, self._last = 0, 0, 0.0
+        _activity.update(operation="save", variables_total=total, variables_done=0, bytes_done=0)
+
+    def __call__(self, bytes_done: int = 0, variables_done: int = 0, force: bool = False):
+        self.bytes_done += bytes_done
+        self.variables_done += variables_done
+        _activity.update(variables_done=self.variables_done, bytes_done=self.bytes_done)
+        now = time.monotonic()
+        if self.callback and (force or now - self._last > 0.25):
+            self._last = now
+            self.callback({"variables_done": self.variables_done, "variables_total": self.total,
+                           "bytes_done": self.bytes_done})
+
+
+def save(namespace=None, *, notebook=None, root=None, names=None, exclude=(), progress=None,
+         keep_last=None, max_bytes=None) -> dict:
+    ns, shell = _namespace(namespace)
+    nb = config.notebook_name(notebook)
+    store = Store(root)
+    started = time.perf_counter()
+    chosen, modules = select_variables(ns, shell, names, exclude)
+    tracker = Progress(progress, len(chosen))
+    capture = Capture(store, progress=tracker)
+    for name, value in chosen:
+        capture.var_ids.setdefault(id(value), name)
+    skipped = {}
+    store.ensure()
+    try:
+        with store.lock():
+            for name, value in chosen:
+                try:
+                    capture.add_variable(name, value)
+                except VariableSkipped as exc:
+                    skipped[name] = {"reason": str(exc), **(defining_cell(shell, name) or {})}
+                tracker(variables_done=1)
+            capture.flush_pack()
+            manifest = {
+                "format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "id": new_checkpoint_id(),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "notebook": nb,
+                "identity": identity(), "versions": _versions(),
+                "variables": capture.variables, "skipped": skipped, "modules": modules,
+                "tensors": capture.tensors, "arrays": capture.arrays, "storages": capture.storages,
+                "blobs": capture.blobs, "probes": _evaluate_probes(ns, store, nb),
+                "stats": {"seconds": round(time.perf_counter() - started, 4),
+                          "bytes_written": capture.bytes_written, "bytes_total": sum(capture.blobs.values())},
+            }
+            store.commit(nb, manifest)
+    except BaseException:
+        _activity.update(operation=None)
+        _collect_quietly(store)
+        raise
+    _activity.update(operation=None)
+    tracker(force=True)
+    capture.remember()
+    retention = store.apply_retention(nb, keep_last, max_bytes)
+    result = summary(manifest)
+    result.update(saved=list(capture.variables) + list(modules), skipped=skipped,
+                  bytes_written=capture.bytes_written, seconds=round(time.perf_counter() - started, 4),
+                  retention=retention, root=store.root)
+    return result
+
+
+def _collect_quietly(store: Store) -> None:
+    """After a failed save: remove its temp files and the blobs no checkpoint references."""
+    try:
+        with store.lock(exclusive=True):
+            store._collect()
+    except OSError:
+        pass
+
+
+def restore(namespace=None, *, notebook=None, root=None, checkpoint=None, names=None, device=None) -> dict:
+    if device not in (None, "cpu", "cuda") and not str(device).startswith("cuda:"):
+        raise ValueError(f"device must be 'cpu' or 'cuda' (got {device!r})")
+    if device and device.startswith("cuda"):
+        torch = sys.modules.get("torch")
+        if torch is None or not torch.cuda.is_available():
+            raise ValueError(f"--device {device}: no CUDA device is available in this kernel; "
+                             f"use --device cpu, or leave it out to fall back to the CPU with a warning")
+    ns, _shell = _namespace(namespace)
+    nb = config.notebook_name(notebook)
+    store = Store(root)
+    manifest = store.load_manifest(nb, checkpoint)
+    _activity.update(operation="restore")
+    try:
+        with store.lock():
+            result = restore_namespace(ns, store, manifest, names=names, device=device)
+    finally:
+        _activity.update(operation=None)
+    result["same_process"] = manifest["identity"].get("token") == TOKEN
+    return result
+
+
+def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict:
+    """Compare the live namespace with a checkpoint, bit for bit, without writing anything."""
+    ns, _shell = _namespace(namespace)
+    nb = config.notebook_name(notebook)
+    manifest = Store(root).load_manifest(nb, checkpoint)
+    algorithms = {k: r["fingerprint"]["algorithm"] for k, r in manifest["storages"].items() if "fingerprint" in r}
+    dry = Capture(dry=True, algorithms=algorithms)
+    for name in manifest["variables"]:
+        if name in ns:
+            dry.var_ids.setdefault(id(ns[name]), name)
+    variables = {}
+    for name, saved in manifest["variables"].items():
+        if name not in ns:
+            variables[name] = {"verdict": "missing", "detail": "not in the namespace"}
+            continue
+        try:
+            live = dry.add_variable(name, ns[name], picklers=(saved["pickler"],))
+        except VariableSkipped as exc:
+            variables[name] = {"verdict": "changed", "detail": f"cannot be pickled now: {exc}"}
+            continue
+        saved_fp = [manifest["storages"][s]["fingerprint"]["value"] for s in saved["storages"]]
+        live_fp = [dry.storages[s]["fingerprint"]["value"] for s in live["storages"]]
+        if live["pickle"] == saved["pickle"] and saved_fp == live_fp:
+            variables[name] = {"verdict": "match", "tensors": len(saved_fp)}
+        elif len(saved_fp) == len(live_fp) and live["pickle"] == saved["pickle"]:
+            differ = sum(a != b for a, b in zip(saved_fp, live_fp))
+            variables[name] = {"verdict": "changed", "detail": f"{differ} of {len(saved_fp)} tensors/arrays differ"}
+        else:
+            variables[name] = {"verdict": "changed", "detail": "its value or structure differs"}
+    for alias, module in manifest["modules"].items():
+        live = ns.get(alias)
+        ok = isinstance(live, types.ModuleType) and live.__name__ == module
+        variables[alias] = {"verdict": "match" if ok else "missing", "module": module}
+    probes = [_compare_probe(ns, p) for p in manifest.get("probes", [])]
+    same = manifest["identity"].get("token") == TOKEN
+    return {"checkpoint": manifest["id"], "same_process": same, "identity": identity(),
+            "saved_identity": manifest["identity"], "variables": variables, "probes": probes,
+            "skipped_at_save": manifest["skipped"],
+            "verified": same and all(v["verdict"] == "match" for v in variables.values())
+            and all(p["verdict"] == "match" for p in probes)}
+
+
+# -- probes ---------------------------------------------------------------------------------------
+def _probe_file(store: Store, nb: str) -> str:
+    return os.path.join(store.notebook_dir(nb), "probes.json")
+
+
+def probe_expressions(store: Store, nb: str) -> list[str]:
+    try:
+        with open(_probe_file(store, nb)) as f:
+            return list(json.load(f)["probes"])
+    except (FileNotFoundError, ValueError, KeyError):
+        return []
+
+
+def value_digest(value, algorithm: str | None = None) -> dict:
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        t = value.detach().clone(memory_format=torch.contiguous_format)
+        from .capture import TORCH_DTYPES
+        fp = storage_fingerprint(t.untyped_storage(), TORCH_DTYPES.get(str(t.dtype)[6:], "U8"),
+                                 list(t.shape), algorithm)
+        return {"algorithm": fp["algorithm"], "value": f"{t.dtype}{list(t.shape)}:{fp['value']}"}
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.ndarray) and not value.dtype.hasobject:
+        a = np.ascontiguousarray(value)
+        return {"algorithm": "xxh3-128",
+                "value": f"{a.dtype.str}{list(a.shape)}:{cpu_fingerprint('U8', [a.nbytes], memory_view(a.ctypes.data, a.nbytes))}"}
+    try:
+        return {"algorithm": "pickle", "value": digest_bytes(pickle.dumps(value, protocol=5))}
+    except Exception:
+        return {"algorithm": "repr", "value": digest_bytes(repr(value).encode())}
+
+
+def _evaluate(ns: dict, expr: str):
+    return eval(compile(expr, "<gkews probe>", "eval"), ns)  # the user's own expression, in their namespace
+
+
+def _evaluate_probes(ns: dict, store: Store, nb: str) -> list[dict]:
+    out = []
+    for expr in probe_expressions(store, nb):
+        try:
+            value = _evaluate(ns, expr)
+            out.append({"expr": expr, "repr": repr(value)[:200], "digest": value_digest(value)})
+        except Exception as exc:
+            out.append({"expr": expr, "error": f"{type(exc).__name__}: {exc}"})
+    return out
+
+
+def _compare_probe(ns: dict, saved: dict) -> dict:
+    result = {"expr": saved["expr"], "saved": saved.get("repr")}
+    if "error" in saved:
+        return {**result, "verdict": "not-recorded", "detail": f"failed at save time: {saved['error']}"}
+    try:
+        value = _evaluate(ns, saved["expr"])
+    except Exception as exc:
+        return {**result, "verdict": "error", "detail": f"{type(exc).__name__}: {exc}"}
+    now = value_digest(value, saved["digest"]["algorithm"])
+    result["now"] = repr(value)[:200]
+    return {**result, "verdict": "match" if now == saved["digest"] else "differs"}
+
+
+def probe(expr: str, namespace=None, *, notebook=None, root=None) -> dict:
+    """Record an expression whose result every later save stores and every verify re-checks."""
+    try:
+        compile(expr, "<gkews probe>", "eval")
+    except SyntaxError as exc:
+        raise ValueError(f"probe {expr!r} is not a Python expression: {exc.msg}") from None
+    ns, _shell = _namespace(namespace)
+    nb = config.notebook_name(notebook)
+    store = Store(root)
+    value = _evaluate(ns, expr)
+    exprs = probe_expressions(store, nb)
+    if expr not in exprs:
+        exprs.append(expr)
+        store.ensure()
+        os.makedirs(store.notebook_dir(nb), exist_ok=True)
+        write_json_durable({"probes": exprs}, _probe_file(store, nb), store.tmp_dir)
+    return {"expr": expr, "repr": repr(value)[:200], "digest": value_digest(value), "probes": exprs}
+
+
+# -- listing --------------------------------------------------------------------------------------
+def list_checkpoints(*, notebook=None, root=None) -> list[dict]:
+    return Store(root).list(config.notebook_name(notebook))
+
+
+def delete(checkpoint_id: str, *, notebook=None, root=None) -> dict:
+    store = Store(root)
+    store.delete(config.notebook_name(notebook), checkpoint_id)
+    return {"deleted": checkpoint_id}
+
+
+def status(*, notebook=None, root=None) -> dict:
+    nb = config.notebook_name(notebook)
+    store = Store(root)
+    try:
+        latest = summary(store.load_manifest(nb))
+    except CheckpointError as exc:
+        latest = {"error": str(exc)} if store.checkpoint_ids(nb) else None
+    return {"identity": identity(), "notebook": nb, "root": store.root, "latest": latest,
+            "checkpoints": len(store.checkpoint_ids(nb)), "probes": probe_expressions(store, nb),
+            "activity": dict(_activity)}
+
+
+__all__ = ["save", "restore", "verify", "probe", "list_checkpoints", "delete", "status", "identity",
+           "defined_interactively"]

@@ -1,0 +1,161 @@
+"""%gkews_checkpoint: save, restore, list, verify, status, probe and delete from a notebook cell."""
+from __future__ import annotations
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from . import checkpoint
+from .errors import CheckpointError
+
+ACTIONS = ("save", "restore", "list", "verify", "status", "probe", "delete")
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} TiB"
+
+
+def _skipped_lines(skipped: dict) -> list[str]:
+    lines = []
+    for name, info in skipped.items():
+        where = f"; re-run cell [{info['cell']}]: {info['source']}" if info.get("cell") else ""
+        lines.append(f"  {name}: {info['reason']}{where}")
+    return lines
+
+
+class _ProgressLine:
+    """One output line, updated in place, once a save has run for a second."""
+
+    def __init__(self):
+        import time
+        self._start, self._handle, self._time = time.monotonic(), None, time
+
+    def __call__(self, p: dict) -> None:
+        if self._time.monotonic() - self._start < 1.0:
+            return
+        from IPython.display import display
+        text = f"saving: {p['variables_done']}/{p['variables_total']} variables, {human_bytes(p['bytes_done'])} written"
+        if self._handle is None:
+            self._handle = display({"text/plain": text}, raw=True, display_id=True)
+        else:
+            self._handle.update({"text/plain": text}, raw=True)
+
+
+@magics_class
+class CheckpointMagics(Magics):
+    @magic_arguments()
+    @argument("action", choices=ACTIONS, help="what to do")
+    @argument("names", nargs="*", help="variables to save or restore (default: all); the id for delete")
+    @argument("--exclude", nargs="+", default=[], metavar="NAME", help="save: leave these variables out")
+    @argument("--checkpoint", metavar="ID", help="restore/verify: this checkpoint instead of the newest")
+    @argument("--device", choices=("cpu", "cuda"), help="restore: put every tensor on this device")
+    @argument("--notebook", help="checkpoints of this notebook path (default: this kernel's notebook)")
+    @line_magic
+    def gkews_checkpoint(self, line):
+        """Save this kernel's state to durable storage and bring it back.
+
+        %gkews_checkpoint save [NAMES...] [--exclude NAMES]    write a checkpoint
+        %gkews_checkpoint restore [NAMES...] [--checkpoint ID] [--device cpu|cuda]
+        %gkews_checkpoint list                                  checkpoints of this notebook
+        %gkews_checkpoint verify [--checkpoint ID]              is the live state the saved one?
+        %gkews_checkpoint status                                identity, store and progress
+        %gkews_checkpoint probe EXPR                            re-check EXPR's result at verify time
+        %gkews_checkpoint delete ID                             delete one checkpoint
+
+        Tensors and arrays are stored as safetensors, everything else with pickle/dill, under
+        $GKEWS_CHECKPOINT_ROOT (default: the Jupyter data dir).
+        """
+        stripped = line.strip()
+        if stripped.split(None, 1)[:1] == ["probe"]:
+            expr = stripped[len("probe"):].strip()
+            return self._probe(expr)
+        args = parse_argstring(self.gkews_checkpoint, line)
+        try:
+            return getattr(self, f"_{args.action}")(args)
+        except (CheckpointError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+
+    # -- actions ----------------------------------------------------------------------------------
+    def _save(self, args):
+        result = checkpoint.save(self.shell.user_ns, notebook=args.notebook, names=args.names or None,
+                                 exclude=args.exclude, progress=_ProgressLine())
+        print(f"Saved checkpoint {result['id']}: {len(result['saved'])} variables, "
+              f"{human_bytes(result['bytes'])} ({human_bytes(result['bytes_written'])} written) "
+              f"in {result['seconds']:.2f} s.")
+        if result["skipped"]:
+            print(f"Skipped {len(result['skipped'])} (not saved):")
+            print("\n".join(_skipped_lines(result["skipped"])))
+
+    def _restore(self, args):
+        result = checkpoint.restore(self.shell.user_ns, notebook=args.notebook, checkpoint=args.checkpoint,
+                                    names=args.names or None, device=args.device)
+        print(f"Restored {len(result['restored'])} variables from checkpoint {result['checkpoint']} "
+              f"(saved {result['created']}) in {result['seconds']:.2f} s: {', '.join(result['restored'])}")
+        for warning in result["warnings"]:
+            print(f"Warning: {warning}")
+        if result["failed"]:
+            print(f"Not restored ({len(result['failed'])}):")
+            for name, reason in result["failed"].items():
+                print(f"  {name}: {reason}")
+        if result["skipped_at_save"]:
+            print("Never saved (re-run these cells):")
+            print("\n".join(_skipped_lines(result["skipped_at_save"])))
+
+    def _list(self, args):
+        rows = checkpoint.list_checkpoints(notebook=args.notebook)
+        if not rows:
+            print("No checkpoints yet for this notebook: %gkews_checkpoint save writes one.")
+            return
+        print(f"{'id':<26} {'created (UTC)':<21} {'size':>11} {'variables':>9} {'skipped':>7}")
+        for r in rows:
+            if "error" in r:
+                print(f"{r['id']:<26} unreadable: {r['error']}")
+                continue
+            print(f"{r['id']:<26} {r['created']:<21} {human_bytes(r['bytes']):>11} {r['variables']:>9} {r['skipped']:>7}")
+
+    def _verify(self, args):
+        result = checkpoint.verify(self.shell.user_ns, notebook=args.notebook, checkpoint=args.checkpoint)
+        same = "same process" if result["same_process"] else "a different process"
+        matched = [n for n, v in result["variables"].items() if v["verdict"] == "match"]
+        print(f"Checkpoint {result['checkpoint']}: {same}; {len(matched)}/{len(result['variables'])} variables "
+              f"bit-identical.")
+        for name, v in result["variables"].items():
+            if v["verdict"] != "match":
+                print(f"  {name}: {v['verdict']}" + (f" ({v['detail']})" if v.get("detail") else ""))
+        for p in result["probes"]:
+            print(f"  probe {p['expr']}: {p['verdict']}" + (f" ({p['detail']})" if p.get("detail") else ""))
+        print("Verified: the live state is the checkpointed state." if result["verified"]
+              else "Not verified.")
+
+    def _status(self, args):
+        s = checkpoint.status(notebook=args.notebook)
+        ident = s["identity"]
+        print(f"kernel pid {ident['pid']} on {ident['hostname']}, identity {ident['token'][:8]}…")
+        print(f"notebook {s['notebook']!r}; store {s['root']}; {s['checkpoints']} checkpoint(s)")
+        latest = s["latest"]
+        if latest and "error" not in latest:
+            print(f"newest: {latest['id']}, {human_bytes(latest['bytes'])}, {latest['variables']} variables, "
+                  f"{latest['skipped']} skipped")
+        if s["probes"]:
+            print("probes: " + "; ".join(s["probes"]))
+
+    def _probe(self, expr: str):
+        if not expr:
+            probes = checkpoint.status()["probes"]
+            print("probes: " + "; ".join(probes) if probes else "No probes: %gkews_checkpoint probe EXPR adds one.")
+            return
+        try:
+            result = checkpoint.probe(expr, self.shell.user_ns)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        print(f"Probe recorded: {expr} = {result['repr']}. Each save stores its result; verify re-checks it.")
+
+    def _delete(self, args):
+        if len(args.names) != 1:
+            raise UsageError("delete takes one checkpoint id: %gkews_checkpoint delete ID (see %gkews_checkpoint list)")
+        checkpoint.delete(args.names[0], notebook=args.notebook)
+        print(f"Deleted checkpoint {args.names[0]}.")
