@@ -1,0 +1,76 @@
+"""A real ipykernel, started with jupyter_client, driven the way a notebook drives it."""
+from __future__ import annotations
+
+import json
+import os
+import queue
+
+from jupyter_client.manager import KernelManager
+
+
+class KernelError(AssertionError):
+    pass
+
+
+class Kernel:
+    def __init__(self, root: str, notebook: str = "work/experiment.ipynb", extra_env: dict | None = None):
+        env = dict(os.environ, GKEWS_CHECKPOINT_ROOT=str(root), JPY_SESSION_NAME=notebook)
+        env.update(extra_env or {})
+        self.km = KernelManager(kernel_name="python3")
+        self.km.start_kernel(env=env)
+        self.client = self.km.client()
+        self.client.start_channels()
+        self.client.wait_for_ready(timeout=60)
+
+    def run(self, code: str, timeout: float = 120, allow_error: bool = False, stdout_only: bool = False) -> str:
+        """Execute a cell; return what it printed (stdout, stderr and displayed text)."""
+        msg_id = self.client.execute(code)
+        out, error = [], None
+        while True:
+            try:
+                msg = self.client.get_iopub_msg(timeout=timeout)
+            except queue.Empty:
+                raise KernelError(f"no answer from the kernel within {timeout}s for:\n{code}") from None
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                if content["name"] == "stdout" or not stdout_only:
+                    out.append(content["text"])
+            elif kind in ("execute_result", "display_data", "update_display_data"):
+                out.append(content["data"].get("text/plain", "") + "\n")
+            elif kind == "error":
+                error = f"{content['ename']}: {content['evalue']}"
+                out.append(error + "\n")
+            elif kind == "status" and content["execution_state"] == "idle":
+                break
+        reply = self.client.get_shell_msg(timeout=timeout)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = self.client.get_shell_msg(timeout=timeout)
+        for payload in reply["content"].get("payload", []):
+            if payload.get("source") == "page":  # help (%magic?) arrives as a pager payload
+                out.append(payload["data"].get("text/plain", ""))
+        text = "".join(out)
+        if error and not allow_error:
+            raise KernelError(f"cell failed: {error}\n--- cell ---\n{code}\n--- output ---\n{text}")
+        return text
+
+    def value(self, expr: str):
+        """Evaluate an expression in the kernel and bring back its JSON value."""
+        text = self.run(f"import json as _j; print(_j.dumps({expr}))", stdout_only=True)
+        return json.loads(text.strip().splitlines()[-1])
+
+    def call(self, request: dict) -> dict:
+        """The JSON call the server makes: kernel_state.api through user_expressions, silently."""
+        expr = f"__import__('kernel_state.api').api.call({json.dumps(json.dumps(request))})"
+        msg_id = self.client.execute("", silent=True, user_expressions={"r": expr})
+        reply = self.client.get_shell_msg(timeout=120)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = self.client.get_shell_msg(timeout=120)
+        data = reply["content"]["user_expressions"]["r"]
+        assert data["status"] == "ok", data
+        return json.loads(eval(data["data"]["text/plain"]))  # the repr of the JSON string
+
+    def close(self) -> None:
+        self.client.stop_channels()
+        self.km.shutdown_kernel(now=True)

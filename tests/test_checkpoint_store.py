@@ -1,0 +1,195 @@
+"""The checkpoint store and format, in a plain Python process (no kernel needed)."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import kernel_state
+from kernel_state import CorruptBlob
+from kernel_state.fingerprint import device_checksum
+from kernel_state.safetensors_io import read_blob
+
+torch = pytest.importorskip("torch", reason="the torch extra is installed by make test")
+safetensors = pytest.importorskip("safetensors")
+
+NB = "projects/secret-name/analysis.ipynb"
+
+
+def _manifests(root):
+    return sorted((root / "notebooks").glob("*/manifests/*.json"))
+
+
+def test_tensors_are_safetensors_files_that_the_library_reads(tmp_path):
+    from safetensors import safe_open
+    w = torch.randn(300, 700)
+    a = np.arange(100_000, dtype=np.int64).reshape(1000, 100)
+    kernel_state.save({"w": w, "a": a, "bias": torch.ones(5)}, notebook=NB, root=tmp_path)
+    manifest = json.loads(_manifests(tmp_path)[0].read_text())
+    assert manifest["format"] == "gkews-checkpoint" and manifest["version"] == 1
+    found = {}
+    for rec in manifest["storages"].values():
+        with safe_open(str(tmp_path / "blobs" / f"{rec['blob']}.safetensors"), "pt") as f:
+            found[rec["name"]] = f.get_tensor(rec["name"])
+    tensors = [t for t in found.values()]
+    assert any(t.shape == w.shape and torch.equal(t, w) for t in tensors)
+    # an array is stored as the array that owns its memory (here the arange that `a` reshapes)
+    assert a.base is not None and a.base.shape == (100_000,)
+    assert any(t.shape == (100_000,) and torch.equal(t.reshape(1000, 100), torch.from_numpy(a)) for t in tensors)
+    assert any(torch.equal(t, torch.ones(5)) for t in tensors)
+    pickles = list((tmp_path / "blobs").glob("*.pkl"))
+    assert max(p.stat().st_size for p in pickles) < 1000  # no tensor data inside a pickle
+
+
+def test_no_raw_notebook_path_in_any_file_name(tmp_path):
+    kernel_state.save({"x": 1}, notebook=NB, root=tmp_path)
+    names = [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")]
+    assert not any("secret-name" in n or "analysis" in n for n in names), names
+    info = json.loads(next(tmp_path.glob("notebooks/*/notebook.json")).read_text())
+    assert info == {"notebook": NB}
+
+
+def test_names_that_are_not_user_state_are_not_saved(tmp_path):
+    ns = {"In": [""], "Out": {}, "_": 3, "__": 4, "_i1": "x", "_private": 5, "exit": None, "quit": None,
+          "get_ipython": print, "os": os, "keep": [1, 2]}
+    result = kernel_state.save(ns, notebook=NB, root=tmp_path)
+    assert sorted(result["saved"]) == ["keep", "os"]
+    manifest = json.loads(_manifests(tmp_path)[0].read_text())
+    assert manifest["modules"] == {"os": "os"} and list(manifest["variables"]) == ["keep"]
+
+
+def test_modules_come_back_by_import_and_missing_ones_are_named(tmp_path):
+    import json as json_module
+    kernel_state.save({"js": json_module, "x": 1}, notebook=NB, root=tmp_path)
+    path = _manifests(tmp_path)[0]
+    manifest = json.loads(path.read_text())
+    manifest["modules"]["gone"] = "no_such_module_here"
+    path.write_text(json.dumps(manifest))
+    ns = {}
+    result = kernel_state.restore(ns, notebook=NB, root=tmp_path)
+    assert ns["js"] is json_module and ns["x"] == 1
+    assert "module no_such_module_here cannot be imported here" in result["failed"]["gone"]
+
+
+def test_a_tampered_pickle_is_never_unpickled(tmp_path):
+    kernel_state.save({"settings": {"lr": 0.1}}, notebook=NB, root=tmp_path)
+    manifest = json.loads(_manifests(tmp_path)[0].read_text())
+    blob = tmp_path / "blobs" / f"{manifest['variables']['settings']['pickle']}.pkl"
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+    blob.write_bytes(pickle.dumps(Evil()))
+    result = kernel_state.restore({}, notebook=NB, root=tmp_path)
+    assert "does not match its hash" in result["failed"]["settings"]
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "header", "hole"])
+def test_damaged_safetensors_blobs_are_rejected_before_use(tmp_path, damage):
+    kernel_state.save({"w": torch.arange(400_000.0), "ok": 7}, notebook=NB, root=tmp_path)
+    manifest = json.loads(_manifests(tmp_path)[0].read_text())
+    digest = next(iter(r["blob"] for r in manifest["storages"].values()))
+    path = tmp_path / "blobs" / f"{digest}.safetensors"
+    data = bytearray(path.read_bytes())
+    if damage == "truncate":
+        data = data[:-4096]
+    elif damage == "header":
+        data[8:12] = b"\xff\xfe{]"
+    else:
+        text = data[8:4096].decode().replace('"data_offsets":[0,', '"data_offsets":[8,')
+        data[8:4096] = text.encode()
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptBlob) as err:
+        read_blob(str(path), digest)
+    assert f"blob {digest[:12]}" in str(err.value)
+    ns = {}
+    result = kernel_state.restore(ns, notebook=NB, root=tmp_path)
+    assert list(result["failed"]) == ["w"] and ns["ok"] == 7
+
+
+def test_retention_keeps_the_newest_and_collects_orphan_blobs(tmp_path):
+    for i in range(4):
+        kernel_state.save({"w": torch.full((300_000,), float(i))}, notebook=NB, root=tmp_path, keep_last=2)
+    rows = kernel_state.list_checkpoints(notebook=NB, root=str(tmp_path))
+    assert len(rows) == 2
+    assert len(list((tmp_path / "blobs").glob("*.safetensors"))) == 2  # blobs of deleted checkpoints are gone
+    # a byte budget smaller than one checkpoint still keeps the newest
+    result = kernel_state.save({"w": torch.full((300_000,), 9.0)}, notebook=NB, root=tmp_path, max_bytes=1000)
+    assert [r["id"] for r in kernel_state.list_checkpoints(notebook=NB, root=str(tmp_path))] == [result["id"]]
+    ns = {}
+    kernel_state.restore(ns, notebook=NB, root=tmp_path)
+    assert float(ns["w"][0]) == 9.0
+
+
+def test_blobs_shared_between_notebooks_survive_the_other_notebooks_retention(tmp_path):
+    w = torch.randn(500_000)
+    kernel_state.save({"w": w}, notebook="a.ipynb", root=tmp_path)
+    for i in range(3):
+        kernel_state.save({"w": w + i + 1}, notebook="b.ipynb", root=tmp_path, keep_last=1)
+    kernel_state.save({"w": torch.zeros(3)}, notebook="b.ipynb", root=tmp_path, keep_last=1)
+    ns = {}
+    assert kernel_state.restore(ns, notebook="a.ipynb", root=tmp_path)["failed"] == {}
+    assert torch.equal(ns["w"], w)
+
+
+def test_cuda_tensors_come_back_on_the_cpu_with_a_warning_when_no_gpu_is_here(tmp_path):
+    kernel_state.save({"w": torch.randn(1000, 300), "v": torch.randn(10)}, notebook=NB, root=tmp_path)
+    path = _manifests(tmp_path)[0]
+    manifest = json.loads(path.read_text())
+    for rec in manifest["storages"].values():
+        rec["device"] = "cuda:0"  # as if it had been written on a GPU machine
+    path.write_text(json.dumps(manifest))
+    ns = {}
+    result = kernel_state.restore(ns, notebook=NB, root=tmp_path)
+    assert result["failed"] == {}
+    assert result["warnings"] == ["tensors saved on cuda:0 were restored to the CPU: no cuda device is "
+                                  "available in this kernel"]
+    assert ns["w"].device.type == "cpu"
+    with pytest.raises(ValueError, match="no CUDA device is available"):
+        kernel_state.restore({}, notebook=NB, root=tmp_path, device="cuda")
+    ns = {}
+    assert kernel_state.restore(ns, notebook=NB, root=tmp_path, device="cpu")["warnings"] == []
+
+
+def test_device_checksum_is_the_documented_integer_sum():
+    t = torch.randn(1_000_003)
+    words = np.frombuffer(t.numpy().tobytes() + b"\0" * ((-t.numel() * 4) % 4), dtype=np.int32).astype(np.int64)
+    weights = np.arange(words.size, dtype=np.int64) % 65521 + 1
+    s1 = int(words.sum()) & (2**64 - 1)
+    s2 = int((words * weights).sum()) & (2**64 - 1)
+    assert device_checksum(t.untyped_storage()) == f"{s1:016x}{s2:016x}"
+    u = t.clone()
+    u[123] = float(np.nextafter(np.float32(u[123]), np.float32(1e9)))  # one bit
+    assert device_checksum(u.untyped_storage()) != device_checksum(t.untyped_storage())
+
+
+def test_save_reports_progress_in_bytes_and_variables(tmp_path):
+    seen = []
+    kernel_state.save({f"w{i}": torch.randn(1 << 20) for i in range(4)}, notebook=NB, root=tmp_path,
+                      progress=seen.append)
+    assert seen[-1]["variables_done"] == seen[-1]["variables_total"] == 4
+    assert seen[-1]["bytes_done"] >= 4 * 4 * (1 << 20) - 8 * (1 << 20)
+    assert seen == sorted(seen, key=lambda p: (p["variables_done"], p["bytes_done"]))
+
+
+def test_without_torch_plain_state_and_arrays_still_work(tmp_path):
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import numpy as np, kernel_state\n"
+        "def f(x): return x + 1\n"
+        "ns = {'a': np.arange(50000.0), 'd': {'k': [1, 2]}, 'f': f}\n"
+        f"kernel_state.save(ns, notebook='t.ipynb', root={str(tmp_path)!r})\n"
+        "out = {}\n"
+        f"r = kernel_state.restore(out, notebook='t.ipynb', root={str(tmp_path)!r})\n"
+        "assert r['failed'] == {}, r\n"
+        "assert out['d'] == {'k': [1, 2]} and out['f'](1) == 2 and (out['a'] == ns['a']).all()\n"
+        "print('ok', 'torch' in sys.modules and sys.modules['torch'] is not None)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "ok False", proc.stderr

@@ -1,0 +1,206 @@
+"""Save in one real kernel, restore in a fresh one: what a notebook user checks."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from kernels import Kernel
+
+torch = pytest.importorskip("torch", reason="the torch extra is installed by make test")
+
+BUILD = r'''
+import numpy as np, torch
+torch.manual_seed(0)
+class Counter:
+    def __init__(self, start): self.n = start
+    def bump(self): self.n += 1; return self.n
+def double(x): return 2 * x
+class Tied(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 16)
+        self.body = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16))
+        self.head = torch.nn.Linear(16, 50, bias=False)
+        self.head.weight = self.emb.weight
+    def forward(self, ids): return self.head(self.body(self.emb(ids)))
+model = Tied()
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+ids = torch.arange(20) % 50
+def step():
+    opt.zero_grad(); loss = model(ids).logsumexp(-1).mean(); loss.backward(); opt.step(); return float(loss)
+losses = [step() for _ in range(3)]
+arr = np.random.default_rng(1).standard_normal((512, 256))
+half = arr[:, ::2]
+counter = Counter(41)
+words = {"alpha": [1, 2, 3], "beta": (4.5, "x")}
+gen = (i * i for i in range(10))
+'''
+
+
+@pytest.fixture
+def store(tmp_path):
+    return tmp_path / "store"
+
+
+def test_round_trip_in_a_fresh_kernel(store):
+    first = Kernel(store)
+    try:
+        first.run(BUILD)
+        out = first.run("%gkews_checkpoint save")
+        assert "Saved checkpoint" in out
+        assert "gen: TypeError: cannot pickle 'generator' object" in out
+        assert "re-run cell [1]: gen = (i * i for i in range(10))" in out
+        # what the uninterrupted run does next
+        expected = first.value("[step(), step(), model(ids).detach().tolist(), counter.bump(), double(21)]")
+    finally:
+        first.close()
+
+    second = Kernel(store)
+    try:
+        assert second.run("print('model' in dir())").strip() == "False"
+        out = second.run("%gkews_checkpoint restore")
+        assert "Restored" in out and "Not restored" not in out
+        assert "gen: TypeError" in out  # told what never came back, and which cell rebuilds it
+        assert second.value("model.head.weight is model.emb.weight") is True
+        assert second.value("all(p is q for p, q in zip(opt.param_groups[0]['params'], model.parameters()))")
+        assert second.value("np.shares_memory(half, arr) and half.base is not None")
+        assert second.value("[type(counter).__name__, isinstance(counter, Counter), words]") == [
+            "Counter", True, {"alpha": [1, 2, 3], "beta": [4.5, "x"]}]
+        got = second.value("[step(), step(), model(ids).detach().tolist(), counter.bump(), double(21)]")
+        assert got == expected  # bit-identical losses and outputs: the optimizer state came back whole
+    finally:
+        second.close()
+
+
+def test_magic_is_loaded_without_load_ext_and_explains_itself(store):
+    k = Kernel(store)
+    try:
+        help_text = k.run("%gkews_checkpoint?")
+        assert "save [NAMES...]" in help_text and "--device" in help_text
+        out = k.run("%gkews_checkpoint sav", allow_error=True)
+        assert "UsageError" in out and "invalid choice: 'sav'" in out
+        out = k.run("%gkews_checkpoint restore --device tpu", allow_error=True)
+        assert "UsageError" in out and "--device" in out
+        out = k.run("%gkews_checkpoint restore", allow_error=True)
+        assert "UsageError: no checkpoint for notebook 'work/experiment.ipynb'" in out
+        out = k.run("%gkews_checkpoint save nothere", allow_error=True)
+        assert "no variable named 'nothere'" in out
+    finally:
+        k.close()
+
+
+def test_list_verify_probe_delete(store):
+    k = Kernel(store)
+    try:
+        k.run("import torch; torch.manual_seed(3); net = torch.nn.Linear(300, 300); x = torch.ones(2, 300); note = 'kept'")
+        assert "Probe recorded: net(x).sum().item() =" in k.run("%gkews_checkpoint probe net(x).sum().item()")
+        k.run("%gkews_checkpoint save")
+        k.run("%gkews_checkpoint save --exclude note")
+        listing = k.run("%gkews_checkpoint list").splitlines()
+        assert listing[0].split() == ["id", "created", "(UTC)", "size", "variables", "skipped"]
+        assert len(listing) == 3
+        out = k.run("%gkews_checkpoint verify")
+        assert "same process" in out and "Verified" in out and "Not verified" not in out
+        k.run("with torch.no_grad(): net.weight[0, 0] += 1")
+        out = k.run("%gkews_checkpoint verify")
+        assert "net: changed (1 of 2 tensors/arrays differ)" in out
+        assert "probe net(x).sum().item(): differs" in out and "Not verified" in out
+        newest = listing[1].split()[0]
+        assert f"Deleted checkpoint {newest}" in k.run(f"%gkews_checkpoint delete {newest}")
+        assert len(k.run("%gkews_checkpoint list").splitlines()) == 2
+    finally:
+        k.close()
+
+    fresh = Kernel(store)
+    try:
+        fresh.run("%gkews_checkpoint restore")
+        result = fresh.call({"op": "verify"})
+        assert result["ok"], result
+        verdict = result["result"]
+        assert verdict["same_process"] is False  # a new process: the identity token changed
+        assert verdict["variables"]["net"]["verdict"] == "match"
+        assert verdict["probes"][0]["verdict"] == "match"
+    finally:
+        fresh.close()
+
+
+def test_json_api_answers_errors_as_json(store):
+    k = Kernel(store)
+    try:
+        ident = k.call({"op": "identity"})["result"]
+        assert ident["pid"] == k.value("__import__('os').getpid()")
+        bad = k.call({"op": "restore", "checkpoint": "nope"})
+        assert bad == {"ok": False, "type": "CheckpointNotFound",
+                       "error": "no checkpoint for notebook 'work/experiment.ipynb' in "
+                                f"{store}; save one with %gkews_checkpoint save"}
+    finally:
+        k.close()
+
+
+def test_incremental_save_writes_almost_nothing_when_tensors_are_unchanged(store):
+    k = Kernel(store)
+    try:
+        k.run("import torch, numpy as np\nbig = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(8)])\n"
+              "table = np.zeros((2000, 1000))")
+        first = k.call({"op": "save"})["result"]
+        second = k.call({"op": "save"})["result"]
+        assert first["bytes_written"] > 40e6
+        assert second["bytes_written"] < 0.01 * first["bytes_written"]
+        k.run("with torch.no_grad(): big[3].weight.mul_(2)")
+        third = k.call({"op": "save"})["result"]
+        # only the changed layer's weight is rewritten: 4 MiB of the 33 MiB model
+        assert 4e6 < third["bytes_written"] < 5e6
+    finally:
+        k.close()
+
+
+def test_corrupt_blob_fails_only_its_variables(store):
+    k = Kernel(store)
+    try:
+        k.run("import numpy as np\na = np.arange(300000.0)\nb = np.ones(300000) * 7\nc = {'k': 1}")
+        saved = k.call({"op": "save"})["result"]
+    finally:
+        k.close()
+    manifest = json.loads((store / "notebooks").glob("*/manifests/*.json").__next__().read_text())
+    blob_of_a = manifest["storages"][manifest["arrays"]["a0"]["buffer"]]["blob"]
+    path = store / "blobs" / f"{blob_of_a}.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+    fresh = Kernel(store)
+    try:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored (1):" in out
+        assert f"a: blob {blob_of_a[:12]} does not match its hash" in out
+        assert fresh.value("[float(b.sum()), c]") == [2100000.0, {"k": 1}]
+        assert fresh.run("print('a' in dir())").strip() == "False"
+    finally:
+        fresh.close()
+    assert saved["skipped"] == {}
+
+
+def test_disk_full_keeps_the_previous_checkpoint(store):
+    k = Kernel(store)
+    try:
+        k.run("import torch; w = torch.arange(1000.0)")
+        k.run("%gkews_checkpoint save")
+        k.run("import resource; _soft, _hard = resource.getrlimit(resource.RLIMIT_FSIZE)\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (8 << 20, _hard))\n"
+              "big = torch.ones(4 << 20); w += 1")
+        out = k.run("%gkews_checkpoint save", allow_error=True)
+        assert "UsageError: could not write the checkpoint to" in out
+        assert "the file size limit was reached" in out and "the previous checkpoint is intact" in out
+        k.run("resource.setrlimit(resource.RLIMIT_FSIZE, (_soft, _hard))")
+        assert len(k.run("%gkews_checkpoint list").splitlines()) == 2
+        assert os.listdir(store / "tmp") == []
+    finally:
+        k.close()
+    fresh = Kernel(store)
+    try:
+        fresh.run("%gkews_checkpoint restore")
+        assert fresh.value("[float(w.sum()), 'big' in dir()]") == [499500.0, False]
+    finally:
+        fresh.close()
