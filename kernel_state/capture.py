@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import pickle
 import sys
+import threading
 import types
 import weakref
 
@@ -162,6 +163,9 @@ class Capture:
         if np is not None and type(obj) is np.ndarray:
             key = self._array(obj)
             return None if key is None else ("array", key)
+        if isinstance(obj, threading.Thread) and obj.is_alive():
+            # dill would save the Thread object, but never the running code: it would come back dead
+            raise TypeError(f"cannot pickle a running thread ({obj.name}): its stack lives only in this process")
         return None
 
     def _use(self, skey: str) -> None:

@@ -1,6 +1,9 @@
 """%gkews_checkpoint: save, restore, list, verify, status, probe and delete from a notebook cell."""
 from __future__ import annotations
 
+import os
+import time
+
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
@@ -28,14 +31,14 @@ def _skipped_lines(skipped: dict) -> list[str]:
 
 
 class _ProgressLine:
-    """One output line, updated in place, once a save has run for a second."""
+    """One output line, updated in place, once a save has run for a while (GKEWS_PROGRESS_AFTER seconds)."""
 
     def __init__(self):
-        import time
-        self._start, self._handle, self._time = time.monotonic(), None, time
+        self._start, self._handle = time.monotonic(), None
+        self._after = float(os.environ.get("GKEWS_PROGRESS_AFTER", "1.0"))
 
     def __call__(self, p: dict) -> None:
-        if self._time.monotonic() - self._start < 1.0:
+        if time.monotonic() - self._start < self._after:
             return
         from IPython.display import display
         text = f"saving: {p['variables_done']}/{p['variables_total']} variables, {human_bytes(p['bytes_done'])} written"

@@ -36,6 +36,10 @@ half = arr[:, ::2]
 counter = Counter(41)
 words = {"alpha": [1, 2, 3], "beta": (4.5, "x")}
 gen = (i * i for i in range(10))
+import socket, sqlite3, threading, time
+sock = socket.socket()
+db = sqlite3.connect(":memory:")
+worker = threading.Thread(target=time.sleep, args=(30,), daemon=True); worker.start()
 '''
 
 
@@ -52,6 +56,10 @@ def test_round_trip_in_a_fresh_kernel(store):
         assert "Saved checkpoint" in out
         assert "gen: TypeError: cannot pickle 'generator' object" in out
         assert "re-run cell [1]: gen = (i * i for i in range(10))" in out
+        assert "sock: TypeError: cannot pickle 'socket' object" in out
+        assert "db: TypeError: cannot pickle 'sqlite3.Connection' object" in out
+        assert "worker: TypeError: cannot pickle a running thread" in out
+        assert "Skipped 4 (not saved):" in out
         # what the uninterrupted run does next
         expected = first.value("[step(), step(), model(ids).detach().tolist(), counter.bump(), double(21)]")
     finally:
@@ -72,6 +80,17 @@ def test_round_trip_in_a_fresh_kernel(store):
         assert got == expected  # bit-identical losses and outputs: the optimizer state came back whole
     finally:
         second.close()
+
+
+def test_long_saves_show_progress(store):
+    k = Kernel(store, extra_env={"GKEWS_PROGRESS_AFTER": "0"})
+    try:
+        k.run("import torch\nlayers = [torch.randn(1 << 21) for _ in range(6)]\nmore = torch.randn(1 << 22)")
+        out = k.run("%gkews_checkpoint save")
+        assert "saving: 2/2 variables, " in out and "MiB written" in out
+        assert "Saved checkpoint" in out
+    finally:
+        k.close()
 
 
 def test_magic_is_loaded_without_load_ext_and_explains_itself(store):
