@@ -10,6 +10,7 @@ import importlib
 import io
 import pickle
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import dill
 
@@ -20,6 +21,9 @@ try:
     import numpy as np
 except ImportError:
     np = None
+
+
+_prefetch_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gkews-read")
 
 
 class DependencyFailed(CheckpointError):
@@ -59,20 +63,26 @@ class Restorer:
         self._cuda_warned = False
 
     # -- blobs --------------------------------------------------------------------------------------
+    def prefetch(self, digests) -> None:
+        """Start reading blobs in the background, two at a time, so one file's hashing overlaps the next's I/O."""
+        for digest in digests:
+            if digest not in self._blobs:
+                self._blobs[digest] = _prefetch_pool.submit(
+                    read_blob, self.store.blob_path(digest, "safetensors"), digest)
+
     def blob(self, digest: str):
-        cached = self._blobs.get(digest)
+        self.prefetch([digest])
+        cached = self._blobs[digest]
+        if isinstance(cached, Future):
+            try:
+                cached = cached.result()
+            except CorruptBlob as exc:
+                cached = exc
+            except OSError as exc:
+                cached = CorruptBlob(f"blob {digest[:12]} cannot be read: {exc}")
+            self._blobs[digest] = cached
         if isinstance(cached, Exception):
             raise cached
-        if cached is None:
-            try:
-                cached = read_blob(self.store.blob_path(digest, "safetensors"), digest)
-            except CorruptBlob as exc:
-                self._blobs[digest] = exc
-                raise
-            except OSError as exc:
-                self._blobs[digest] = CorruptBlob(f"blob {digest[:12]} cannot be read: {exc}")
-                raise self._blobs[digest] from None
-            self._blobs[digest] = cached
         return cached
 
     def pickle_bytes(self, digest: str) -> bytes:
@@ -98,8 +108,10 @@ class Restorer:
         record = self.manifest["variables"][name]
         self._loading.add(name)
         try:
-            for skey in record.get("storages", []):  # check every blob before unpickling anything
-                self.blob(self.manifest["storages"][skey]["blob"])
+            digests = [self.manifest["storages"][skey]["blob"] for skey in record.get("storages", [])]
+            self.prefetch(digests)
+            for digest in digests:  # every blob checked against its hash before anything is unpickled
+                self.blob(digest)
             data = self.pickle_bytes(record["pickle"])
             unpickler = UNPICKLERS[record.get("pickler", "pickle")](io.BytesIO(data))
             unpickler.restorer = self

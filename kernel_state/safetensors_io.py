@@ -3,8 +3,7 @@
 The format, in one paragraph: 8 bytes little-endian header length N; N bytes of JSON mapping each
 tensor name to {"dtype", "shape", "data_offsets": [begin, end]} (plus an optional "__metadata__" of
 string to string); then the raw little-endian, C-order bytes of the tensors, with no holes. We pad the
-JSON with spaces so the data starts on a 4096-byte boundary, which lets us write and read it with
-O_DIRECT straight between the disk and page-aligned memory; the safetensors library reads the files as
+JSON with spaces so the data starts on a 4096-byte boundary (page-aligned when mapped); the safetensors library reads the files as
 they are. A blob is named by the xxh3-128 of all its bytes, and a reader checks that hash, and every
 offset in the header, before it hands out a single byte.
 """
@@ -14,7 +13,6 @@ import json
 import mmap
 import os
 import struct
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from .errors import CorruptBlob
@@ -22,8 +20,8 @@ from .fsutil import remove_quietly, temp_path
 from .hashing import new_hasher
 
 ALIGN = 4096
-CHUNK = 8 << 20
-IN_FLIGHT = 4  # concurrent chunk writes or reads: one at a time leaves a virtio disk mostly idle
+CHUNK = 8 << 20  # bytes per write or read call
+IN_FLIGHT = 4  # concurrent chunk writes: one at a time leaves a virtio disk mostly idle
 MAX_HEADER = 100 << 20
 
 ITEMSIZE = {
@@ -35,25 +33,10 @@ ITEMSIZE = {
 
 # Background threads do the disk I/O while the caller copies and hashes the next chunk.
 _io_pool = ThreadPoolExecutor(max_workers=IN_FLIGHT, thread_name_prefix="gkews-io")
-_direct_supported: dict[str, bool] = {}
-_direct_lock = threading.Lock()
 
 
 def _round_up(n: int, to: int = ALIGN) -> int:
     return (n + to - 1) // to * to
-
-
-def _open_for_write(path: str) -> tuple[int, bool]:
-    """Open with O_DIRECT where the filesystem allows it (tmpfs and some overlays do not)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-    directory = os.path.dirname(path)
-    if _direct_supported.get(directory, True) and hasattr(os, "O_DIRECT"):
-        try:
-            return os.open(path, flags | os.O_DIRECT, 0o600), True
-        except OSError:
-            with _direct_lock:
-                _direct_supported[directory] = False
-    return os.open(path, flags, 0o600), False
 
 
 def _pwrite_all(fd: int, buf, offset: int) -> None:
@@ -75,94 +58,56 @@ def build_header(entries) -> bytes:
     return struct.pack("<Q", padded) + text + b" " * (padded - len(text))
 
 
-class _StagedWriter:
-    """Copies pieces into page-aligned buffers and writes full ones in the background, several at once."""
-
-    def __init__(self, fd: int, direct: bool, hasher, progress=None):
-        self.fd, self.direct, self.hasher, self.progress = fd, direct, hasher, progress
-        self.buffers = [mmap.mmap(-1, CHUNK) for _ in range(IN_FLIGHT)]
-        self.pending = [None] * IN_FLIGHT
-        self.current, self.fill, self.file_offset = 0, 0, 0
-
-    def add(self, piece: memoryview) -> None:
-        piece = piece.cast("B") if piece.format != "B" or piece.ndim != 1 else piece
-        while piece:
-            buf = self.buffers[self.current]
-            n = min(len(piece), CHUNK - self.fill)
-            buf[self.fill:self.fill + n] = piece[:n]
-            self.fill += n
-            piece = piece[n:]
-            if self.fill == CHUNK:
-                self._flush()
-
-    def _flush(self) -> None:
-        if not self.fill:
-            return
-        buf = self.buffers[self.current]
-        view = memoryview(buf)[: self.fill]
-        self.hasher.update(view)
-        size = _round_up(self.fill) if self.direct else self.fill
-        if size > self.fill:
-            buf[self.fill:size] = bytes(size - self.fill)
-        self.pending[self.current] = _io_pool.submit(_pwrite_all, self.fd, memoryview(buf)[:size], self.file_offset)
-        self.file_offset += self.fill
-        if self.progress:
-            self.progress(self.fill)
-        self.current = (self.current + 1) % IN_FLIGHT
-        self.fill = 0
-        waiting = self.pending[self.current]
-        if waiting is not None:
-            waiting.result()
-            self.pending[self.current] = None
-
-    def finish(self) -> int:
-        self._flush()
-        for fut in self.pending:
-            if fut is not None:
-                fut.result()
-        return self.file_offset
-
-    def close(self) -> None:
-        for fut in self.pending:
-            if fut is not None:
-                try:
-                    fut.result()
-                except OSError:
-                    pass
-        for buf in self.buffers:
-            try:
-                buf.close()
-            except BufferError:  # a failed write still holds a view; the memory goes with it
-                pass
-
-
 def write_blob(entries, tmp_dir: str, progress=None) -> tuple[str, str, int]:
-    """Write one safetensors file to a temp path.
+    """Write one safetensors file to a temp path; the caller fsyncs it before trusting it.
 
     entries: [(name, dtype, shape, memoryview of the bytes)]. Returns (temp path, digest, size).
-    The file is fsynced; the caller renames it to its content address. On error nothing is left behind.
+    The bytes go from the caller's memory to the page cache in background threads, several chunks at
+    once, while this thread hashes them: no staging copy (measured here, this beats O_DIRECT writes
+    through an aligned staging buffer). On error nothing is left behind.
     """
     header = build_header([(n, d, s, mv.nbytes) for n, d, s, mv in entries])
     tmp = temp_path(tmp_dir, ".safetensors")
-    fd, direct = _open_for_write(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     hasher = new_hasher()
-    writer = _StagedWriter(fd, direct, hasher, progress)
+    pending: list = []
     try:
-        writer.add(memoryview(header))
+        _pwrite_all(fd, header, 0)
+        hasher.update(header)
+        offset = len(header)
         for _name, _dtype, _shape, mv in entries:
-            writer.add(mv)
-        size = writer.finish()
-        if direct:
-            os.ftruncate(fd, size)
-        os.fsync(fd)
+            mv = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+            for start in range(0, len(mv), CHUNK):
+                piece = mv[start:start + CHUNK]
+                pending.append((_io_pool.submit(_pwrite_all, fd, piece, offset), len(piece)))
+                hasher.update(piece)
+                offset += len(piece)
+                while len(pending) > IN_FLIGHT:
+                    future, n = pending.pop(0)
+                    future.result()
+                    if progress:
+                        progress(n)
+        while pending:
+            future, n = pending.pop(0)
+            future.result()
+            if progress:
+                progress(n)
+        start_writeback(fd)
     except BaseException:
-        writer.close()
+        for future, _n in pending:  # no write may outlive the descriptor it uses
+            future.exception()
         os.close(fd)
         remove_quietly(tmp)
         raise
-    writer.close()
     os.close(fd)
-    return tmp, hasher.hexdigest(), size
+    return tmp, hasher.hexdigest(), offset
+
+
+def start_writeback(fd: int) -> None:
+    """Ask the kernel to start writing the file's dirty pages now, without waiting: the later fsync
+    then finds most of the work done, and many files' writeback overlaps instead of queueing."""
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 def read_header(fd: int, file_size: int, what: str) -> tuple[dict, int]:
@@ -217,9 +162,11 @@ def _pread_into(fd: int, view: memoryview, offset: int) -> int:
 
 
 def read_blob(path: str, digest: str) -> tuple[mmap.mmap, dict]:
-    """Read a blob into page-aligned memory after checking its hash and header.
+    """Read a blob into page-aligned memory after checking its header and its hash.
 
-    Returns (buffer, {name: (dtype, shape, begin, end)}); offsets are relative to the buffer.
+    Returns (buffer, {name: (dtype, shape, begin, end)}); offsets are relative to the buffer. Plain
+    sequential reads let the kernel's readahead keep the disk busy while this thread hashes (measured
+    here: faster cold than O_DIRECT); restore reads two blobs at a time.
     """
     what = f"blob {digest[:12]}"
     try:
@@ -229,33 +176,21 @@ def read_blob(path: str, digest: str) -> tuple[mmap.mmap, dict]:
     try:
         size = os.fstat(fd).st_size
         entries, start = read_header(fd, size, what)
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
         hasher = new_hasher()
         hasher.update(os.pread(fd, start, 0))
         length = size - start
-        buf = mmap.mmap(-1, max(_round_up(length), ALIGN))
-        reader, futures = fd, {}
-        if start % ALIGN == 0 and hasattr(os, "O_DIRECT"):
-            try:
-                reader = os.open(path, os.O_RDONLY | os.O_DIRECT)
-            except OSError:
-                reader = fd
-        try:
-            view = memoryview(buf)
-            chunks = [(o, min(CHUNK, _round_up(length) - o)) for o in range(0, length, CHUNK)]
-            for i, (offset, n) in enumerate(chunks):
-                for j in range(i, min(i + IN_FLIGHT, len(chunks))):  # keep IN_FLIGHT reads queued
-                    if j not in futures:
-                        o, m = chunks[j]
-                        futures[j] = _io_pool.submit(_pread_into, reader, view[o:o + m], start + o)
-                futures.pop(i).result()
-                hasher.update(view[offset:min(offset + n, length)])
-        finally:
-            for future in futures.values():  # no read may outlive the descriptor it uses
-                future.exception()
-            if reader != fd:
-                os.close(reader)
+        buf = mmap.mmap(-1, max(length, 1))
+        view = memoryview(buf)
+        for offset in range(0, length, CHUNK):
+            n = min(CHUNK, length - offset)
+            if _pread_into(fd, view[offset:offset + n], start + offset) != n:
+                raise CorruptBlob(f"{what} ended early: the file {path} is truncated")
+            hasher.update(view[offset:offset + n])
+        del view
     finally:
         os.close(fd)
     if hasher.hexdigest() != digest:
         raise CorruptBlob(f"{what} does not match its hash: the file {path} was modified or damaged")
-    return buf, {name: (d, s, b, e) for name, (d, s, b, e) in entries.items()}
+    return buf, dict(entries)

@@ -6,8 +6,10 @@
     <root>/notebooks/<key>/manifests/<id>.json
     <root>/tmp/                           files being written; anything here is unfinished
 
-A checkpoint exists once its manifest is renamed into place; blobs are written and fsynced first, so a
-crash at any moment leaves either the previous set of manifests or the new one, never half of one.
+A checkpoint exists once its manifest is renamed into place. Blobs are written under temp names and only
+renamed to their content address after they are fsynced, all together just before the manifest (so the
+disk works on many files at once): a crash at any moment leaves either the previous set of manifests or
+the new one, never half of one, and a blob under its final name is always complete.
 """
 from __future__ import annotations
 
@@ -18,14 +20,16 @@ import json
 import os
 import secrets
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from . import config
 from .errors import CheckpointNotFound, CheckpointWriteError, CorruptManifest
-from .fsutil import fsync_dir, remove_quietly, write_bytes_durable, write_json_durable
+from .fsutil import fsync_dir, remove_quietly, temp_path, write_json_durable
 from .hashing import digest_bytes
 from .safetensors_io import write_blob
 
 MANIFEST_FORMAT = "gkews-checkpoint"
+_sync_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gkews-fsync")
 MANIFEST_VERSION = 1
 
 _WRITE_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
@@ -41,6 +45,14 @@ def write_error(exc: OSError, root: str) -> CheckpointWriteError:
         f"the previous checkpoint is intact.")
 
 
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def new_checkpoint_id() -> str:
     now = time.time()
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
@@ -52,7 +64,7 @@ class Store:
         self.root = config.checkpoint_root(root)
         self.blob_dir = os.path.join(self.root, "blobs")
         self.tmp_dir = os.path.join(self.root, "tmp")
-        self.created: list[str] = []  # blobs this writer added, removed again if the save fails
+        self.staged: dict[str, str] = {}  # final path -> temp path, written but not yet durable
 
     # -- layout ---------------------------------------------------------------------------------
     def ensure(self) -> None:
@@ -87,52 +99,52 @@ class Store:
 
     # -- writing ----------------------------------------------------------------------------------
     def put_tensors(self, entries, progress=None) -> tuple[str, int, bool]:
-        """Store a safetensors blob; returns (digest, size, newly written)."""
+        """Stage a safetensors blob; returns (digest, size, newly written)."""
         try:
             tmp, digest, size = write_blob(entries, self.tmp_dir, progress)
         except OSError as exc:
             raise write_error(exc, self.root) from None
-        return digest, size, self._adopt(tmp, digest, "safetensors")
+        return digest, size, self._stage(tmp, digest, "safetensors")
 
     def put_bytes(self, data: bytes) -> tuple[str, int, bool]:
         digest = digest_bytes(data)
-        if self.has_blob(digest, "pkl"):
+        final = self.blob_path(digest, "pkl")
+        if final in self.staged or os.path.exists(final):
             return digest, len(data), False
+        tmp = temp_path(self.tmp_dir, ".pkl")
         try:
-            write_bytes_durable(data, self.blob_path(digest, "pkl"), self.tmp_dir, sync_dir=False)
+            with open(tmp, "xb") as f:
+                f.write(data)
         except OSError as exc:
+            remove_quietly(tmp)
             raise write_error(exc, self.root) from None
-        self.created.append(self.blob_path(digest, "pkl"))
+        self.staged[final] = tmp
         return digest, len(data), True
 
-    def _adopt(self, tmp: str, digest: str, ext: str) -> bool:
+    def _stage(self, tmp: str, digest: str, ext: str) -> bool:
         final = self.blob_path(digest, ext)
-        if os.path.exists(final):
+        if final in self.staged or os.path.exists(final):
             remove_quietly(tmp)
             return False
-        os.replace(tmp, final)
-        self.created.append(final)
+        self.staged[final] = tmp
         return True
 
     def commit(self, notebook: str, manifest: dict) -> None:
-        """Make the checkpoint exist: blobs durable first, then the manifest, atomically."""
+        """Make the checkpoint exist: every staged blob durable and in place first, then the manifest."""
         mdir = self.manifest_dir(notebook)
         try:
-            os.makedirs(mdir, exist_ok=True)
+            list(_sync_pool.map(_fsync_file, self.staged.values()))
+            for final, tmp in self.staged.items():
+                os.replace(tmp, final)
+            self.staged.clear()
             fsync_dir(self.blob_dir)
+            os.makedirs(mdir, exist_ok=True)
             info = os.path.join(self.notebook_dir(notebook), "notebook.json")
             if not os.path.exists(info):
                 write_json_durable({"notebook": notebook}, info, self.tmp_dir)
             write_json_durable(manifest, os.path.join(mdir, manifest["id"] + ".json"), self.tmp_dir)
         except OSError as exc:
             raise write_error(exc, self.root) from None
-        self.created.clear()
-
-    def rollback(self) -> None:
-        """Remove what a failed save wrote; committed checkpoints are untouched."""
-        for path in self.created:
-            remove_quietly(path)
-        self.created.clear()
 
     # -- reading ----------------------------------------------------------------------------------
     def checkpoint_ids(self, notebook: str) -> list[str]:
