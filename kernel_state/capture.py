@@ -31,7 +31,7 @@ try:
 except ImportError:  # numpy is a dependency, but kernel_state must not die without it
     np = None
 
-SMALL_ARRAY = 64 << 10   # numpy arrays below this are pickled inline
+SMALL_ARRAY = 64 << 10   # numpy arrays below this (and not views of larger ones) are pickled inline
 PACK_LIMIT = 1 << 20     # storages below this share one blob per checkpoint
 PROTOCOL = 5
 _PLAIN = (int, float, str, bytes, bool, type(None), complex)
@@ -245,7 +245,7 @@ class Capture:
 
     # -- numpy --------------------------------------------------------------------------------------
     def _array(self, arr) -> str | None:
-        if arr.nbytes < SMALL_ARRAY or arr.dtype.hasobject or arr.dtype.fields is not None or not arr.dtype.isnative:
+        if arr.dtype.hasobject or arr.dtype.fields is not None or not arr.dtype.isnative:
             return None
         key = self._array_keys.get(id(arr))
         if key is not None:
@@ -254,6 +254,8 @@ class Capture:
         root = arr
         while isinstance(root.base, np.ndarray):
             root = root.base
+        if root.nbytes < SMALL_ARRAY:  # small and not a view of anything large: inline is cheaper
+            return None
         if not root.flags.c_contiguous:
             root = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
         key = f"a{len(self._array_keys)}"

@@ -1,0 +1,31 @@
+"""What a backend does for the lifecycle. The lifecycle checkpoints and verifies kernels itself;
+a backend only takes snapshots, releases the environment, gets it back, and says how to recover."""
+from __future__ import annotations
+
+from traitlets.config import LoggingConfigurable
+
+
+class Backend(LoggingConfigurable):
+    name = "base"
+
+    def bind(self, server_app) -> None:
+        """Called once, with the running ServerApp (kernel and session managers)."""
+        self.serverapp = server_app
+
+    async def snapshot(self, notebooks: list[dict]) -> dict | None:
+        """Take a snapshot of the environment after the checkpoints; None when the backend has none."""
+        return None
+
+    async def release(self, notebooks: list[dict]) -> None:
+        """Give the resources back (kernels, the GPU, the Pod)."""
+        raise NotImplementedError
+
+    async def acquire(self, notebooks: list[dict]) -> None:
+        """Wait until the environment can run again (capacity); raise with the reason if it cannot."""
+
+    async def start_kernel(self, notebook: dict) -> str:
+        """Return the id of a kernel running for this notebook after a resume."""
+        raise NotImplementedError
+
+    async def recover_paused(self, lifecycle) -> None:
+        """The server started and found the state `paused`: do what this backend's users expect."""

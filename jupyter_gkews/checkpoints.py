@@ -1,0 +1,49 @@
+"""The checkpoint list the REST API shows: manifests read as JSON (the server never unpickles)."""
+from __future__ import annotations
+
+import json
+import os
+
+from kernel_state.errors import CheckpointNotFound
+from kernel_state.store import Store
+
+from .lifecycle import Conflict, NotFound
+
+
+class CheckpointCatalog:
+    def __init__(self, root: str):
+        self.store = Store(root)
+
+    def notebooks(self) -> list[str]:
+        base = os.path.join(self.store.root, "notebooks")
+        out = []
+        for key in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+            try:
+                with open(os.path.join(base, key, "notebook.json")) as f:
+                    out.append(json.load(f)["notebook"])
+            except (OSError, ValueError, KeyError):
+                continue
+        return out
+
+    def list(self, notebook: str | None = None) -> list[dict]:
+        names = [notebook] if notebook else self.notebooks()
+        rows = []
+        for name in names:
+            for row in self.store.list(name):
+                row["notebook"] = name
+                row.pop("identity", None)
+                rows.append(row)
+        return sorted(rows, key=lambda r: r["id"], reverse=True)
+
+    def delete(self, checkpoint_id: str, needed: dict[str, str]) -> None:
+        if checkpoint_id in needed:
+            raise Conflict(f"checkpoint {checkpoint_id} is the one the paused notebook {needed[checkpoint_id]} "
+                           f"resumes from; resume first, or delete another")
+        for name in self.notebooks():
+            if checkpoint_id in self.store.checkpoint_ids(name):
+                try:
+                    self.store.delete(name, checkpoint_id)
+                except CheckpointNotFound:
+                    break
+                return
+        raise NotFound(f"no checkpoint {checkpoint_id}; GET gkews/checkpoints lists them")

@@ -1,0 +1,373 @@
+"""The pause/resume lifecycle of a Jupyter server's notebooks, independent of Tornado.
+
+    active → pausing(checkpointing → snapshotting → releasing) → paused
+           → resuming(waiting-for-capacity → restoring → verifying) → active (with verdicts)
+    and failed(reason, next step) from any step.
+
+One transition runs at a time: the claim is taken synchronously on the event loop before the first
+await, so concurrent requests cannot both pass it. Every change of state is persisted atomically and
+appended to the event log (blocking file work runs in a thread, off the event loop).
+"""
+from __future__ import annotations
+
+import asyncio
+import copy
+import posixpath
+import time
+
+from .bridge import KernelCallError
+from .state import StateStore, initial_state, now
+
+
+class LifecycleError(Exception):
+    status_code = 400
+
+
+class BadRequest(LifecycleError):
+    status_code = 400
+
+
+class Conflict(LifecycleError):
+    status_code = 409
+
+
+class NotFound(LifecycleError):
+    status_code = 404
+
+
+def clean_notebook_paths(paths) -> list[str] | None:
+    """Paths relative to the contents root, normalised; anything that could leave the root is refused."""
+    if paths is None:
+        return None
+    if not isinstance(paths, list) or not all(isinstance(p, str) and p for p in paths):
+        raise BadRequest('"notebooks" must be a list of notebook paths relative to the contents root')
+    out = []
+    for p in paths:
+        norm = posixpath.normpath(p.replace("\\", "/"))
+        if p.startswith(("/", "~")) or norm == ".." or norm.startswith("../") or "\0" in p:
+            raise BadRequest(f"notebook path {p!r} is outside the contents root; give a path relative to it")
+        out.append(norm)
+    return out
+
+
+class Lifecycle:
+    def __init__(self, *, serverapp, backend, bridge, store: StateStore, checkpoint_root: str,
+                 busy_timeout: float = 60.0, keep_last: int = 5, max_bytes: int = 0, log=None):
+        self.serverapp, self.backend, self.bridge, self.store = serverapp, backend, bridge, store
+        self.checkpoint_root, self.busy_timeout = checkpoint_root, busy_timeout
+        self.keep_last, self.max_bytes, self.log = keep_last, max_bytes, log
+        self.state = initial_state(backend.name)
+        self._busy = False
+        self._tasks: set[asyncio.Task] = set()
+        self._watch: asyncio.Task | None = None
+
+    # -- status and persistence ---------------------------------------------------------------------
+    def status(self) -> dict:
+        return copy.deepcopy(self.state)
+
+    async def _persist(self, event: str, **details) -> None:
+        self.state["updated"] = now()
+        snapshot = copy.deepcopy(self.state)
+        record = {"time": snapshot["updated"], "event": event, "state": snapshot["state"],
+                  "phase": snapshot["phase"], "cycle": snapshot["cycle"], **details}
+        await asyncio.to_thread(self._write, snapshot, record)
+
+    def _write(self, snapshot: dict, record: dict) -> None:
+        self.store.save(snapshot)
+        self.store.append_event(record)
+
+    async def _enter(self, state: str, phase: str | None, message: str, event: str, **details) -> None:
+        self.state.update(state=state, phase=phase, message=message)
+        if state != "failed":
+            self.state["error"] = None
+        await self._persist(event, message=message, **details)
+
+    def note(self, message: str) -> None:
+        self.state["message"] = message
+
+    async def _fail(self, reason: str, next_step: str) -> None:
+        self.state["error"] = {"reason": reason, "next_step": next_step}
+        await self._enter("failed", None, f"{reason} {next_step}", "failed", reason=reason)
+
+    # -- claims: one transition at a time ------------------------------------------------------------
+    def _claim(self, action: str, allowed: tuple[str, ...]) -> None:
+        if self._busy:
+            raise Conflict(f"cannot {action}: a {self.state['state']} transition is running "
+                           f"({self.state['phase'] or 'starting'}); wait for it to finish")
+        if self.state["state"] not in allowed:
+            raise Conflict(f"cannot {action} while the session is {self.state['state']}")
+        self._busy = True
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def wait_idle(self) -> None:
+        """Wait for the running transition (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # -- pause ----------------------------------------------------------------------------------------
+    async def request_pause(self, notebooks=None, interrupt: bool = False) -> dict:
+        if not isinstance(interrupt, bool):
+            raise BadRequest('"interrupt" must be true or false')
+        wanted = clean_notebook_paths(notebooks)
+        self._claim("pause", ("active", "failed"))
+        try:
+            targets = await self._running_notebooks(wanted)
+        except BaseException:
+            self._busy = False
+            raise
+        self.state.update(cycle=self.state["cycle"] + 1, notebooks=targets, progress=None,
+                          timeline={"last_activity": self._last_activity(targets), "pause_requested": now()})
+        await self._enter("pausing", "checkpointing", f"checkpointing {len(targets)} notebook(s)",
+                          "pause-requested", notebooks=[nb["path"] for nb in targets], interrupt=interrupt)
+        self._spawn(self._pause(interrupt))
+        return self.status()
+
+    async def _running_notebooks(self, wanted: list[str] | None) -> list[dict]:
+        sessions = await self.serverapp.session_manager.list_sessions()
+        found = {}
+        for s in sessions:
+            if s.get("kernel") and s["kernel"].get("id"):
+                found[s["path"]] = {"path": s["path"], "name": s["name"], "type": s["type"],
+                                    "session_id": s["id"], "kernel_id": s["kernel"]["id"],
+                                    "kernel_name": s["kernel"]["name"], "status": "running"}
+        if wanted is None:
+            return list(found.values())
+        missing = [p for p in wanted if p not in found]
+        if missing:
+            raise BadRequest(f"no running kernel for {', '.join(map(repr, missing))}; "
+                             f"open the notebook and start its kernel, or leave it out")
+        return [found[p] for p in wanted]
+
+    def _last_activity(self, notebooks: list[dict]) -> float | None:
+        km = self.serverapp.kernel_manager
+        times = [getattr(km.get_kernel(nb["kernel_id"]), "last_activity", None)
+                 for nb in notebooks if nb["kernel_id"] in km]
+        times = [t.timestamp() for t in times if t is not None]
+        return round(max(times), 3) if times else None
+
+    async def _pause(self, interrupt: bool) -> None:
+        try:
+            notebooks = self.state["notebooks"]
+            for i, nb in enumerate(notebooks):
+                self.state["progress"] = {"notebook": nb["path"], "notebooks_done": i,
+                                          "notebooks_total": len(notebooks)}
+                await self._checkpoint(nb, interrupt)
+                await self._persist("notebook-checkpointed" if nb["status"] == "checkpointed"
+                                    else "notebook-not-checkpointed", path=nb["path"], error=nb.get("error"))
+            self.state["progress"] = None
+            self.state["timeline"]["checkpoint_done"] = now()
+            done = [nb for nb in notebooks if nb["status"] == "checkpointed"]
+            left = [nb for nb in notebooks if nb["status"] != "checkpointed"]
+            if notebooks and not done:
+                await self._fail("No notebook could be checkpointed, so nothing was released: "
+                                 + "; ".join(f"{nb['path']}: {nb['error']}" for nb in left) + ".",
+                                 "Fix the cause above and pause again; every kernel is still running.")
+                return
+            await self._enter("pausing", "snapshotting", "taking a snapshot", "snapshotting")
+            snapshot = await self.backend.snapshot(done)
+            self.state["snapshot"] = snapshot
+            self.state["timeline"]["snapshot_ready"] = now() if snapshot else None
+            await self._enter("pausing", "releasing", "releasing the kernels", "releasing")
+            await self.backend.release(done)
+            for nb in done:
+                nb["status"] = "released"
+            self.state["timeline"]["environment_stopped"] = now()
+            message = f"paused {len(done)} notebook(s)"
+            if left:
+                message += "; still running, not paused: " + "; ".join(f"{nb['path']} ({nb['error']})" for nb in left)
+            await self._enter("paused", None, message, "paused")
+        except Exception as exc:  # an unexpected failure must still leave a state a person can act on
+            if self.log:
+                self.log.exception("gkews: pause failed")
+            await self._fail(f"The pause stopped at {self.state['phase']}: {type(exc).__name__}: {exc}.",
+                             "Check the server log; the checkpoints already written are kept. Pause again.")
+        finally:
+            self._busy = False
+
+    async def _checkpoint(self, nb: dict, interrupt: bool) -> None:
+        km = self.serverapp.kernel_manager
+        deadline = time.monotonic() + self.busy_timeout
+        while nb["kernel_id"] in km and km.get_kernel(nb["kernel_id"]).execution_state == "busy":
+            if time.monotonic() >= deadline:
+                if not interrupt:
+                    nb.update(status="busy", error=f"its kernel was still running a cell after "
+                              f"{self.busy_timeout:.0f} s; let it finish and pause again, or pause with "
+                              f"interrupt to stop the cell")
+                    return
+                await km.interrupt_kernel(nb["kernel_id"])
+                nb["interrupted"] = True
+                deadline = time.monotonic() + self.busy_timeout
+            await asyncio.sleep(0.2)
+
+        def progress(p):
+            self.state["progress"].update(p)
+        try:
+            result = await self.bridge.call(
+                nb["kernel_id"], {"op": "save", "notebook": nb["path"], "root": self.checkpoint_root,
+                                  "keep_last": self.keep_last, "max_bytes": self.max_bytes, "progress": True},
+                label=nb["path"], on_progress=progress)
+        except KernelCallError as exc:
+            nb.update(status="not-checkpointed", error=str(exc))
+            return
+        nb.update(status="checkpointed", checkpoint=result["id"], bytes=result["bytes"],
+                  bytes_written=result["bytes_written"], saved=result["saved"], skipped=result["skipped"],
+                  seconds=result["seconds"])
+
+    # -- resume ---------------------------------------------------------------------------------------
+    async def request_resume(self, notebooks=None) -> dict:
+        wanted = clean_notebook_paths(notebooks)
+        self._claim("resume", ("paused", "failed"))
+        paused = [nb for nb in self.state["notebooks"] if nb["status"] == "released"]
+        if wanted is not None:
+            unknown = [p for p in wanted if p not in {nb["path"] for nb in paused}]
+            if unknown:
+                self._busy = False
+                raise BadRequest(f"{', '.join(map(repr, unknown))} was not paused; paused notebooks: "
+                                 f"{', '.join(nb['path'] for nb in paused) or 'none'}")
+            paused = [nb for nb in paused if nb["path"] in wanted]
+        if not paused:
+            self._busy = False
+            raise Conflict("nothing to resume: no notebook is paused")
+        self.state["timeline"]["resume_requested"] = now()
+        await self._enter("resuming", "waiting-for-capacity", "waiting for capacity", "resume-requested",
+                          notebooks=[nb["path"] for nb in paused])
+        self._spawn(self._resume(paused))
+        return self.status()
+
+    async def _resume(self, notebooks: list[dict]) -> None:
+        try:
+            await self.backend.acquire(notebooks)
+            self.state["timeline"]["capacity_obtained"] = now()
+            await self._enter("resuming", "restoring", f"restoring {len(notebooks)} notebook(s)", "restoring")
+            for nb in notebooks:
+                try:
+                    nb["kernel_id"] = await self.backend.start_kernel(nb)
+                except Exception as exc:
+                    nb.update(status="failed", verdict="failed",
+                              error=f"no kernel could be started: {type(exc).__name__}: {exc}")
+            self.state["timeline"]["kernels_started"] = now()
+            await self._enter("resuming", "verifying", "verifying and restoring", "verifying")
+            for i, nb in enumerate(notebooks):
+                self.state["progress"] = {"notebook": nb["path"], "notebooks_done": i,
+                                          "notebooks_total": len(notebooks)}
+                if nb.get("verdict") != "failed":
+                    await self._verify_or_restore(nb)
+                await self._persist("notebook-resumed", path=nb["path"], verdict=nb["verdict"])
+            self.state["progress"] = None
+            self.state["timeline"]["restore_done"] = now()
+            counts = {}
+            for nb in notebooks:
+                counts[nb["verdict"]] = counts.get(nb["verdict"], 0) + 1
+            self._watch_first_cell(notebooks)  # before the state says active: a user may run a cell at once
+            await self._enter("active", None, "resumed: " + ", ".join(f"{n} {v}" for v, n in counts.items()),
+                              "resumed", verdicts=counts)
+        except Exception as exc:
+            if self.log:
+                self.log.exception("gkews: resume failed")
+            await self._fail(f"The resume stopped at {self.state['phase']}: {type(exc).__name__}: {exc}.",
+                             "Resume again; the checkpoints are kept.")
+        finally:
+            self._busy = False
+
+    async def _verify_or_restore(self, nb: dict) -> None:
+        """Same process with bit-identical state: live-verified. Anything else: restore from the checkpoint."""
+        request = {"notebook": nb["path"], "root": self.checkpoint_root, "checkpoint": nb["checkpoint"]}
+        try:
+            verdict = await self.bridge.call(nb["kernel_id"], {"op": "verify", **request}, label=nb["path"])
+            if verdict["verified"]:
+                nb.update(status="resumed", verdict="live-verified", restored=[], failed={},
+                          skipped_at_save=verdict["skipped_at_save"], same_process=True)
+                return
+            reason = ("a new process: the live state did not survive" if not verdict["same_process"]
+                      else "the same process, but its state differs from the checkpoint")
+            result = await self.bridge.call(nb["kernel_id"], {"op": "restore", **request}, label=nb["path"])
+        except KernelCallError as exc:
+            nb.update(status="failed", verdict="failed", error=str(exc),
+                      next_step="open the notebook and run %gkews_checkpoint restore, or re-run its cells")
+            return
+        nb.update(status="resumed", verdict="restored-from-checkpoint", why_restored=reason,
+                  restored=result["restored"], failed=result["failed"],
+                  skipped_at_save=result["skipped_at_save"], warnings=result["warnings"], same_process=False)
+
+    def _watch_first_cell(self, notebooks: list[dict]) -> None:
+        """Record 'kernel usable': the moment a user's cell first ran in a restored kernel."""
+        km = self.serverapp.kernel_manager
+        marks = {nb["kernel_id"]: getattr(km.get_kernel(nb["kernel_id"]), "last_activity", None)
+                 for nb in notebooks if nb["kernel_id"] in km}
+        cycle = self.state["cycle"]
+
+        async def watch():
+            while self.state["cycle"] == cycle and marks:
+                for kid, mark in marks.items():
+                    if kid not in km:
+                        continue
+                    kernel = km.get_kernel(kid)
+                    if kernel.last_activity != mark and kernel.execution_state == "idle":
+                        self.state["timeline"]["kernel_usable"] = round(kernel.last_activity.timestamp(), 3)
+                        await self._persist("kernel-usable", kernel_id=kid)
+                        return
+                await asyncio.sleep(0.25)
+        if self._watch:
+            self._watch.cancel()
+        self._watch = asyncio.create_task(watch())
+
+    # -- start-up -------------------------------------------------------------------------------------
+    async def recover(self) -> None:
+        """Load the persisted state and finish or roll back what a stopped server left half done."""
+        saved = await asyncio.to_thread(self.store.load)
+        if saved is None:
+            await self._persist("started")
+            return
+        self.state = saved
+        self.state["backend"] = self.backend.name
+        if saved["state"] == "pausing":
+            await self._finish_interrupted_pause()
+        elif saved["state"] == "resuming":
+            for nb in self.state["notebooks"]:
+                if nb.get("status") != "resumed" and nb.get("checkpoint"):
+                    nb.update(status="released", verdict=None)
+            await self._enter("paused", None, "the server stopped during a resume; resume again to restore "
+                              "the notebooks from their checkpoints", "recovered-interrupted-resume")
+        elif saved["state"] == "paused":
+            await self.backend.recover_paused(self)
+            await self._persist("recovered-paused")
+        else:
+            await self._persist("started")
+
+    async def _finish_interrupted_pause(self) -> None:
+        """Roll the pause forward: the old kernels are out of reach, every checkpoint they committed counts."""
+        from kernel_state.store import Store  # reading manifests only; the server never unpickles
+        store = Store(self.checkpoint_root)
+        requested = self.state["timeline"].get("pause_requested", 0)
+        for nb in self.state["notebooks"]:
+            if nb.get("status") in ("checkpointed", "released"):
+                nb["status"] = "released"
+                continue
+            rows = await asyncio.to_thread(store.list, nb["path"])
+            fresh = [r for r in rows if "error" not in r and _epoch(r["created"]) >= int(requested)]
+            if fresh:
+                nb.update(status="released", checkpoint=fresh[0]["id"], bytes=fresh[0]["bytes"])
+            else:
+                nb.update(status="lost", error="the server stopped before this notebook's checkpoint was written")
+        self.state["timeline"].setdefault("environment_stopped", now())
+        released = [nb for nb in self.state["notebooks"] if nb["status"] == "released"]
+        lost = [nb["path"] for nb in self.state["notebooks"] if nb["status"] == "lost"]
+        message = f"the server stopped during a pause; completed on restart: {len(released)} notebook(s) paused"
+        if lost:
+            message += f"; not checkpointed (re-run their cells): {', '.join(lost)}"
+        await self._enter("paused", None, message, "recovered-interrupted-pause")
+
+    async def shutdown(self) -> None:
+        if self._watch:
+            self._watch.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+
+
+def _epoch(created: str) -> int:
+    import calendar
+    return calendar.timegm(time.strptime(created, "%Y-%m-%dT%H:%M:%SZ"))

@@ -1,0 +1,59 @@
+"""Helpers for tests against a real jupyter_server with the extension and real ipykernel kernels."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import nbformat
+
+
+async def open_notebook(jp_fetch, root_dir, path: str) -> dict:
+    """What JupyterLab does when a user opens a notebook: a file, then a session with a kernel."""
+    target = root_dir / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nbformat.v4.new_notebook(), str(target))
+    r = await jp_fetch("api", "sessions", method="POST", body=json.dumps(
+        {"path": path, "name": target.name, "type": "notebook", "kernel": {"name": "python3"}}))
+    return json.loads(r.body)
+
+
+async def run_cell(serverapp, kernel_id: str, code: str, timeout: float = 120) -> str:
+    """Execute code the way a user's cell runs; return its stdout. Raises on an error."""
+    client = serverapp.kernel_manager.get_kernel(kernel_id).client()
+    client.start_channels()
+    out = []
+    try:
+        await client.wait_for_ready(timeout=60)
+
+        def hook(msg):
+            if msg["msg_type"] == "stream":
+                out.append(msg["content"]["text"])
+            elif msg["msg_type"] == "error":
+                out.append(f"{msg['content']['ename']}: {msg['content']['evalue']}")
+        reply = await client.execute_interactive(code, output_hook=hook, timeout=timeout)
+    finally:
+        client.stop_channels()
+    if reply["content"]["status"] != "ok":
+        raise AssertionError(f"cell failed: {''.join(out)}")
+    return "".join(out)
+
+
+async def status(jp_fetch) -> dict:
+    return json.loads((await jp_fetch("gkews", "status")).body)
+
+
+async def wait_for(jp_fetch, states: tuple[str, ...], timeout: float = 180) -> dict:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        s = await status(jp_fetch)
+        if s["state"] in states and s["state"] not in ("pausing", "resuming"):
+            return s
+        if loop.time() > deadline:
+            raise AssertionError(f"still {s['state']}/{s['phase']} after {timeout}s: {s['message']}")
+        await asyncio.sleep(0.1)
+
+
+async def post(jp_fetch, action: str, body=None, **kwargs):
+    return await jp_fetch("gkews", action, method="POST", body=json.dumps(body) if body is not None else "",
+                          raise_error=False, **kwargs)

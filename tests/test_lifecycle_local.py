@@ -1,0 +1,91 @@
+"""Pause and resume on the local backend: a real server, real kernels, checked value by value."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from serverkit import open_notebook, post, run_cell, status, wait_for
+
+pytest.importorskip("torch", reason="the torch extra is installed by make test")
+
+SESSION = r'''
+import numpy as np, torch
+torch.manual_seed(0)
+class Scaler:
+    def __init__(self, k): self.k = k
+    def __call__(self, x): return x * self.k
+def affine(x, a=3, b=1): return a * x + b
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Tanh(), torch.nn.Linear(128, 4))
+probe_in = torch.linspace(-1, 1, 64 * 5).reshape(5, 64)
+grid = np.random.default_rng(7).standard_normal((300, 400))
+column = grid[:, 3]
+scale = Scaler(2.5)
+meta = {"run": "baseline", "epochs": [1, 2, 3]}
+print("ready")
+'''
+CHECK = r'''
+import json as _json
+print(_json.dumps({
+  "out": model(probe_in).detach().tolist(),
+  "grid": float(grid.sum()), "column_is_view": bool(np.shares_memory(column, grid)),
+  "scaled": scale(4.0), "is_scaler": isinstance(scale, Scaler), "affine": affine(2),
+  "meta": meta, "pid": __import__("os").getpid()}))
+'''
+
+
+@pytest.fixture
+def jp_server_config(tmp_path):
+    return {"ServerApp": {"jpserver_extensions": {"jupyter_gkews": True}, "allow_unauthenticated_access": False},
+            "GkewsApp": {"checkpoint_root": str(tmp_path / "ckpt"), "state_dir": str(tmp_path / "state"),
+                         "busy_timeout": 2.0}}
+
+
+async def test_pause_and_resume_round_trip(jp_fetch, jp_serverapp, jp_root_dir):
+    s = await open_notebook(jp_fetch, jp_root_dir, "work/train.ipynb")
+    kid = s["kernel"]["id"]
+    assert "ready" in await run_cell(jp_serverapp, kid, SESSION)
+    before = json.loads(await run_cell(jp_serverapp, kid, CHECK))
+
+    r = await post(jp_fetch, "pause")
+    assert r.code == 202 and json.loads(r.body)["state"] == "pausing"
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused", paused["message"]
+    nb = paused["notebooks"][0]
+    assert nb["path"] == "work/train.ipynb" and nb["status"] == "released" and nb["checkpoint"]
+    assert kid not in jp_serverapp.kernel_manager  # the kernel is gone: its memory is freed
+    t = paused["timeline"]
+    assert t["pause_requested"] <= t["checkpoint_done"] <= t["environment_stopped"]
+
+    r = await post(jp_fetch, "resume")
+    assert r.code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["state"] == "active", resumed["message"]
+    nb = resumed["notebooks"][0]
+    assert nb["verdict"] == "restored-from-checkpoint"
+    assert sorted(nb["restored"]) == ["Scaler", "affine", "column", "grid", "meta", "model", "np",
+                                      "probe_in", "scale", "torch"]
+    assert nb["failed"] == {}
+    sessions = json.loads((await jp_fetch("api", "sessions")).body)
+    assert [(x["id"], x["kernel"]["id"]) for x in sessions] == [(s["id"], kid)]  # same session, same kernel id
+
+    after = json.loads(await run_cell(jp_serverapp, kid, CHECK))
+    assert after.pop("pid") != before.pop("pid")  # a fresh process...
+    assert after == before                         # ...holding the same values, bit for bit
+    usable = await wait_for(jp_fetch, ("active",))
+    for _ in range(50):
+        if "kernel_usable" in usable["timeline"]:
+            break
+        await asyncio.sleep(0.1)
+        usable = await status(jp_fetch)
+    t = usable["timeline"]
+    assert t["resume_requested"] <= t["capacity_obtained"] <= t["kernels_started"] <= t["restore_done"]
+    assert t["restore_done"] <= t["kernel_usable"]
+    events = json.loads((await jp_fetch("gkews", "events")).body)["events"]
+    names = [e["event"] for e in events]
+    for expected in ("pause-requested", "notebook-checkpointed", "releasing", "paused", "resume-requested",
+                     "restoring", "notebook-resumed", "resumed", "kernel-usable"):
+        assert expected in names
+    listed = json.loads((await jp_fetch("gkews", "checkpoints")).body)["checkpoints"]
+    assert [c["notebook"] for c in listed] == ["work/train.ipynb"]
