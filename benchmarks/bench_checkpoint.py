@@ -28,14 +28,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import kernel_state  # noqa: E402
 from kernel_state import capture  # noqa: E402
-
-
-def fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+from kernel_state.fsutil import fsync_file  # noqa: E402
 
 
 def drop_cache(paths) -> str:
@@ -118,14 +111,14 @@ def main() -> None:
 
         def torch_save():
             torch.save(state, target)
-            fsync_path(target)
+            fsync_file(target)
         results["torch.save + fsync"] = timed(torch_save, args.repeat, clean)
 
         from safetensors.torch import save_file
 
         def st_save():
             save_file(state, target)
-            fsync_path(target)
+            fsync_file(target)
         results["safetensors.save_file + fsync"] = timed(st_save, args.repeat, clean)
 
         results["kernel_state.save (full)"] = timed(
@@ -140,7 +133,7 @@ def main() -> None:
         # cold restore of the whole model vs torch.load(weights_only=True), page cache dropped
         torch_file = os.path.join(work, "model.pt")
         torch.save(state, torch_file)
-        fsync_path(torch_file)
+        fsync_file(torch_file)
         how = {}
 
         def cold(paths):
@@ -170,7 +163,7 @@ def main() -> None:
             mod = types.ModuleType("__main__")
             mod.__dict__.update(arrays)
             dill.dump_module(target, module=mod)
-            fsync_path(target)
+            fsync_file(target)
 
         def pickle5():
             with open(target, "wb") as f:

@@ -8,21 +8,14 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
+
+from kernel_state.fsutil import write_json_durable
 
 STATES = ("active", "pausing", "paused", "resuming", "failed")
 
 
 def now() -> float:
     return round(time.time(), 3)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def initial_state(backend: str) -> dict:
@@ -51,13 +44,7 @@ class StateStore:
     def save(self, state: dict) -> None:
         """Replace the state document: temp file, fsync, rename, fsync of the directory."""
         os.makedirs(self.directory, exist_ok=True)
-        tmp = os.path.join(self.directory, f".state-{uuid.uuid4().hex}.tmp")
-        with open(tmp, "w") as f:
-            json.dump(state, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.state_path)
-        _fsync_dir(self.directory)
+        write_json_durable(state, self.state_path, self.directory)
 
     def append_event(self, event: dict) -> None:
         os.makedirs(self.directory, exist_ok=True)

@@ -12,6 +12,14 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def temp_path(tmp_dir: str, suffix: str = "") -> str:
     return os.path.join(tmp_dir, f"{uuid.uuid4().hex}{suffix}.tmp")
 

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import config
 from .errors import CheckpointNotFound, CheckpointWriteError, CorruptManifest
-from .fsutil import fsync_dir, remove_quietly, temp_path, write_json_durable
+from .fsutil import fsync_dir, fsync_file, remove_quietly, temp_path, write_json_durable
 from .hashing import digest_bytes
 from .safetensors_io import write_blob
 
@@ -43,14 +43,6 @@ def write_error(exc: OSError, root: str) -> CheckpointWriteError:
         f"could not write the checkpoint to {root}: {why} ({exc.strerror or exc}). Free space there, or "
         f"point GKEWS_CHECKPOINT_ROOT (c.GkewsApp.checkpoint_root) at a volume with room; "
         f"the previous checkpoint is intact.")
-
-
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def new_checkpoint_id() -> str:
@@ -133,7 +125,7 @@ class Store:
         """Make the checkpoint exist: every staged blob durable and in place first, then the manifest."""
         mdir = self.manifest_dir(notebook)
         try:
-            list(_sync_pool.map(_fsync_file, self.staged.values()))
+            list(_sync_pool.map(fsync_file, self.staged.values()))
             for final, tmp in self.staged.items():
                 os.replace(tmp, final)
             self.staged.clear()
