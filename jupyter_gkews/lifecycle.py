@@ -116,6 +116,8 @@ class Lifecycle:
         self._claim("pause", ("active", "failed"))
         try:
             targets = await self._running_notebooks(wanted)
+            if not targets:
+                raise Conflict("nothing to pause: no notebook has a running kernel")
         except BaseException:
             self._busy = False
             raise
@@ -221,7 +223,8 @@ class Lifecycle:
     async def request_resume(self, notebooks=None) -> dict:
         wanted = clean_notebook_paths(notebooks)
         self._claim("resume", ("paused", "failed"))
-        paused = [nb for nb in self.state["notebooks"] if nb["status"] == "released"]
+        # released by a pause, or left failed by an earlier resume: both come back from their checkpoint
+        paused = [nb for nb in self.state["notebooks"] if nb["status"] in ("released", "failed") and nb.get("checkpoint")]
         if wanted is not None:
             unknown = [p for p in wanted if p not in {nb["path"] for nb in paused}]
             if unknown:
@@ -230,8 +233,14 @@ class Lifecycle:
                                  f"{', '.join(nb['path'] for nb in paused) or 'none'}")
             paused = [nb for nb in paused if nb["path"] in wanted]
         if not paused:
-            self._busy = False
-            raise Conflict("nothing to resume: no notebook is paused")
+            try:
+                if self.state["state"] != "paused":
+                    raise Conflict("nothing to resume: no notebook is paused")
+                # paused, but every notebook was lost (a server stopped before their checkpoints)
+                await self._enter("active", None, "resumed: no notebook had a checkpoint to restore", "resumed")
+                return self.status()
+            finally:
+                self._busy = False
         self.state["timeline"]["resume_requested"] = now()
         await self._enter("resuming", "waiting-for-capacity", "waiting for capacity", "resume-requested",
                           notebooks=[nb["path"] for nb in paused])
@@ -244,6 +253,7 @@ class Lifecycle:
             self.state["timeline"]["capacity_obtained"] = now()
             await self._enter("resuming", "restoring", f"restoring {len(notebooks)} notebook(s)", "restoring")
             for nb in notebooks:
+                nb.update(verdict=None, error=None)
                 try:
                     nb["kernel_id"] = await self.backend.start_kernel(nb)
                 except Exception as exc:
