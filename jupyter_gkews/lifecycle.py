@@ -60,6 +60,7 @@ class Lifecycle:
         self._busy = False
         self._tasks: set[asyncio.Task] = set()
         self._watch: asyncio.Task | None = None
+        self._write_lock = asyncio.Lock()  # state.json is replaced in the order the changes happened
 
     # -- status and persistence ---------------------------------------------------------------------
     def status(self) -> dict:
@@ -70,16 +71,31 @@ class Lifecycle:
         snapshot = copy.deepcopy(self.state)
         record = {"time": snapshot["updated"], "event": event, "state": snapshot["state"],
                   "phase": snapshot["phase"], "cycle": snapshot["cycle"], **details}
-        await asyncio.to_thread(self._write, snapshot, record)
+        async with self._write_lock:
+            await asyncio.to_thread(self._write, snapshot, record)
 
     def _write(self, snapshot: dict, record: dict) -> None:
         self.store.save(snapshot)
         self.store.append_event(record)
 
-    async def _enter(self, state: str, phase: str | None, message: str, event: str, **details) -> None:
-        self.state.update(state=state, phase=phase, message=message)
+    async def _enter(self, state: str, phase: str | None, message: str, event: str, *, final: bool = False,
+                     **details) -> None:
+        """Move to a state. The last step of a transition (final) is written to disk before anyone can
+        see it, and the claim is released at that same moment: whoever reads "paused" may resume at once."""
+        changes = {"state": state, "phase": phase, "message": message}
         if state != "failed":
-            self.state["error"] = None
+            changes["error"] = None
+        if final:
+            changes["progress"] = None
+            pending = {**copy.deepcopy(self.state), **changes, "updated": now()}
+            record = {"time": pending["updated"], "event": event, "state": state, "phase": phase,
+                      "cycle": pending["cycle"], "message": message, **details}
+            async with self._write_lock:
+                await asyncio.to_thread(self._write, pending, record)
+            self.state.update(changes, updated=pending["updated"])
+            self._busy = False
+            return
+        self.state.update(changes)
         await self._persist(event, message=message, **details)
 
     def note(self, message: str) -> None:
@@ -87,7 +103,7 @@ class Lifecycle:
 
     async def _fail(self, reason: str, next_step: str) -> None:
         self.state["error"] = {"reason": reason, "next_step": next_step}
-        await self._enter("failed", None, f"{reason} {next_step}", "failed", reason=reason)
+        await self._enter("failed", None, f"{reason} {next_step}", "failed", final=True, reason=reason)
 
     # -- claims: one transition at a time ------------------------------------------------------------
     def _claim(self, action: str, allowed: tuple[str, ...]) -> None:
@@ -181,7 +197,7 @@ class Lifecycle:
             message = f"paused {len(done)} notebook(s)"
             if left:
                 message += "; still running, not paused: " + "; ".join(f"{nb['path']} ({nb['error']})" for nb in left)
-            await self._enter("paused", None, message, "paused")
+            await self._enter("paused", None, message, "paused", final=True)
         except Exception as exc:  # an unexpected failure must still leave a state a person can act on
             if self.log:
                 self.log.exception("gkews: pause failed")
@@ -237,7 +253,8 @@ class Lifecycle:
                 if self.state["state"] != "paused":
                     raise Conflict("nothing to resume: no notebook is paused")
                 # paused, but every notebook was lost (a server stopped before their checkpoints)
-                await self._enter("active", None, "resumed: no notebook had a checkpoint to restore", "resumed")
+                await self._enter("active", None, "resumed: no notebook had a checkpoint to restore", "resumed",
+                                  final=True)
                 return self.status()
             finally:
                 self._busy = False
@@ -261,12 +278,14 @@ class Lifecycle:
                               error=f"no kernel could be started: {type(exc).__name__}: {exc}")
             self.state["timeline"]["kernels_started"] = now()
             await self._enter("resuming", "verifying", "verifying and restoring", "verifying")
-            for i, nb in enumerate(notebooks):
-                self.state["progress"] = {"notebook": nb["path"], "notebooks_done": i,
-                                          "notebooks_total": len(notebooks)}
+            self.state["progress"] = {"notebooks_done": 0, "notebooks_total": len(notebooks)}
+
+            async def resume_one(nb):  # kernels are separate processes: restore them side by side
                 if nb.get("verdict") != "failed":
                     await self._verify_or_restore(nb)
+                self.state["progress"]["notebooks_done"] += 1
                 await self._persist("notebook-resumed", path=nb["path"], verdict=nb["verdict"])
+            await asyncio.gather(*(resume_one(nb) for nb in notebooks))
             self.state["progress"] = None
             self.state["timeline"]["restore_done"] = now()
             counts = {}
@@ -274,7 +293,7 @@ class Lifecycle:
                 counts[nb["verdict"]] = counts.get(nb["verdict"], 0) + 1
             self._watch_first_cell(notebooks)  # before the state says active: a user may run a cell at once
             await self._enter("active", None, "resumed: " + ", ".join(f"{n} {v}" for v, n in counts.items()),
-                              "resumed", verdicts=counts)
+                              "resumed", final=True, verdicts=counts)
         except Exception as exc:
             if self.log:
                 self.log.exception("gkews: resume failed")
@@ -300,6 +319,7 @@ class Lifecycle:
                       next_step="open the notebook and run %gkews_checkpoint restore, or re-run its cells")
             return
         nb.update(status="resumed", verdict="restored-from-checkpoint", why_restored=reason,
+                  restore_seconds=result["seconds"],
                   restored=result["restored"], failed=result["failed"],
                   skipped_at_save=result["skipped_at_save"], warnings=result["warnings"], same_process=False)
 
@@ -341,7 +361,7 @@ class Lifecycle:
                 if nb.get("status") != "resumed" and nb.get("checkpoint"):
                     nb.update(status="released", verdict=None)
             await self._enter("paused", None, "the server stopped during a resume; resume again to restore "
-                              "the notebooks from their checkpoints", "recovered-interrupted-resume")
+                              "the notebooks from their checkpoints", "recovered-interrupted-resume", final=True)
         elif saved["state"] == "paused":
             await self.backend.recover_paused(self)
             await self._persist("recovered-paused")
@@ -369,7 +389,7 @@ class Lifecycle:
         message = f"the server stopped during a pause; completed on restart: {len(released)} notebook(s) paused"
         if lost:
             message += f"; not checkpointed (re-run their cells): {', '.join(lost)}"
-        await self._enter("paused", None, message, "recovered-interrupted-pause")
+        await self._enter("paused", None, message, "recovered-interrupted-pause", final=True)
 
     async def shutdown(self) -> None:
         if self._watch:

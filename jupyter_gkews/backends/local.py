@@ -6,6 +6,8 @@ table and reconnecting clients find it again) and the lifecycle restores it from
 """
 from __future__ import annotations
 
+import asyncio
+
 from .base import Backend
 
 
@@ -14,9 +16,8 @@ class LocalBackend(Backend):
 
     async def release(self, notebooks: list[dict]) -> None:
         km = self.serverapp.kernel_manager
-        for nb in notebooks:
-            if nb["kernel_id"] in km:
-                await km.shutdown_kernel(nb["kernel_id"])
+        # all at once: each shutdown waits for its process to exit
+        await asyncio.gather(*(km.shutdown_kernel(nb["kernel_id"]) for nb in notebooks if nb["kernel_id"] in km))
 
     async def start_kernel(self, notebook: dict) -> str:
         km = self.serverapp.kernel_manager

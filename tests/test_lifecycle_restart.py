@@ -1,0 +1,424 @@
+"""A real `jupyter server` process killed in the middle of a pause, and one stopped while paused, then
+started again on the same state and checkpoint directories.
+
+A server killed in the middle of a pause and started again says where it was and finishes or rolls back
+cleanly, losing no checkpoint; a server that starts and finds the state paused recovers per its backend
+(local: stays paused, resume works).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import nbformat
+import pytest
+from jupyter_client import BlockingKernelClient
+
+pytestmark = pytest.mark.timeout(600)
+
+SMALL = "work/small.ipynb"
+BIG = "work/big.ipynb"
+SMALL_CELL = r'''
+import numpy as np
+small = np.arange(1000, dtype=np.int64) * 3
+label = "first notebook"
+cfg = {"lr": 0.01, "layers": [4, 8]}
+print("ready")
+'''
+SMALL_NAMES = ["cfg", "label", "np", "small"]
+SMALL_CHECK = 'import json as _j, os as _o; print(_j.dumps({"sum": int(small.sum()), "label": label, "cfg": cfg, "pid": _o.getpid()}))'
+# 600 MB of float64 that does not compress or dedup: its checkpoint takes seconds on this disk
+BIG_CELL = r'''
+import numpy as np
+big = np.random.default_rng(1).standard_normal(75_000_000)
+print("ready")
+'''
+RECOVERED_PAUSE = "the server stopped during a pause; completed on restart: "
+LOCAL_PAUSED = "paused; the kernels are stopped: resume to restore them from their checkpoints"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is dead for our purpose
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class Server:
+    """`python -m jupyter_server` in its own process group, on tmp Jupyter dirs, driven over plain HTTP."""
+
+    def __init__(self, base: Path):
+        self.base = base
+        self.root = base / "root"
+        self.runtime = base / "runtime"
+        for d in (self.root, base / "config", base / "data", self.runtime, base / "ipython"):
+            d.mkdir(parents=True, exist_ok=True)
+        self.token = uuid.uuid4().hex
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self, timeout: float = 90) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        env = dict(os.environ, JUPYTER_CONFIG_DIR=str(self.base / "config"),
+                   JUPYTER_DATA_DIR=str(self.base / "data"), JUPYTER_RUNTIME_DIR=str(self.runtime),
+                   IPYTHONDIR=str(self.base / "ipython"), PYTHONUNBUFFERED="1")
+        env.pop("GKEWS_CHECKPOINT_ROOT", None)  # the server's setting must reach the kernels
+        self.starts += 1
+        self.log_path = self.base / f"server-{self.starts}.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "jupyter_server", f"--ServerApp.port={self.port}",
+                 "--ServerApp.port_retries=0", "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={self.token}",
+                 "--ServerApp.allow_root=True", f"--ServerApp.root_dir={self.root}",
+                 "--ServerApp.open_browser=False", f"--GkewsApp.checkpoint_root={self.base / 'ckpt'}",
+                 f"--GkewsApp.state_dir={self.base / 'state'}"],
+                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the server exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                self.get("gkews/status")
+                return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the server did not answer within {timeout}s:\n{self.log_tail()}")
+            time.sleep(0.2)
+
+    def log_tail(self, n: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def request(self, method: str, path: str, body=None, timeout: float = 60) -> tuple[int, object]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Authorization": f"token {self.token}",
+                                              "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                code, raw = r.status, r.read()
+        except urllib.error.HTTPError as exc:
+            code, raw = exc.code, exc.read()
+        return code, (json.loads(raw) if raw.strip() else None)
+
+    def get(self, path: str):
+        code, payload = self.request("GET", path)
+        assert code == 200, (path, code, payload)
+        return payload
+
+    def post(self, path: str, body=None) -> tuple[int, object]:
+        return self.request("POST", path, body if body is not None else {})
+
+    def status(self) -> dict:
+        return self.get("gkews/status")
+
+    def wait_for(self, states: tuple[str, ...], timeout: float = 300) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            s = self.status()
+            if s["state"] in states:
+                return s
+            if time.monotonic() > deadline:
+                raise AssertionError(f"still {s['state']}/{s['phase']} after {timeout}s: {s['message']}")
+            time.sleep(0.1)
+
+    def open_notebook(self, path: str) -> dict:
+        """What JupyterLab does when a user opens a notebook: a file, then a session with a kernel."""
+        target = self.root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nbformat.v4.new_notebook(), str(target))
+        code, session = self.post("api/sessions", {"path": path, "name": target.name, "type": "notebook",
+                                                   "kernel": {"name": "python3"}})
+        assert code == 201, (code, session)
+        return session
+
+    def run_cell(self, kernel_id: str, code: str, timeout: float = 180) -> str:
+        """Run code in a kernel through its connection file, as a second client would; return its stdout."""
+        client = BlockingKernelClient(connection_file=str(self.runtime / f"kernel-{kernel_id}.json"))
+        client.load_connection_file()
+        client.start_channels()
+        out: list[str] = []
+        try:
+            client.wait_for_ready(timeout=60)
+
+            def hook(msg):
+                if msg["msg_type"] == "stream":
+                    out.append(msg["content"]["text"])
+                elif msg["msg_type"] == "error":
+                    out.append(f"{msg['content']['ename']}: {msg['content']['evalue']}")
+            reply = client.execute_interactive(code, output_hook=hook, timeout=timeout)
+        finally:
+            client.stop_channels()
+        assert reply["content"]["status"] == "ok", f"cell failed: {''.join(out)}"
+        return "".join(out)
+
+    def pid_of(self, kernel_id: str) -> int:
+        return int(self.run_cell(kernel_id, "import os; print(os.getpid())").strip())
+
+    def signal(self, sig: int, timeout: float = 60) -> int:
+        """Send sig to the server's process group (kernels live in their own sessions) and wait for it."""
+        assert self.proc is not None
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            return self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.signal(signal.SIGTERM, timeout=30)
+
+
+def kill_pids(pids) -> None:
+    for pid in pids:
+        if pid and alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def wait_gone(pids, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while any(alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def event_names(server: Server) -> list[str]:
+    return [e["event"] for e in server.get("gkews/events")["events"]]
+
+
+def test_killed_during_pause_finishes_on_restart(tmp_path):
+    server = Server(tmp_path)
+    pids: list[int] = []
+    try:
+        server.start()
+        small = server.open_notebook(SMALL)
+        big = server.open_notebook(BIG)
+        small_kid, big_kid = small["kernel"]["id"], big["kernel"]["id"]
+        assert {k["id"] for k in server.get("api/kernels")} == {small_kid, big_kid}
+        assert "ready" in server.run_cell(small_kid, SMALL_CELL)
+        assert "ready" in server.run_cell(big_kid, BIG_CELL)
+        before = json.loads(server.run_cell(small_kid, SMALL_CHECK))
+        pids = [before["pid"], server.pid_of(big_kid)]
+
+        code, s = server.post("gkews/pause", {"notebooks": [SMALL, BIG]})
+        assert code == 202 and s["state"] == "pausing", (code, s)
+        deadline = time.monotonic() + 120
+        while True:
+            s = server.status()
+            assert s["state"] == "pausing", f"the pause ended before the kill: {s['state']}: {s['message']}"
+            first, second = s["notebooks"]
+            # progress moves to the second notebook only after the first one's checkpoint was persisted
+            if first["status"] == "checkpointed" and (s["progress"] or {}).get("notebook") == BIG:
+                break
+            assert time.monotonic() < deadline, f"the first checkpoint did not finish: {s}"
+            time.sleep(0.02)
+        assert second["status"] == "running", f"the second notebook is no longer being saved: {second}"
+        first_checkpoint = first["checkpoint"]
+        assert first_checkpoint
+        server.signal(signal.SIGKILL)
+
+        # The kernels outlive the server only until their parent poller notices (about a second); one still
+        # alive after that is stopped here, so that no writer is left when the new server reads the store.
+        if not wait_gone(pids, 15):
+            kill_pids(pids)
+            assert wait_gone(pids, 15)
+        on_disk = [c["id"] for c in _checkpoints_on_disk(tmp_path / "ckpt", BIG)]
+        print(f"orphaned kernel finished its save: {bool(on_disk)}")
+
+        server.start()
+        s = server.status()
+        assert s["state"] == "paused", s
+        assert s["phase"] is None and s["error"] is None
+        assert s["message"].startswith(RECOVERED_PAUSE), s["message"]
+        first, second = s["notebooks"]
+        assert first["path"] == SMALL and first["status"] == "released"
+        assert first["checkpoint"] == first_checkpoint  # the committed checkpoint is the one kept
+        assert second["path"] == BIG
+        if on_disk:  # the orphaned kernel finished its save: it counts
+            assert second["status"] == "released" and second["checkpoint"] == on_disk[0], second
+            assert s["message"] == RECOVERED_PAUSE + "2 notebook(s) paused"
+        else:
+            assert second["status"] == "lost", second
+            assert second["error"] == "the server stopped before this notebook's checkpoint was written"
+            assert s["message"] == (RECOVERED_PAUSE + "1 notebook(s) paused; not checkpointed "
+                                    f"(re-run their cells): {BIG}")
+        assert s["timeline"]["pause_requested"] <= s["timeline"]["environment_stopped"]
+
+        names = event_names(server)
+        assert "pause-requested" in names and "recovered-interrupted-pause" in names
+        assert names.index("pause-requested") < names.index("notebook-checkpointed") \
+            < names.index("recovered-interrupted-pause")
+        assert "paused" not in names  # the first server never finished
+        listed = server.get("gkews/checkpoints")["checkpoints"]
+        assert first_checkpoint in [c["id"] for c in listed if c["notebook"] == SMALL]
+        assert [c["id"] for c in listed if c["notebook"] == BIG] == on_disk
+
+        code, r = server.post("gkews/resume")
+        assert code == 202 and r["state"] == "resuming", (code, r)
+        s = server.wait_for(("active", "failed"))
+        assert s["state"] == "active", s["message"]
+        first = s["notebooks"][0]
+        assert first["verdict"] == "restored-from-checkpoint", first
+        assert sorted(first["restored"]) == SMALL_NAMES and first["failed"] == {}
+        if on_disk:
+            assert s["notebooks"][1]["verdict"] == "restored-from-checkpoint"
+            assert "big" in s["notebooks"][1]["restored"]
+        else:
+            assert s["notebooks"][1]["status"] == "lost"
+        sessions = {x["path"]: x for x in server.get("api/sessions")}
+        assert sessions[SMALL]["id"] == small["id"] and sessions[SMALL]["kernel"]["id"] == small_kid
+        after = json.loads(server.run_cell(small_kid, SMALL_CHECK))
+        pids.append(after["pid"])
+        assert after.pop("pid") != before.pop("pid")
+        assert after == before
+        names = event_names(server)
+        assert names.index("recovered-interrupted-pause") < names.index("resume-requested") \
+            < names.index("resumed")
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.signal(signal.SIGKILL)
+        kill_pids(pids)
+
+
+def test_recovered_interrupted_pause_clears_progress(tmp_path):
+    """After the restart the state is paused, not in a step: its progress must be null (docs/rest-api.md)."""
+    server = Server(tmp_path)
+    pids: list[int] = []
+    try:
+        server.start()
+        small = server.open_notebook(SMALL)
+        big = server.open_notebook(BIG)
+        server.run_cell(small["kernel"]["id"], SMALL_CELL)
+        server.run_cell(big["kernel"]["id"], BIG_CELL)
+        pids = [server.pid_of(small["kernel"]["id"]), server.pid_of(big["kernel"]["id"])]
+        server.post("gkews/pause", {"notebooks": [SMALL, BIG]})
+        deadline = time.monotonic() + 120
+        while (server.status()["progress"] or {}).get("notebook") != BIG:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        server.signal(signal.SIGKILL)
+        kill_pids(pids)
+        assert wait_gone(pids, 15)
+        server.start()
+        s = server.status()
+        assert s["state"] == "paused"
+        assert s["progress"] is None, f"a paused state still shows a step in progress: {s['progress']}"
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.signal(signal.SIGKILL)
+        kill_pids(pids)
+
+
+def test_server_started_while_paused_stays_paused_and_resumes(tmp_path):
+    server = Server(tmp_path)
+    pids: list[int] = []
+    try:
+        server.start()
+        small = server.open_notebook(SMALL)
+        kid = small["kernel"]["id"]
+        assert "ready" in server.run_cell(kid, SMALL_CELL)
+        before = json.loads(server.run_cell(kid, SMALL_CHECK))
+        pids.append(before["pid"])
+        code, _ = server.post("gkews/pause")
+        assert code == 202
+        s = server.wait_for(("paused", "failed"))
+        assert s["state"] == "paused", s["message"]
+        checkpoint = s["notebooks"][0]["checkpoint"]
+        assert s["notebooks"][0]["status"] == "released" and checkpoint
+        assert server.signal(signal.SIGTERM) is not None  # a clean stop
+
+        server.start()
+        s = server.status()
+        assert s["state"] == "paused" and s["phase"] is None and s["error"] is None, s
+        assert s["message"] == LOCAL_PAUSED
+        nb = s["notebooks"][0]
+        assert nb["path"] == SMALL and nb["status"] == "released" and nb["checkpoint"] == checkpoint
+        assert server.get("api/kernels") == []  # local: nothing was started behind the user's back
+        names = event_names(server)
+        assert names.index("paused") < names.index("recovered-paused")
+        assert checkpoint in [c["id"] for c in server.get("gkews/checkpoints")["checkpoints"]]
+        code, r = server.post("gkews/pause")
+        assert code == 409, (code, r)  # still paused: a pause is refused
+
+        code, r = server.post("gkews/resume")
+        assert code == 202, (code, r)
+        s = server.wait_for(("active", "failed"))
+        assert s["state"] == "active", s["message"]
+        nb = s["notebooks"][0]
+        assert nb["verdict"] == "restored-from-checkpoint" and sorted(nb["restored"]) == SMALL_NAMES
+        assert nb["failed"] == {}
+        after = json.loads(server.run_cell(kid, SMALL_CHECK))
+        pids.append(after["pid"])
+        assert after.pop("pid") != before.pop("pid")
+        assert after == before
+        names = event_names(server)
+        assert names.index("recovered-paused") < names.index("resume-requested") < names.index("resumed")
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.signal(signal.SIGKILL)
+        kill_pids(pids)
+
+
+def _checkpoints_on_disk(root: Path, notebook: str) -> list[dict]:
+    """What the store holds for a notebook, read the way the server reads it (manifests only)."""
+    from kernel_state.store import Store
+    return [r for r in Store(str(root)).list(notebook) if "error" not in r]
+
+
+def test_next_transition_accepted_as_soon_as_status_says_done(tmp_path):
+    """docs/rest-api.md: poll GET status until state leaves pausing/resuming. A client that then asks for
+    the next transition at once must be accepted, not refused with 409 "a paused transition is running"."""
+    server = Server(tmp_path)
+    pids: list[int] = []
+    try:
+        server.start()
+        kid = server.open_notebook(SMALL)["kernel"]["id"]
+        server.run_cell(kid, SMALL_CELL)
+        pids.append(server.pid_of(kid))
+        for _ in range(3):
+            for action, done in (("pause", "paused"), ("resume", "active")):
+                code, r = server.post(f"gkews/{action}")
+                assert code == 202, (action, code, r)
+                deadline = time.monotonic() + 120
+                while server.status()["state"] != done:  # tight polling, as a quick client would
+                    assert time.monotonic() < deadline
+        pids.append(server.pid_of(kid))
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.signal(signal.SIGKILL)
+        kill_pids(pids)
