@@ -86,7 +86,8 @@ class GkewsApp(ExtensionApp):
         self.settings["gkews_checkpoint_root"] = root
         # Kernels inherit the server's environment. An explicit setting made
         # by whoever started the server wins over our default.
-        if CHECKPOINT_ROOT_ENV not in os.environ:
+        self._exported_root = CHECKPOINT_ROOT_ENV not in os.environ
+        if self._exported_root:
             os.environ[CHECKPOINT_ROOT_ENV] = root
         self.log.info(
             "jupyter_gkews: checkpoint root %s (kernels see %s=%s)",
@@ -117,3 +118,5 @@ class GkewsApp(ExtensionApp):
         lifecycle = getattr(self, "lifecycle", None)
         if lifecycle is not None:
             await lifecycle.shutdown()
+        if getattr(self, "_exported_root", False):  # leave the environment as we found it
+            os.environ.pop(CHECKPOINT_ROOT_ENV, None)

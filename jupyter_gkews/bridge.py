@@ -53,7 +53,7 @@ class KernelBridge:
             raise KernelCallError(f"the kernel of {label or kernel_id} is not responding: {exc}") from None
         finally:
             client.stop_channels()
-            self._restore_activity(kernel, before)
+            await self._restore_activity(kernel, before)
         answer = reply["content"].get("user_expressions", {}).get("gkews", {})
         if answer.get("status") != "ok":
             if answer.get("ename") in ("ModuleNotFoundError", "ImportError"):
@@ -67,8 +67,14 @@ class KernelBridge:
             raise KernelCallError(result["error"])
         return result["result"]
 
-    def _restore_activity(self, kernel, before) -> None:
+    async def _restore_activity(self, kernel, before) -> None:
         last, server_last = before
+        # The server's activity tracker reads IOPub on its own socket and may not have seen our call's
+        # final "idle" yet; that late message would stamp the kernel active. Wait for it first.
+        for _ in range(40):
+            if getattr(kernel, "execution_state", "idle") != "busy":
+                break
+            await asyncio.sleep(0.05)
         if last is not None and getattr(kernel, "execution_state", "idle") != "busy":
             kernel.last_activity = last
         if server_last is not None:

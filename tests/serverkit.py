@@ -7,13 +7,13 @@ import json
 import nbformat
 
 
-async def open_notebook(jp_fetch, root_dir, path: str) -> dict:
+async def open_notebook(jp_fetch, root_dir, path: str, kernel_name: str = "python3") -> dict:
     """What JupyterLab does when a user opens a notebook: a file, then a session with a kernel."""
     target = root_dir / path
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nbformat.v4.new_notebook(), str(target))
     r = await jp_fetch("api", "sessions", method="POST", body=json.dumps(
-        {"path": path, "name": target.name, "type": "notebook", "kernel": {"name": "python3"}}))
+        {"path": path, "name": target.name, "type": "notebook", "kernel": {"name": kernel_name}}))
     return json.loads(r.body)
 
 
@@ -57,3 +57,17 @@ async def wait_for(jp_fetch, states: tuple[str, ...], timeout: float = 180) -> d
 async def post(jp_fetch, action: str, body=None, **kwargs):
     return await jp_fetch("gkews", action, method="POST", body=json.dumps(body) if body is not None else "",
                           raise_error=False, **kwargs)
+
+
+async def events(jp_fetch) -> list[dict]:
+    return json.loads((await jp_fetch("gkews", "events")).body)["events"]
+
+
+async def wait_kernel_state(serverapp, kernel_id: str, state: str, timeout: float = 30) -> None:
+    """Poll the server's view of a kernel's execution_state (as the activity tracker sets it)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while serverapp.kernel_manager.get_kernel(kernel_id).execution_state != state:
+        if loop.time() > deadline:
+            raise AssertionError(f"kernel {kernel_id} not {state} after {timeout}s")
+        await asyncio.sleep(0.05)
