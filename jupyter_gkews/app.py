@@ -95,7 +95,7 @@ class GkewsApp(ExtensionApp):
             CHECKPOINT_ROOT_ENV,
             os.environ[CHECKPOINT_ROOT_ENV],
         )
-        if self.serverapp is None:  # constructed alone (tests of the settings)
+        if getattr(self.serverapp, "kernel_manager", None) is None:  # constructed alone (tests of the settings)
             return
         backend = self.backend_class(parent=self)
         backend.bind(self.serverapp)
@@ -104,6 +104,7 @@ class GkewsApp(ExtensionApp):
             bridge=KernelBridge(self.serverapp.kernel_manager, self.kernel_call_timeout, self.log),
             store=StateStore(self.state_dir), checkpoint_root=os.environ[CHECKPOINT_ROOT_ENV],
             busy_timeout=self.busy_timeout, keep_last=self.keep_last, max_bytes=self.max_bytes, log=self.log)
+        self.lifecycle.load()  # before the server answers requests: nobody sees a half-recovered state
         self.settings.update(gkews_lifecycle=self.lifecycle, gkews_catalog=CheckpointCatalog(os.environ[CHECKPOINT_ROOT_ENV]))
 
     def initialize_handlers(self) -> None:

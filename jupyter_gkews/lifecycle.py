@@ -60,6 +60,7 @@ class Lifecycle:
         self._busy = False
         self._tasks: set[asyncio.Task] = set()
         self._watch: asyncio.Task | None = None
+        self._found: str | None = None  # the state a starting server found on disk
         self._write_lock = asyncio.Lock()  # state.json is replaced in the order the changes happened
 
     # -- status and persistence ---------------------------------------------------------------------
@@ -346,29 +347,46 @@ class Lifecycle:
         self._watch = asyncio.create_task(watch())
 
     # -- start-up -------------------------------------------------------------------------------------
-    async def recover(self) -> None:
-        """Load the persisted state and finish or roll back what a stopped server left half done."""
-        saved = await asyncio.to_thread(self.store.load)
+    def load(self) -> None:
+        """Read the persisted state and finish or roll back what a stopped server left half done.
+
+        Runs while the server initialises, before it answers any request, so no client ever sees a
+        half-recovered state; the work is a few small file reads and one atomic write.
+        """
+        saved = self.store.load()
+        self._found = saved["state"] if saved else None
         if saved is None:
-            await self._persist("started")
+            self._record("started")
             return
         self.state = saved
         self.state["backend"] = self.backend.name
+        self.state["progress"] = None
         if saved["state"] == "pausing":
-            await self._finish_interrupted_pause()
+            self._finish_interrupted_pause()
         elif saved["state"] == "resuming":
             for nb in self.state["notebooks"]:
                 if nb.get("status") != "resumed" and nb.get("checkpoint"):
                     nb.update(status="released", verdict=None)
-            await self._enter("paused", None, "the server stopped during a resume; resume again to restore "
-                              "the notebooks from their checkpoints", "recovered-interrupted-resume", final=True)
-        elif saved["state"] == "paused":
+            self.state.update(state="paused", phase=None, message="the server stopped during a resume; resume "
+                              "again to restore the notebooks from their checkpoints")
+            self._record("recovered-interrupted-resume")
+        else:
+            self._record("started")
+
+    async def recover(self) -> None:
+        """After the server started: what a backend does on finding the state paused (the GKE backend
+        restores a cold-started Pod; the local one waits for the user)."""
+        if self._found == "paused" and self.state["state"] == "paused":
             await self.backend.recover_paused(self)
             await self._persist("recovered-paused")
-        else:
-            await self._persist("started")
 
-    async def _finish_interrupted_pause(self) -> None:
+    def _record(self, event: str) -> None:
+        self.state["updated"] = now()
+        self._write(copy.deepcopy(self.state), {"time": self.state["updated"], "event": event,
+                                                "state": self.state["state"], "phase": self.state["phase"],
+                                                "cycle": self.state["cycle"], "message": self.state["message"]})
+
+    def _finish_interrupted_pause(self) -> None:
         """Roll the pause forward: the old kernels are out of reach, every checkpoint they committed counts."""
         from kernel_state.store import Store  # reading manifests only; the server never unpickles
         store = Store(self.checkpoint_root)
@@ -377,8 +395,7 @@ class Lifecycle:
             if nb.get("status") in ("checkpointed", "released"):
                 nb["status"] = "released"
                 continue
-            rows = await asyncio.to_thread(store.list, nb["path"])
-            fresh = [r for r in rows if "error" not in r and _epoch(r["created"]) >= int(requested)]
+            fresh = [r for r in store.list(nb["path"]) if "error" not in r and _epoch(r["created"]) >= int(requested)]
             if fresh:
                 nb.update(status="released", checkpoint=fresh[0]["id"], bytes=fresh[0]["bytes"])
             else:
@@ -389,7 +406,8 @@ class Lifecycle:
         message = f"the server stopped during a pause; completed on restart: {len(released)} notebook(s) paused"
         if lost:
             message += f"; not checkpointed (re-run their cells): {', '.join(lost)}"
-        await self._enter("paused", None, message, "recovered-interrupted-pause", final=True)
+        self.state.update(state="paused", phase=None, message=message, error=None)
+        self._record("recovered-interrupted-pause")
 
     async def shutdown(self) -> None:
         if self._watch:
