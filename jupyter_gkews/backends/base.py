@@ -18,14 +18,14 @@ class Backend(LoggingConfigurable):
 
     async def release(self, notebooks: list[dict]) -> None:
         """Give the resources back (kernels, the GPU, the Pod)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define release(): a backend has to free something")
 
     async def acquire(self, notebooks: list[dict]) -> None:
         """Wait until the environment can run again (capacity); raise with the reason if it cannot."""
 
     async def start_kernel(self, notebook: dict) -> str:
         """Return the id of a kernel running for this notebook after a resume."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define start_kernel()")
 
     async def recover_paused(self, lifecycle) -> None:
         """The server started and found the state `paused`: do what this backend's users expect."""
