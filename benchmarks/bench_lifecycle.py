@@ -33,94 +33,22 @@ import json
 import os
 import platform
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
-import uuid
 from pathlib import Path
 
-import nbformat
-from jupyter_client import BlockingKernelClient
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+from serverproc import Server  # noqa: E402  (tests/serverproc.py: the harness the tests use too)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class BenchServer(Server):
+    """The shared harness, with the benchmark's timeouts, tight status polling and retried transitions."""
 
-
-class Server:
     def __init__(self, base: Path):
-        self.base, self.root, self.runtime = base, base / "root", base / "runtime"
-        for d in (self.root, base / "config", base / "data", self.runtime, base / "ipython"):
-            d.mkdir(parents=True, exist_ok=True)
-        self.token = uuid.uuid4().hex
-        self.checkpoint_root = base / "ckpt"
-        self.proc = None
-
-    def start(self) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
-        env = dict(os.environ, JUPYTER_CONFIG_DIR=str(self.base / "config"), JUPYTER_DATA_DIR=str(self.base / "data"),
-                   JUPYTER_RUNTIME_DIR=str(self.runtime), IPYTHONDIR=str(self.base / "ipython"))
-        env.pop("GKEWS_CHECKPOINT_ROOT", None)
-        self.log = open(self.base / "server.log", "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_server", f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
-             "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={self.token}", "--ServerApp.allow_root=True",
-             f"--ServerApp.root_dir={self.root}", "--ServerApp.open_browser=False",
-             f"--GkewsApp.checkpoint_root={self.checkpoint_root}", f"--GkewsApp.state_dir={self.base / 'state'}"],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + 90
-        while True:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"the server exited:\n{(self.base / 'server.log').read_text()[-3000:]}")
-            try:
-                self.get("gkews/status")
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(30)
-        self.log.close()
-
-    def request(self, method: str, path: str, body=None):
-        req = urllib.request.Request(self.url + path, method=method,
-                                     data=None if body is None else json.dumps(body).encode(),
-                                     headers={"Authorization": f"token {self.token}"})
-        try:
-            with urllib.request.urlopen(req, timeout=120) as r:
-                return r.status, json.loads(r.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read() or b"null")
-
-    def get(self, path: str):
-        code, payload = self.request("GET", path)
-        if code != 200:
-            raise RuntimeError(f"GET {path}: {code} {payload}")
-        return payload
-
-    def post(self, path: str, body=None):
-        code, payload = self.request("POST", path, body if body is not None else {})
-        if code not in (201, 202):
-            raise RuntimeError(f"POST {path}: {code} {payload}")
-        return payload
+        super().__init__(base, request_timeout=120, cell_timeout=600)
 
     early_409s = 0  # see post_transition
 
@@ -129,7 +57,7 @@ class Server:
         holds its claim (it is persisting its last state), so an immediate request can be refused with 409:
         retry, and count those refusals."""
         while True:
-            code, payload = self.request("POST", path, {})
+            code, payload = self.post(path)
             if code == 202:
                 return payload
             if code == 409 and "transition is running" in payload.get("message", ""):
@@ -138,56 +66,23 @@ class Server:
                 continue
             raise RuntimeError(f"POST {path}: {code} {payload}")
 
-    def wait_for(self, state: str, timeout: float = 600) -> dict:
-        deadline = time.monotonic() + timeout
-        while True:
-            s = self.get("gkews/status")
-            if s["state"] in (state, "failed"):
-                if s["state"] == "failed":
-                    raise RuntimeError(f"the lifecycle failed: {s['message']}")
-                return s
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"still {s['state']}/{s['phase']} after {timeout}s")
-            time.sleep(0.01)
-
-    def open_notebook(self, path: str) -> str:
-        target = self.root / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nbformat.v4.new_notebook(), str(target))
-        s = self.post("api/sessions", {"path": path, "name": target.name, "type": "notebook",
-                                       "kernel": {"name": "python3"}})
-        return s["kernel"]["id"]
-
-    def run_cell(self, kernel_id: str, code: str) -> str:
-        client = BlockingKernelClient(connection_file=str(self.runtime / f"kernel-{kernel_id}.json"))
-        client.load_connection_file()
-        client.start_channels()
-        out = []
-        try:
-            client.wait_for_ready(timeout=60)
-
-            def hook(msg):
-                if msg["msg_type"] == "stream":
-                    out.append(msg["content"]["text"])
-                elif msg["msg_type"] == "error":
-                    out.append(f"{msg['content']['ename']}: {msg['content']['evalue']}")
-            reply = client.execute_interactive(code, output_hook=hook, timeout=600)
-        finally:
-            client.stop_channels()
-        if reply["content"]["status"] != "ok":
-            raise RuntimeError(f"cell failed: {''.join(out)}")
-        return "".join(out)
+    def wait_state(self, state: str, timeout: float = 600) -> dict:
+        """Poll the status every 10 ms until it says state; RuntimeError if the lifecycle failed."""
+        s = self.wait_for((state, "failed"), timeout=timeout, interval=0.01)
+        if s["state"] == "failed":
+            raise RuntimeError(f"the lifecycle failed: {s['message']}")
+        return s
 
 
-def one_cycle(server: Server, notebooks: list[tuple[str, str]]) -> dict:
+def one_cycle(server: BenchServer, notebooks: list[tuple[str, str]]) -> dict:
     for _path, kid in notebooks:
         server.run_cell(kid, "x += 1.0")  # new content: the checkpoint writes it in full
     t0 = time.perf_counter()
     server.post_transition("gkews/pause")
-    paused = server.wait_for("paused")
+    paused = server.wait_state("paused")
     t1 = time.perf_counter()
     server.post_transition("gkews/resume")
-    resumed = server.wait_for("active")
+    resumed = server.wait_state("active")
     t2 = time.perf_counter()
     restore_s = 0.0
     for (path, kid), nb in zip(notebooks, resumed["notebooks"]):
@@ -219,13 +114,13 @@ def one_cycle(server: Server, notebooks: list[tuple[str, str]]) -> dict:
     }
 
 
-def fresh_kernel_restore(server: Server, notebooks) -> dict:
+def fresh_kernel_restore(server: BenchServer, notebooks) -> dict:
     """What the resume's restore pays that a re-measure in a warm kernel does not: a kernel booting, and
     the first restore in a new process (imports included). One fresh kernel per notebook, one at a time."""
     boots, restores = [], []
     for path, _kid in notebooks:
         t = time.perf_counter()
-        kid = server.post("api/kernels", {"name": "python3"})["id"]
+        kid = server.post_ok("api/kernels", {"name": "python3"})["id"]
         server.run_cell(kid, "pass")  # connect, wait_for_ready, run: the kernel is usable
         boots.append((time.perf_counter() - t) * 1000.0)
         request = json.dumps({"op": "restore", "notebook": path, "root": str(server.checkpoint_root)})
@@ -233,7 +128,7 @@ def fresh_kernel_restore(server: Server, notebooks) -> dict:
         result = json.loads(out.strip().splitlines()[-1])
         assert result["ok"], result
         restores.append(result["result"]["seconds"] * 1000.0)
-        server.request("DELETE", f"api/kernels/{kid}")
+        server.delete(f"api/kernels/{kid}")
     return {"boot_ms": boots, "restore_ms": restores}
 
 
@@ -263,7 +158,7 @@ async def status_load(url: str, token: str, clients: int, per_client: int, until
             "max_ms": latencies[-1], "req_per_s": len(latencies) / elapsed}
 
 
-def load_during_cycle(server: Server, notebooks, clients: int) -> tuple[dict, dict]:
+def load_during_cycle(server: BenchServer, notebooks, clients: int) -> tuple[dict, dict]:
     done = threading.Event()
     box: dict = {}
 
@@ -298,13 +193,13 @@ def main() -> None:
         ap.error("--cycles must be at least 3")
 
     base = Path(tempfile.mkdtemp(prefix="gkews-bench-lifecycle-"))
-    server = Server(base)
+    server = BenchServer(base)
     try:
         server.start()
         notebooks = []
         for i in range(args.notebooks):
             path = f"bench/nb{i}.ipynb"
-            kid = server.open_notebook(path)
+            kid = server.open_notebook(path)["kernel"]["id"]
             n = int(args.mb * 1e6 / 8)
             server.run_cell(kid, f"import numpy as np\nx = np.random.default_rng({i}).standard_normal({n})")
             notebooks.append((path, kid))

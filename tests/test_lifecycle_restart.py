@@ -10,18 +10,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
-import uuid
 from pathlib import Path
 
-import nbformat
 import pytest
-from jupyter_client import BlockingKernelClient
+from serverproc import Server
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -46,12 +39,6 @@ RECOVERED_PAUSE = "the server stopped during a pause; completed on restart: "
 LOCAL_PAUSED = "paused; the kernels are stopped: resume to restore them from their checkpoints"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -64,139 +51,6 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
-
-
-class Server:
-    """`python -m jupyter_server` in its own process group, on tmp Jupyter dirs, driven over plain HTTP."""
-
-    def __init__(self, base: Path):
-        self.base = base
-        self.root = base / "root"
-        self.runtime = base / "runtime"
-        for d in (self.root, base / "config", base / "data", self.runtime, base / "ipython"):
-            d.mkdir(parents=True, exist_ok=True)
-        self.token = uuid.uuid4().hex
-        self.proc: subprocess.Popen | None = None
-        self.starts = 0
-
-    def start(self, timeout: float = 90) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
-        env = dict(os.environ, JUPYTER_CONFIG_DIR=str(self.base / "config"),
-                   JUPYTER_DATA_DIR=str(self.base / "data"), JUPYTER_RUNTIME_DIR=str(self.runtime),
-                   IPYTHONDIR=str(self.base / "ipython"), PYTHONUNBUFFERED="1")
-        env.pop("GKEWS_CHECKPOINT_ROOT", None)  # the server's setting must reach the kernels
-        self.starts += 1
-        self.log_path = self.base / f"server-{self.starts}.log"
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "jupyter_server", f"--ServerApp.port={self.port}",
-                 "--ServerApp.port_retries=0", "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={self.token}",
-                 "--ServerApp.allow_root=True", f"--ServerApp.root_dir={self.root}",
-                 "--ServerApp.open_browser=False", f"--GkewsApp.checkpoint_root={self.base / 'ckpt'}",
-                 f"--GkewsApp.state_dir={self.base / 'state'}"],
-                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the server exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                self.get("gkews/status")
-                return
-            except (urllib.error.URLError, ConnectionError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the server did not answer within {timeout}s:\n{self.log_tail()}")
-            time.sleep(0.2)
-
-    def log_tail(self, n: int = 4000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-n:]
-        except OSError:
-            return ""
-
-    def request(self, method: str, path: str, body=None, timeout: float = 60) -> tuple[int, object]:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Authorization": f"token {self.token}",
-                                              "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                code, raw = r.status, r.read()
-        except urllib.error.HTTPError as exc:
-            code, raw = exc.code, exc.read()
-        return code, (json.loads(raw) if raw.strip() else None)
-
-    def get(self, path: str):
-        code, payload = self.request("GET", path)
-        assert code == 200, (path, code, payload)
-        return payload
-
-    def post(self, path: str, body=None) -> tuple[int, object]:
-        return self.request("POST", path, body if body is not None else {})
-
-    def status(self) -> dict:
-        return self.get("gkews/status")
-
-    def wait_for(self, states: tuple[str, ...], timeout: float = 300) -> dict:
-        deadline = time.monotonic() + timeout
-        while True:
-            s = self.status()
-            if s["state"] in states:
-                return s
-            if time.monotonic() > deadline:
-                raise AssertionError(f"still {s['state']}/{s['phase']} after {timeout}s: {s['message']}")
-            time.sleep(0.1)
-
-    def open_notebook(self, path: str) -> dict:
-        """What JupyterLab does when a user opens a notebook: a file, then a session with a kernel."""
-        target = self.root / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nbformat.v4.new_notebook(), str(target))
-        code, session = self.post("api/sessions", {"path": path, "name": target.name, "type": "notebook",
-                                                   "kernel": {"name": "python3"}})
-        assert code == 201, (code, session)
-        return session
-
-    def run_cell(self, kernel_id: str, code: str, timeout: float = 180) -> str:
-        """Run code in a kernel through its connection file, as a second client would; return its stdout."""
-        client = BlockingKernelClient(connection_file=str(self.runtime / f"kernel-{kernel_id}.json"))
-        client.load_connection_file()
-        client.start_channels()
-        out: list[str] = []
-        try:
-            client.wait_for_ready(timeout=60)
-
-            def hook(msg):
-                if msg["msg_type"] == "stream":
-                    out.append(msg["content"]["text"])
-                elif msg["msg_type"] == "error":
-                    out.append(f"{msg['content']['ename']}: {msg['content']['evalue']}")
-            reply = client.execute_interactive(code, output_hook=hook, timeout=timeout)
-        finally:
-            client.stop_channels()
-        assert reply["content"]["status"] == "ok", f"cell failed: {''.join(out)}"
-        return "".join(out)
-
-    def pid_of(self, kernel_id: str) -> int:
-        return int(self.run_cell(kernel_id, "import os; print(os.getpid())").strip())
-
-    def signal(self, sig: int, timeout: float = 60) -> int:
-        """Send sig to the server's process group (kernels live in their own sessions) and wait for it."""
-        assert self.proc is not None
-        try:
-            os.killpg(self.proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            return self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.signal(signal.SIGTERM, timeout=30)
 
 
 def kill_pids(pids) -> None:
