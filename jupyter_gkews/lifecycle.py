@@ -75,6 +75,19 @@ class Lifecycle:
         async with self._write_lock:
             await asyncio.to_thread(self._write, snapshot, record)
 
+    async def _write_then_publish(self, apply, event: str, **details) -> None:
+        """Write a change to disk first and only then show it in status: whoever reads it from status
+        finds it (and its event) on disk too."""
+        pending = copy.deepcopy(self.state)
+        apply(pending)
+        pending["updated"] = now()
+        record = {"time": pending["updated"], "event": event, "state": pending["state"],
+                  "phase": pending["phase"], "cycle": pending["cycle"], **details}
+        async with self._write_lock:
+            await asyncio.to_thread(self._write, pending, record)
+        apply(self.state)
+        self.state["updated"] = pending["updated"]
+
     def _write(self, snapshot: dict, record: dict) -> None:
         self.store.save(snapshot)
         self.store.append_event(record)
@@ -88,12 +101,10 @@ class Lifecycle:
             changes["error"] = None
         if final:
             changes["progress"] = None
-            pending = {**copy.deepcopy(self.state), **changes, "updated": now()}
-            record = {"time": pending["updated"], "event": event, "state": state, "phase": phase,
-                      "cycle": pending["cycle"], "message": message, **details}
-            async with self._write_lock:
-                await asyncio.to_thread(self._write, pending, record)
-            self.state.update(changes, updated=pending["updated"])
+
+            def apply(state):
+                state.update(changes)
+            await self._write_then_publish(apply, event, message=message, **details)
             self._busy = False
             return
         self.state.update(changes)
@@ -338,8 +349,11 @@ class Lifecycle:
                         continue
                     kernel = km.get_kernel(kid)
                     if kernel.last_activity != mark and kernel.execution_state == "idle":
-                        self.state["timeline"]["kernel_usable"] = round(kernel.last_activity.timestamp(), 3)
-                        await self._persist("kernel-usable", kernel_id=kid)
+                        stamp = round(kernel.last_activity.timestamp(), 3)
+
+                        def mark_usable(state):
+                            state["timeline"]["kernel_usable"] = stamp
+                        await self._write_then_publish(mark_usable, "kernel-usable", kernel_id=kid)
                         return
                 await asyncio.sleep(0.25)
         if self._watch:
