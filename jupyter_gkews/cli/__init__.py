@@ -1,0 +1,33 @@
+"""`jupyter gkews <command>`: the tools that run outside the notebook page.
+
+Each command is its own small Application in a module of this package, registered in
+``GkewsCommand.subcommands`` by import string so that `jupyter gkews --help` stays fast and a
+command's dependencies (the kubernetes client, for one) load only when it runs.
+"""
+from __future__ import annotations
+
+import sys
+
+from jupyter_core.application import JupyterApp
+
+from .._version import __version__
+
+
+class GkewsCommand(JupyterApp):
+    name = "jupyter-gkews"
+    version = __version__
+    description = "Pause and resume GPU notebook sessions, and report what it saved."
+    subcommands: dict = {
+        # "name": ("jupyter_gkews.cli.<module>.<App>", "one line of help"),
+    }
+
+    def start(self) -> None:
+        if self.subapp is not None:
+            return self.subapp.start()
+        names = ", ".join(sorted(self.subcommands)) or "(none)"
+        print(f"Say which command to run: jupyter gkews <command> [options]. Commands: {names}. "
+              "`jupyter gkews <command> --help` shows a command's options.", file=sys.stderr)
+        self.exit(2)
+
+
+main = GkewsCommand.launch_instance
