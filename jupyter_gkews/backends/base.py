@@ -27,5 +27,11 @@ class Backend(LoggingConfigurable):
         """Return the id of a kernel running for this notebook after a resume."""
         raise NotImplementedError(f"{type(self).__name__} must define start_kernel()")
 
+    async def cleanup(self, *, dry_run: bool = False) -> list[dict]:
+        """Remove what this backend keeps outside the checkpoint store and no longer needs (the GKE
+        backend: old PodSnapshots and spent triggers). Returns one dict per object removed (or that
+        would be, with dry_run): at least "kind", "name" and "bytes" (0 when unknown)."""
+        return []
+
     async def recover_paused(self, lifecycle) -> None:
         """The server started and found the state `paused`: do what this backend's users expect."""
