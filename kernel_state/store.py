@@ -134,6 +134,7 @@ class Store:
             info = os.path.join(self.notebook_dir(notebook), "notebook.json")
             if not os.path.exists(info):
                 write_json_durable({"notebook": notebook}, info, self.tmp_dir)
+            manifest["checksum"] = manifest_checksum(manifest)
             write_json_durable(manifest, os.path.join(mdir, manifest["id"] + ".json"), self.tmp_dir)
         except OSError as exc:
             raise write_error(exc, self.root) from None
@@ -174,6 +175,10 @@ class Store:
         if manifest.get("version") != MANIFEST_VERSION:
             raise CorruptManifest(f"manifest {name} has format version {manifest.get('version')}; this "
                                   f"kernel_state reads version {MANIFEST_VERSION}: upgrade jupyter-gkews")
+        if manifest.get("checksum") != manifest_checksum(manifest):
+            # a flipped digit in an offset, a shape or a name would otherwise restore a wrong value silently
+            raise CorruptManifest(f"manifest {name} does not match its checksum: it was modified or damaged; "
+                                  f"delete it with %gkews_checkpoint delete {name[:-5]} and restore an older one")
         for field, kind in (("variables", dict), ("storages", dict), ("tensors", dict), ("arrays", dict),
                             ("blobs", dict), ("skipped", dict), ("modules", dict), ("id", str)):
             if not isinstance(manifest.get(field), kind):
@@ -250,6 +255,12 @@ class Store:
         for name in os.listdir(self.tmp_dir):
             remove_quietly(os.path.join(self.tmp_dir, name))
         return freed
+
+
+def manifest_checksum(manifest: dict) -> str:
+    """The xxh3-128 of the manifest's content without its own checksum field, independent of key order."""
+    body = {k: v for k, v in manifest.items() if k != "checksum"}
+    return digest_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
 
 def summary(manifest: dict) -> dict:
