@@ -33,7 +33,7 @@ class GkewsHandler(APIHandler):
             return {}
         try:
             data = json.loads(raw)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
             raise BadRequest(f"the request body is not valid JSON ({exc}); send e.g. "
                              '{"notebooks": ["path/to/notebook.ipynb"]} or nothing') from None
         if not isinstance(data, dict):
