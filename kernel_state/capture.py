@@ -33,6 +33,9 @@ except ImportError:  # numpy is a dependency, but kernel_state must not die with
 
 SMALL_ARRAY = 64 << 10   # numpy arrays below this (and not views of larger ones) are pickled inline
 PACK_LIMIT = 1 << 20     # storages below this share one blob per checkpoint
+CHUNKED = 32 << 20       # numpy buffers from this size on are stored as chunks, each a blob of its own,
+CHUNK = 8 << 20          # so that an in-place change to a slice rewrites one chunk, not the whole array
+CHUNKS_ALGORITHM = "xxh3-128-chunks"
 PROTOCOL = 5
 _PLAIN = (int, float, str, bytes, bool, type(None), complex)
 
@@ -277,11 +280,20 @@ class Capture:
         shape = list(root.shape) if dtype else [root.nbytes]
         dtype = dtype or "U8"
         data = memory_view(root.ctypes.data, root.nbytes)
-        value = cpu_fingerprint(dtype, shape, data)  # no version counter in numpy: the hash decides
         record = {"kind": "numpy", "nbytes": root.nbytes, "dtype": dtype, "shape": shape,
-                  "numpy_dtype": root.dtype.str, "fingerprint": {"algorithm": "xxh3-128", "value": value}}
-        if not self.dry:
-            self._write_buffer(skey, record, data, root)
+                  "numpy_dtype": root.dtype.str}
+        # no version counter in numpy: the hash decides what changed
+        if root.nbytes >= CHUNKED:
+            pieces = [data[i:i + CHUNK] for i in range(0, root.nbytes, CHUNK)]
+            record["chunks"] = [[cpu_fingerprint("U8", [len(p)], p), len(p)] for p in pieces]
+            joined = ",".join(digest for digest, _n in record["chunks"]).encode()
+            record["fingerprint"] = {"algorithm": CHUNKS_ALGORITHM, "value": digest_bytes(joined)}
+            if not self.dry:
+                self._write_chunks(record, pieces)
+        else:
+            record["fingerprint"] = {"algorithm": "xxh3-128", "value": cpu_fingerprint(dtype, shape, data)}
+            if not self.dry:
+                self._write_buffer(skey, record, data, root)
         self._storage_keys[ident] = skey
         self.storages[skey] = record
         self._use(skey)
@@ -301,6 +313,15 @@ class Capture:
         else:
             record["name"] = value[:32]
             self._pack.append((skey, dtype, shape, data, root))
+
+    def _write_chunks(self, record, pieces) -> None:
+        """Write the chunks no earlier checkpoint (nor this one) has; account for all of them."""
+        for (digest, n), piece in zip(record["chunks"], pieces):
+            if self.store.has_blob(digest, "safetensors") or self.store.blob_path(digest, "safetensors") in self.store.staged:
+                self._account(digest, n + len_header("U8", [n]), False)
+                continue
+            written, size, new = self.store.put_tensors([("t", "U8", [n], piece)], self._progress_bytes)
+            self._account(written, size, new)
 
     # -- finishing ----------------------------------------------------------------------------------
     def flush_pack(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import mmap
 import pickle
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -59,6 +60,7 @@ class Restorer:
         self._tensors: dict = {}
         self._arrays: dict = {}
         self._regions: set = set()
+        self._assembled: dict = {}
         self._loading: set[str] = set()
         self._cuda_warned = False
 
@@ -81,6 +83,38 @@ class Restorer:
             except OSError as exc:
                 cached = CorruptBlob(f"blob {digest[:12]} cannot be read: {exc}")
             self._blobs[digest] = cached
+        if isinstance(cached, Exception):
+            raise cached
+        return cached
+
+    def _assemble(self, skey: str):
+        """A chunked storage: every chunk read (two at a time) straight into one buffer, each checked
+        against its hash; the buffer is dropped if any chunk is damaged."""
+        cached = self._assembled.get(skey)
+        if cached is None:
+            record = self.manifest["storages"][skey]
+            chunks = record["chunks"]
+            if sum(n for _digest, n in chunks) != record["nbytes"]:
+                cached = CorruptBlob(f"storage {skey}: its chunks do not add up to {record['nbytes']} bytes")
+            else:
+                buf = mmap.mmap(-1, max(record["nbytes"], 1))
+                view = memoryview(buf)
+                starts = [sum(n for _d, n in chunks[:i]) for i in range(len(chunks))]
+
+                def read(i):
+                    digest, n = chunks[i]
+                    try:
+                        read_blob(self.store.blob_path(digest, "safetensors"), digest, view[starts[i]:starts[i] + n])
+                    except OSError as exc:
+                        raise CorruptBlob(f"blob {digest[:12]} cannot be read: {exc}") from None
+                try:
+                    list(_prefetch_pool.map(read, range(len(chunks))))
+                    cached = buf
+                except CorruptBlob as exc:
+                    cached = exc
+                finally:
+                    view.release()
+            self._assembled[skey] = cached
         if isinstance(cached, Exception):
             raise cached
         return cached
@@ -108,10 +142,14 @@ class Restorer:
         record = self.manifest["variables"][name]
         self._loading.add(name)
         try:
-            digests = [self.manifest["storages"][skey]["blob"] for skey in record.get("storages", [])]
+            storages = [self.manifest["storages"][skey] for skey in record.get("storages", [])]
+            digests = [s["blob"] for s in storages if "chunks" not in s]
             self.prefetch(digests)
             for digest in digests:  # every blob checked against its hash before anything is unpickled
                 self.blob(digest)
+            for skey in record.get("storages", []):
+                if "chunks" in self.manifest["storages"][skey]:
+                    self._assemble(skey)
             data = self.pickle_bytes(record["pickle"])
             unpickler = UNPICKLERS[record.get("pickler", "pickle")](io.BytesIO(data))
             unpickler.restorer = self
@@ -140,6 +178,8 @@ class Restorer:
     # -- storages, tensors, arrays ------------------------------------------------------------------
     def _raw(self, skey: str):
         record = self.manifest["storages"][skey]
+        if "chunks" in record:
+            return record, self._assemble(skey), 0, record["nbytes"]
         buf, entries = self.blob(record["blob"])
         if record["name"] not in entries:
             raise CorruptBlob(f"blob {record['blob'][:12]} lacks tensor {record['name']!r}")

@@ -161,12 +161,14 @@ def _pread_into(fd: int, view: memoryview, offset: int) -> int:
     return total
 
 
-def read_blob(path: str, digest: str) -> tuple[mmap.mmap, dict]:
+def read_blob(path: str, digest: str, into: memoryview | None = None) -> tuple[mmap.mmap | None, dict]:
     """Read a blob into page-aligned memory after checking its header and its hash.
 
     Returns (buffer, {name: (dtype, shape, begin, end)}); offsets are relative to the buffer. Plain
     sequential reads let the kernel's readahead keep the disk busy while this thread hashes (measured
-    here: faster cold than O_DIRECT); restore reads two blobs at a time.
+    here: faster cold than O_DIRECT); restore reads two blobs at a time. With `into` (a view exactly the
+    size of the blob's data) the data goes there instead and the buffer returned is None; the caller
+    must drop what it read when this raises.
     """
     what = f"blob {digest[:12]}"
     try:
@@ -181,8 +183,13 @@ def read_blob(path: str, digest: str) -> tuple[mmap.mmap, dict]:
         hasher = new_hasher()
         hasher.update(os.pread(fd, start, 0))
         length = size - start
-        buf = mmap.mmap(-1, max(length, 1))
-        view = memoryview(buf)
+        if into is None:
+            buf = mmap.mmap(-1, max(length, 1))
+            view = memoryview(buf)
+        elif len(into) != length:
+            raise CorruptBlob(f"{what} holds {length} bytes of data, the manifest expects {len(into)}")
+        else:
+            buf, view = None, into
         for offset in range(0, length, CHUNK):
             n = min(CHUNK, length - offset)
             if _pread_into(fd, view[offset:offset + n], start + offset) != n:
