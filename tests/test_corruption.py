@@ -264,3 +264,35 @@ def test_a_real_kernel_survives_damage_and_says_what_to_do(tmp_path):
         assert kernel.value("content_digest(big)") == want and kernel.value("cfg['lr']") == 0.125
     finally:
         kernel.close()
+
+
+def test_a_large_array_is_chunked_and_a_damaged_chunk_fails_only_its_users(tmp_path):
+    """Arrays from 32 MiB on are stored as 8 MiB chunks: an in-place change to a slice rewrites one chunk,
+    a restore is exact (the view still a view), and a damaged chunk is caught before any pickle loads."""
+    from kernel_state.capture import CHUNK, CHUNKED
+    marker = tmp_path / "markers.txt"
+    big = np.arange(CHUNKED // 8 + 1000, dtype=np.float64)
+    ns = {"big": big, "user": {"part": big[5:9000], "marker": Marker(str(marker), "user")}, "other": [1, 2]}
+    root = str(tmp_path / "store")
+    first = kernel_state.save(ns, notebook=NB, root=root)
+    assert first["bytes_written"] >= big.nbytes
+    big[CHUNK // 8 + 10:CHUNK // 8 + 20] += 1.0  # inside the second chunk
+    second = kernel_state.save(ns, notebook=NB, root=root)
+    assert CHUNK <= second["bytes_written"] < 2 * CHUNK, second["bytes_written"]
+    want = expected_digests(ns)
+    got = {}
+    assert kernel_state.restore(got, notebook=NB, root=root)["failed"] == {}
+    assert expected_digests(got) == want and np.shares_memory(got["user"]["part"], got["big"])
+    assert kernel_state.verify(ns, notebook=NB, root=root)["verified"]
+
+    manifest = Store(root).load_manifest(NB)
+    chunked = next(s for s in manifest["storages"].values() if "chunks" in s)
+    chunk = Path(root) / "blobs" / f"{chunked['chunks'][1][0]}.safetensors"
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    chunk.write_bytes(bytes(data))
+    marker.unlink(missing_ok=True)
+    got = {}
+    result = kernel_state.restore(got, notebook=NB, root=root)
+    assert set(result["failed"]) == {"big", "user"} and got["other"] == [1, 2]
+    assert "does not match its hash" in result["failed"]["big"] and not marker.exists()
