@@ -13,10 +13,11 @@ class KernelError(AssertionError):
 
 
 class Kernel:
-    def __init__(self, root: str, notebook: str = "work/experiment.ipynb", extra_env: dict | None = None):
+    def __init__(self, root: str, notebook: str = "work/experiment.ipynb", extra_env: dict | None = None,
+                 kernel_name: str = "python3"):
         env = dict(os.environ, GKEWS_CHECKPOINT_ROOT=str(root), JPY_SESSION_NAME=notebook)
         env.update(extra_env or {})
-        self.km = KernelManager(kernel_name="python3")
+        self.km = KernelManager(kernel_name=kernel_name)
         self.km.start_kernel(env=env)
         self.client = self.km.client()
         self.client.start_channels()
