@@ -59,7 +59,9 @@ def explain(exc: Exception, verb: str, resource: str, namespace: str, name: str 
             return KubeError(f"not found: {target} in namespace {namespace} ({detail})", 404)
         return KubeError(f"{verb} {target} in namespace {namespace} failed: HTTP {exc.status} {exc.reason}: {detail}",
                          exc.status)
-    return KubeError(f"the Kubernetes API server {host or ''} is unreachable ({type(exc).__name__}: {exc}) while trying "
+    cause = getattr(exc, "reason", None) or exc  # urllib3's MaxRetryError wraps the socket error
+    detail = "connection refused" if "Connection refused" in str(cause) else f"{type(cause).__name__}: {cause}"[:200]
+    return KubeError(f"the Kubernetes API server {host or ''} is unreachable ({detail}) while trying "
                      f"to {verb} {target} in namespace {namespace}; check the network and the API address", None)
 
 
