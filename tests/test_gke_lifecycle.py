@@ -72,6 +72,7 @@ async def test_snapshot_then_restored_pod_is_live_verified(fake, jp_fetch, jp_se
     assert nb["verdict"] == "live-verified" and nb["same_process"] is True, nb
     assert "PodRestored=True" in s["restored_from"]["reason"]
     assert s["message"].startswith("restored from a snapshot; resumed: 1 live-verified")
+    assert s["snapshot"]["status"] == "restored" and s["snapshot"]["name"]
     assert json.loads(await run_cell(jp_serverapp, kid, CHECK)) == before  # same process, same values
 
     policy = fake.get(POLICIES, f"gkews-{WS}")
@@ -137,11 +138,12 @@ async def test_workspace_addon_snapshots_on_pause_and_the_resumed_pod_is_verifie
     assert json.loads(await run_cell(jp_serverapp, kid, CHECK)) == before
 
 
-@pytest.mark.parametrize("cause,expected", [
-    ("trigger-failed", "failed: Failed: context deadline exceeded"),
-    ("checkpoint-failed", "failed its checkpoint: Failed: gVisor checkpoint failed"),
+@pytest.mark.parametrize("cause,expected,backend_traits", [
+    ("trigger-failed", "failed: Failed: context deadline exceeded", {}),
+    ("checkpoint-failed", "failed its checkpoint: Failed: gVisor checkpoint failed", {}),
     ("rbac", 'may not create podsnapshotmanualtriggers (apiGroup "podsnapshot.gke.io") in namespace team-a: '
-             'add the verb "create" on "podsnapshotmanualtriggers"'),
+             'add the verb "create" on "podsnapshotmanualtriggers"', {}),
+    ("hang", "no Ready PodSnapshot 1 s after the trigger gkews-gpu-notebook-", {"snapshot_timeout": 1.0}),
 ])
 async def test_snapshot_failure_is_named_and_the_pause_completes_on_the_checkpoint(
         fake, jp_fetch, jp_serverapp, jp_root_dir, cause, expected):

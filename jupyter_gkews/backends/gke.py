@@ -134,11 +134,12 @@ class GkeBackend(LocalBackend):
         detail = "waiting for GKE to pick up the trigger"
         deadline = started + self.snapshot_timeout
         while True:
-            if await self._detect():  # we are the restored copy: the lifecycle takes the resume path
-                return {"mode": "trigger", "status": "restored", "trigger": name, "policy": policy}
             trigger = await self._io(kube.get, TRIGGERS, name)
-            state, detail = trigger_progress(trigger)
             snap_name = snapshot_created(trigger)
+            if await self._detect():  # we are the restored copy: the lifecycle takes the resume path
+                return {"mode": "trigger", "status": "restored", "name": snap_name or None, "trigger": name,
+                        "policy": policy}
+            state, detail = trigger_progress(trigger)
             if snap_name:
                 snap = await self._io(kube.find, SNAPSHOTS, snap_name)
                 if snap is not None:
