@@ -319,6 +319,8 @@ class Lifecycle:
                 return self.status()
             finally:
                 self._busy = False
+        if self._restore_watch:  # resumed on request: no longer waiting to wake up in a restored Pod
+            self._restore_watch.cancel()
         self.state["timeline"]["resume_requested"] = now()
         await self._enter("resuming", "waiting-for-capacity", "waiting for capacity", "resume-requested",
                           notebooks=[nb["path"] for nb in paused])

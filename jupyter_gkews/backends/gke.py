@@ -128,8 +128,9 @@ class GkeBackend(LocalBackend):
         if await self._io(kube.find, POLICIES, policy) is None:
             body = policy_body(policy, me.workspace, self.storage_config, self.post_checkpoint, self.retention)
             await self._io(kube.create, POLICIES, body)
-        trigger = await self._io(kube.create, TRIGGERS, trigger_body(me.workspace, me.pod))
-        name = trigger["metadata"]["name"]
+        body = trigger_body(me.workspace, me.pod)
+        await self._io(kube.create, TRIGGERS, body)
+        name = body["metadata"]["name"]
         self._say(f"snapshot requested: PodSnapshotManualTrigger {name} for Pod {me.pod}")
         detail = "waiting for GKE to pick up the trigger"
         deadline = started + self.snapshot_timeout
