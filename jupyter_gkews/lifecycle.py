@@ -15,6 +15,7 @@ import copy
 import posixpath
 import time
 
+from .backends.base import SnapshotFailed
 from .bridge import KernelCallError
 from .state import StateStore, initial_state, now
 
@@ -60,6 +61,7 @@ class Lifecycle:
         self._busy = False
         self._tasks: set[asyncio.Task] = set()
         self._watch: asyncio.Task | None = None
+        self._restore_watch: asyncio.Task | None = None  # a paused process that may wake in a restored Pod
         self._found: str | None = None  # the state a starting server found on disk
         self._write_lock = asyncio.Lock()  # state.json is replaced in the order the changes happened
 
@@ -198,18 +200,35 @@ class Lifecycle:
                                  "Fix the cause above and pause again; every kernel is still running.")
                 return
             await self._enter("pausing", "snapshotting", "taking a snapshot", "snapshotting")
-            snapshot = await self.backend.snapshot(done)
+            try:
+                snapshot = await self.backend.snapshot(done)
+            except SnapshotFailed as exc:
+                if self.backend.abort_on_snapshot_failure:
+                    await self._fail(f"The snapshot failed: {exc}.", "Nothing was released: every kernel is still "
+                                     "running and the checkpoints are kept. Fix the cause and pause again.")
+                    return
+                snapshot = {"status": "failed", "error": str(exc), "resume_from": "checkpoint"}
+                await self._persist("snapshot-failed", error=str(exc))
             self.state["snapshot"] = snapshot
-            self.state["timeline"]["snapshot_ready"] = now() if snapshot else None
+            self.state["timeline"]["snapshot_ready"] = now() if snapshot and snapshot.get("status") == "ready" else None
+            # the code that asked for the snapshot is inside it: a restored copy wakes up here
+            if await self._resume_if_restored(done):
+                return
             await self._enter("pausing", "releasing", "releasing the kernels", "releasing")
             await self.backend.release(done)
+            if await self._resume_if_restored(done):
+                return
             for nb in done:
                 nb["status"] = "released"
             self.state["timeline"]["environment_stopped"] = now()
             message = f"paused {len(done)} notebook(s)"
+            if snapshot and snapshot.get("status") == "failed":
+                message += f"; the snapshot failed ({snapshot['error']}), so the resume will restore the " \
+                           "kernels from their application checkpoints"
             if left:
                 message += "; still running, not paused: " + "; ".join(f"{nb['path']} ({nb['error']})" for nb in left)
             await self._enter("paused", None, message, "paused", final=True)
+            self._watch_for_restore()
         except Exception as exc:  # an unexpected failure must still leave a state a person can act on
             if self.log:
                 self.log.exception("gkews: pause failed")
@@ -217,6 +236,36 @@ class Lifecycle:
                              "Check the server log; the checkpoints already written are kept. Pause again.")
         finally:
             self._busy = False
+
+    async def _resume_if_restored(self, notebooks: list[dict]) -> bool:
+        """Ask the backend whether this process now runs in a restored environment; if so, take the resume
+        path (verify every kernel, fall back to its checkpoint) instead of finishing the pause."""
+        found = await self.backend.restored()
+        if not found:
+            return False
+        await self._resume_restored(notebooks, found)
+        return True
+
+    async def _resume_restored(self, notebooks: list[dict], found: dict) -> None:
+        self.state["timeline"].update(resume_requested=now(), capacity_obtained=now())
+        self.state["restored_from"] = found
+        await self._enter("resuming", "restoring", f"this process was restored from a snapshot ({found['reason']}): "
+                          "verifying every kernel", "restored-detected", evidence=found)
+        await self._resume(notebooks, why="restored from a snapshot", acquired=True)
+
+    def _watch_for_restore(self) -> None:
+        """A paused process may wake up later in a restored Pod (the snapshot was taken after the pause, as
+        the GKE Workspaces add-on does): the backend says when, and the resume path runs."""
+        async def watch():
+            found = await self.backend.wait_restored()
+            if not found or self.state["state"] != "paused" or self._busy:
+                return
+            self._busy = True
+            await self._resume_restored([nb for nb in self.state["notebooks"]
+                                         if nb["status"] == "released" and nb.get("checkpoint")], found)
+        if self._restore_watch:
+            self._restore_watch.cancel()
+        self._restore_watch = asyncio.create_task(watch())
 
     async def _checkpoint(self, nb: dict, interrupt: bool) -> None:
         km = self.serverapp.kernel_manager
@@ -248,7 +297,7 @@ class Lifecycle:
                   seconds=result["seconds"])
 
     # -- resume ---------------------------------------------------------------------------------------
-    async def request_resume(self, notebooks=None) -> dict:
+    async def request_resume(self, notebooks=None, why: str | None = None) -> dict:
         wanted = clean_notebook_paths(notebooks)
         self._claim("resume", ("paused", "failed"))
         # released by a pause, or left failed by an earlier resume: both come back from their checkpoint
@@ -270,17 +319,20 @@ class Lifecycle:
                 return self.status()
             finally:
                 self._busy = False
+        if self._restore_watch:  # resumed on request: no longer waiting to wake up in a restored Pod
+            self._restore_watch.cancel()
         self.state["timeline"]["resume_requested"] = now()
         await self._enter("resuming", "waiting-for-capacity", "waiting for capacity", "resume-requested",
                           notebooks=[nb["path"] for nb in paused])
-        self._spawn(self._resume(paused))
+        self._spawn(self._resume(paused, why=why))
         return self.status()
 
-    async def _resume(self, notebooks: list[dict]) -> None:
+    async def _resume(self, notebooks: list[dict], why: str | None = None, acquired: bool = False) -> None:
         try:
-            await self.backend.acquire(notebooks)
-            self.state["timeline"]["capacity_obtained"] = now()
-            await self._enter("resuming", "restoring", f"restoring {len(notebooks)} notebook(s)", "restoring")
+            if not acquired:
+                await self.backend.acquire(notebooks)
+                self.state["timeline"]["capacity_obtained"] = now()
+                await self._enter("resuming", "restoring", f"restoring {len(notebooks)} notebook(s)", "restoring")
             for nb in notebooks:
                 nb.update(verdict=None, error=None)
                 try:
@@ -304,8 +356,8 @@ class Lifecycle:
             for nb in notebooks:
                 counts[nb["verdict"]] = counts.get(nb["verdict"], 0) + 1
             self._watch_first_cell(notebooks)  # before the state says active: a user may run a cell at once
-            await self._enter("active", None, "resumed: " + ", ".join(f"{n} {v}" for v, n in counts.items()),
-                              "resumed", final=True, verdicts=counts)
+            await self._enter("active", None, (f"{why}; " if why else "") + "resumed: "
+                              + ", ".join(f"{n} {v}" for v, n in counts.items()), "resumed", final=True, verdicts=counts)
         except Exception as exc:
             if self.log:
                 self.log.exception("gkews: resume failed")
@@ -426,6 +478,8 @@ class Lifecycle:
     async def shutdown(self) -> None:
         if self._watch:
             self._watch.cancel()
+        if self._restore_watch:
+            self._restore_watch.cancel()
         for task in list(self._tasks):
             task.cancel()
 

@@ -5,8 +5,15 @@ from __future__ import annotations
 from traitlets.config import LoggingConfigurable
 
 
+class SnapshotFailed(Exception):
+    """The backend could not take its snapshot; the message names the cause (the pause then completes on the
+    application checkpoint unless the backend's abort_on_snapshot_failure says otherwise)."""
+
+
 class Backend(LoggingConfigurable):
     name = "base"
+    #: a failed snapshot fails the pause (nothing released) instead of pausing on the checkpoint alone
+    abort_on_snapshot_failure = False
 
     def bind(self, server_app) -> None:
         """Called once, with the running ServerApp (kernel and session managers)."""
@@ -35,3 +42,13 @@ class Backend(LoggingConfigurable):
 
     async def recover_paused(self, lifecycle) -> None:
         """The server started and found the state `paused`: do what this backend's users expect."""
+
+    async def restored(self) -> dict | None:
+        """Asked after the snapshot request and before each later step of a pause: does this process now
+        run in a restored copy of the environment (it was inside the snapshot)? Evidence, or None."""
+        return None
+
+    async def wait_restored(self) -> dict | None:
+        """After a completed pause: wait until this process turns out to run in a restored environment
+        (evidence), or return None at once when that cannot happen here."""
+        return None

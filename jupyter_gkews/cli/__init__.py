@@ -19,6 +19,11 @@ class GkewsCommand(JupyterApp):
     description = "Pause and resume GPU notebook sessions, and report what it saved."
     subcommands: dict = {
         # "name": ("jupyter_gkews.cli.<module>.<App>", "one line of help"),
+        "status": ("jupyter_gkews.cli.workspace.StatusCommand",
+                   "a GKE Workspace from outside its Pod: paused, waiting for capacity, restoring or ready"),
+        "pause": ("jupyter_gkews.cli.workspace.PauseCommand", "pause a GKE Workspace (spec.paused: true)"),
+        "resume": ("jupyter_gkews.cli.workspace.ResumeCommand",
+                   "resume a GKE Workspace; refused while a resume is pending"),
     }
 
     def start(self) -> None:

@@ -1,0 +1,222 @@
+"""The GKE backend: inside a GKE Workspace Pod, through the official `kubernetes` client.
+
+Pause: after the application checkpoints, take a Pod snapshot (mode `trigger`: our own manual
+PodSnapshotPolicy and a PodSnapshotManualTrigger for this Pod; mode `workspace`: the GKE Workspaces
+snapshot add-on snapshots the Pod when the Workspace pauses), then release by `spec.paused: true` on the
+Workspace, which stops the Pod and gives its GPU node back.
+
+The process that asks for the snapshot is inside it. While it waits, and before each later step, it asks
+"do I now run in a restored Pod?" (PodRestored, a new Pod uid/name/hostname, the gVisor checkpoint file);
+when it does, the lifecycle runs the resume path: verify every kernel, fall back to the checkpoint for the
+ones that fail. A server that starts and finds the state paused is a cold start: it restores the kernels
+from their checkpoints without being asked.
+
+Every Kubernetes call blocks, so each runs in a thread (asyncio.to_thread), never on the event loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
+
+from ..k8s import POLICIES, SNAPSHOTS, TRIGGERS
+from ..k8s import cleanup as cleanup_plan
+from ..k8s.api import Kube
+from ..k8s.client import KubeError
+from ..k8s.identity import PodIdentity, own_namespace_and_pod, workspace_of
+from ..k8s.restore import Baseline, baseline, evidence, read_checkpoint_file
+from ..k8s.snapshots import (SnapshotError, policy_body, policy_name, snapshot_progress, trigger_body,
+                             trigger_progress, snapshot_created)
+from ..k8s.workspace import addon_enabled, set_paused
+from .base import SnapshotFailed
+from .local import LocalBackend
+
+
+class GkeBackend(LocalBackend):
+    """Pod snapshot + Workspace pause on GKE; kernels restarted and restored from checkpoints when the Pod
+    was not restored (select with c.GkewsApp.backend_class = "jupyter_gkews.backends.gke.GkeBackend")."""
+
+    name = "gke"
+
+    snapshot_mode = CaselessStrEnum(
+        ("auto", "trigger", "workspace"), "auto", config=True,
+        help="How the Pod snapshot is taken. trigger: this server creates a manual PodSnapshotPolicy for its "
+        "Workspace and a PodSnapshotManualTrigger for its Pod, waits for the PodSnapshot to be Ready, then pauses "
+        "the Workspace. workspace: the GKE Workspaces snapshot add-on snapshots the Pod when the Workspace "
+        "pauses; the server only pauses it. auto: workspace when the annotation "
+        "podsnapshot.gke.kubeflow.org/enabled=\"true\" is on the Workspace or its WorkspaceKind, else trigger.")
+    kubeconfig = Unicode("", config=True, help="A kubeconfig to use instead of the Pod's service account "
+                         "(default: the service account in a Pod, else $KUBECONFIG or ~/.kube/config).")
+    kube_context = Unicode("", config=True, help="The kubeconfig context (default: its current context).")
+    namespace = Unicode("", config=True, help="This Pod's namespace (default: $POD_NAMESPACE from the downward "
+                        "API, else the service account's namespace file).")
+    pod_name = Unicode("", config=True, help="This Pod's name (default: $POD_NAME, else the hostname).")
+    workspace = Unicode("", config=True, help="The Workspace (default: the Pod's label "
+                        "notebooks.kubeflow.org/workspace-name).")
+    storage_config = Unicode("gkews-snapshots", config=True,
+                             help="The PodSnapshotStorageConfig (cluster-scoped) our PodSnapshotPolicy uses.")
+    post_checkpoint = CaselessStrEnum(("stop", "resume"), "stop", config=True,
+                                      help="The policy's triggerConfig.postCheckpoint: what GKE does with the "
+                                      "Pod after its checkpoint.")
+    retention = Unicode("7d", config=True, help="The policy's retentionConfig.lastAccessTimeout (units y, mo, d, "
+                        "h, min); empty for none.")
+    snapshot_timeout = Float(1200.0, config=True, help="Seconds to wait for the trigger and a Ready PodSnapshot "
+                             "(large GPU memory takes minutes to upload).")
+    poll_interval = Float(2.0, config=True, help="Seconds between reads of the trigger, snapshot and Pod.")
+    abort_on_snapshot_failure = Bool(
+        False, config=True,
+        help="When the Pod snapshot fails: False (default) completes the pause on the application checkpoints "
+        "(the resume restores from them); True fails the pause and releases nothing.")
+    keep_snapshots = Int(1, config=True, help="Ready PodSnapshots of this Workspace that cleanup keeps (newest).")
+    gvisor_checkpoint_file = Unicode(
+        "", config=True, help="Read this gVisor checkpoint file (/proc/gvisor/checkpoint) as restore evidence; "
+        "only for Pods whose workload writes `1` to it (triggerConfig.type: workload), since the read blocks "
+        "until a checkpoint completes. Empty (default): not read.")
+
+    _kube: Kube | None = None
+    _identity: PodIdentity | None = None
+    _baseline: Baseline | None = None
+
+    # -- plumbing -----------------------------------------------------------------------------------
+    async def _io(self, fn, *args):
+        return await asyncio.to_thread(fn, *args)
+
+    def _connect(self) -> tuple[Kube, PodIdentity]:
+        """Blocking: the client and who we are (namespace, Pod, Workspace); cached once known."""
+        if self._kube is None or self._identity is None:
+            namespace, pod = own_namespace_and_pod(self.namespace, self.pod_name)
+            kube = Kube(namespace, self.kubeconfig, self.kube_context)
+            workspace = self.workspace or workspace_of(kube.get_pod(pod))
+            self._kube, self._identity = kube, PodIdentity(namespace, pod, workspace)
+        return self._kube, self._identity
+
+    async def connect(self) -> tuple[Kube, PodIdentity]:
+        return await self._io(self._connect)
+
+    def _say(self, message: str) -> None:
+        """Progress of a long wait, shown in the status message while the pause is snapshotting."""
+        self.log.info("gkews: %s", message)
+        lifecycle = getattr(self.parent, "lifecycle", None)
+        if lifecycle is not None and lifecycle.state.get("phase") == "snapshotting":
+            lifecycle.note(message)
+
+    async def mode(self) -> str:
+        if self.snapshot_mode != "auto":
+            return self.snapshot_mode
+        kube, me = await self.connect()
+        ws = await self._io(kube.workspace, me.workspace)
+        return "workspace" if await self._io(addon_enabled, kube, ws) else "trigger"
+
+    # -- pause ----------------------------------------------------------------------------------------
+    async def snapshot(self, notebooks: list[dict]) -> dict | None:
+        try:
+            return await self._snapshot()
+        except (KubeError, SnapshotError, ValueError) as exc:
+            raise SnapshotFailed(str(exc)) from None
+
+    async def _snapshot(self) -> dict:
+        kube, me = await self.connect()
+        pod = await self._io(kube.get_pod, me.pod)
+        self._baseline = baseline(pod)  # what "not restored" looks like, from before the request
+        mode = await self.mode()
+        if mode == "workspace":
+            return {"mode": "workspace", "status": "on-pause", "workspace": me.workspace,
+                    "message": "the GKE Workspaces snapshot add-on snapshots the Pod when the Workspace pauses"}
+        started = time.monotonic()
+        policy = policy_name(me.workspace)
+        if await self._io(kube.find, POLICIES, policy) is None:
+            body = policy_body(policy, me.workspace, self.storage_config, self.post_checkpoint, self.retention)
+            await self._io(kube.create, POLICIES, body)
+        body = trigger_body(me.workspace, me.pod)
+        await self._io(kube.create, TRIGGERS, body)
+        name = body["metadata"]["name"]
+        self._say(f"snapshot requested: PodSnapshotManualTrigger {name} for Pod {me.pod}")
+        detail = "waiting for GKE to pick up the trigger"
+        deadline = started + self.snapshot_timeout
+        while True:
+            trigger = await self._io(kube.get, TRIGGERS, name)
+            snap_name = snapshot_created(trigger)
+            if await self._detect():  # we are the restored copy: the lifecycle takes the resume path
+                return {"mode": "trigger", "status": "restored", "name": snap_name or None, "trigger": name,
+                        "policy": policy}
+            state, detail = trigger_progress(trigger)
+            if snap_name:
+                snap = await self._io(kube.find, SNAPSHOTS, snap_name)
+                if snap is not None:
+                    ready, detail = snapshot_progress(snap)
+                    if ready == "ready":
+                        seconds = round(time.monotonic() - started, 1)
+                        self._say(f"PodSnapshot {snap_name} is Ready after {seconds} s")
+                        path = ((snap.get("status") or {}).get("storageStatus") or {}).get("gcs", {})
+                        return {"mode": "trigger", "status": "ready", "name": snap_name, "trigger": name,
+                                "policy": policy, "seconds": seconds, "gcs_path": path.get("observedGCSPath")}
+                    self._say(f"PodSnapshot {snap_name}: {detail} ({time.monotonic() - started:.0f} s)")
+            if time.monotonic() > deadline:
+                raise SnapshotError(f"no Ready PodSnapshot {self.snapshot_timeout:.0f} s after the trigger {name} "
+                                    f"(last seen: {detail}); raise c.GkeBackend.snapshot_timeout for large GPU memory")
+            await asyncio.sleep(self.poll_interval)
+
+    async def release(self, notebooks: list[dict]) -> None:
+        """Pause the Workspace: its controller stops the Pod and the GPU node is released."""
+        kube, me = await self.connect()
+        changed = await self._io(set_paused, kube, me.workspace, True)
+        self.log.info("gkews: Workspace %s/%s %s", me.namespace, me.workspace,
+                      "paused" if changed else "was already paused")
+
+    # -- am I the restored copy? ----------------------------------------------------------------------
+    async def _detect(self) -> str | None:
+        if self._baseline is None:
+            return None
+        try:
+            kube, me = await self.connect()
+            pod_name = own_namespace_and_pod(self.namespace, self.pod_name)[1]
+            pod = await self._io(kube.get_pod, pod_name)
+        except (KubeError, ValueError) as exc:
+            if getattr(exc, "status", None) != 404:  # 404: the Pod is being replaced; ask again later
+                self.log.warning("gkews: cannot read this Pod to tell whether it was restored: %s", exc)
+            pod_name, pod = self._baseline.pod, None
+        answer = await self._io(read_checkpoint_file, self.gvisor_checkpoint_file)
+        return evidence(self._baseline, pod_name, pod, answer)
+
+    async def restored(self) -> dict | None:
+        why = await self._detect()
+        if not why:
+            return None
+        self._baseline = None  # one restore, one resume
+        return {"reason": why, "pod": self._identity.pod if self._identity else None}
+
+    async def wait_restored(self) -> dict | None:
+        while self._baseline is not None:
+            found = await self.restored()
+            if found:
+                return found
+            await asyncio.sleep(self.poll_interval)
+        return None
+
+    # -- start-up and cleanup ---------------------------------------------------------------------------
+    async def recover_paused(self, lifecycle) -> None:
+        """A server that starts while the state says paused is a new process: the Pod started cold (a restored
+        Pod would have kept the old server). Bring the kernels back from their checkpoints, unasked."""
+        from ..lifecycle import LifecycleError
+        snap = lifecycle.state.get("snapshot") or {}
+        why = ("cold start after a pause whose Pod snapshot failed (" + snap["error"] + ")"
+               if snap.get("status") == "failed" else "cold start: this Pod was not restored from a snapshot")
+        lifecycle.note(f"{why}; restoring the kernels from their checkpoints")
+        try:
+            await lifecycle.request_resume(why=why)
+        except LifecycleError as exc:
+            lifecycle.note(f"{why}; the automatic resume was refused: {exc}")
+
+    async def cleanup(self, *, dry_run: bool = False) -> list[dict]:
+        kube, me = await self.connect()
+        lifecycle = getattr(self.parent, "lifecycle", None)
+        needed = set()
+        if lifecycle is not None and lifecycle.state["state"] in ("paused", "resuming", "pausing"):
+            name = (lifecycle.state.get("snapshot") or {}).get("name")
+            if name:
+                needed.add(name)  # a pending resume restores from it
+        items = await self._io(cleanup_plan.plan, kube, me.workspace, self.keep_snapshots, needed)
+        if not dry_run:
+            await self._io(cleanup_plan.run, kube, items)
+        return items

@@ -1,0 +1,124 @@
+"""`jupyter gkews status|pause|resume --workspace NAME [--namespace NS]`: a GKE Workspace seen and driven
+from outside its Pod (a laptop with a kubeconfig), for the platform team and the user.
+
+status says whether the Workspace is paused, pausing, waiting for capacity (its Pod Pending and
+Unschedulable, with the scheduler's message), starting, restoring or ready, and its last Pod snapshot
+with its age. pause and resume set spec.paused; both are idempotent, and resume refuses to start a second
+restore while one is pending.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from jupyter_core.application import JupyterApp, base_aliases, base_flags
+from traitlets import Bool, Unicode
+
+from .. import __version__
+from ..k8s.client import KubeError
+
+EXIT_ERROR, EXIT_REFUSED = 1, 3
+
+aliases = {**base_aliases, "workspace": "WorkspaceCommand.workspace", "namespace": "WorkspaceCommand.namespace",
+           "kubeconfig": "WorkspaceCommand.kubeconfig", "context": "WorkspaceCommand.context"}
+flags = {**base_flags, "json": ({"WorkspaceCommand": {"json": True}}, "Print the result as JSON.")}
+
+
+class WorkspaceCommand(JupyterApp):
+    version = __version__
+    aliases = aliases
+    flags = flags
+
+    workspace = Unicode("", config=True, help="The Workspace's name (required).")
+    namespace = Unicode("", config=True, help="Its namespace (default: the kubeconfig context's, else 'default').")
+    kubeconfig = Unicode("", config=True, help="The kubeconfig (default: $KUBECONFIG or ~/.kube/config).")
+    context = Unicode("", config=True, help="The kubeconfig context (default: the current one).")
+    json = Bool(False, config=True, help="Print JSON instead of text.")
+
+    def kube(self):
+        from ..k8s.api import Kube
+        from ..k8s.client import make_api_client
+
+        if not self.workspace:
+            self.fail("say which Workspace: --workspace NAME [--namespace NS]", 2)
+        api_client = make_api_client(self.kubeconfig, self.context)
+        return Kube(self.namespace or self._context_namespace(), api_client=api_client)
+
+    def _context_namespace(self) -> str:
+        from kubernetes import config
+        try:
+            _, active = config.list_kube_config_contexts(config_file=self.kubeconfig or None)
+            return (active or {}).get("context", {}).get("namespace") or "default"
+        except Exception:  # in-cluster, or no kubeconfig: the default namespace
+            return "default"
+
+    def fail(self, message: str, code: int = EXIT_ERROR) -> None:
+        print(f"jupyter gkews {self.name.split('-')[-1]}: {message}", file=sys.stderr)
+        self.exit(code)
+
+    def show(self, payload: dict, text: str) -> None:
+        print(json.dumps(payload, indent=2) if self.json else text)
+
+    def start(self) -> None:
+        try:
+            self.run()
+        except KubeError as exc:
+            self.fail(str(exc))
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+
+def describe_text(d: dict) -> str:
+    lines = [f"Workspace {d['namespace']}/{d['workspace']}: {d['state']}", f"  {d['message']}"]
+    if d.get("pod"):
+        lines.append(f"  Pod: {d['pod']}")
+    snap = d.get("last_snapshot")
+    lines.append(f"  last snapshot: {snap['name']} ({'Ready' if snap['ready'] else 'not Ready'}, {snap['age']})"
+                 if snap else "  last snapshot: none")
+    return "\n".join(lines)
+
+
+class StatusCommand(WorkspaceCommand):
+    name = "jupyter-gkews-status"
+    description = "Is the Workspace paused, waiting for capacity, restoring or ready? And its last snapshot."
+
+    def run(self) -> None:
+        from ..k8s.workspace import describe
+        d = describe(self.kube(), self.workspace)
+        self.show(d, describe_text(d))
+
+
+class PauseCommand(WorkspaceCommand):
+    name = "jupyter-gkews-pause"
+    description = ("Pause the Workspace (spec.paused: true): its Pod stops and the GPU node is released. "
+                   "Inside the Pod, the server's Pause button also checkpoints the kernels first.")
+
+    def run(self) -> None:
+        from ..k8s.workspace import set_paused
+        kube = self.kube()
+        changed = set_paused(kube, self.workspace, True)
+        self.show({"workspace": self.workspace, "paused": True, "changed": changed},
+                  f"Workspace {kube.namespace}/{self.workspace}: "
+                  + ("pause requested" if changed else "already paused; nothing to do"))
+
+
+class ResumeCommand(WorkspaceCommand):
+    name = "jupyter-gkews-resume"
+    description = ("Resume the Workspace (spec.paused: false). Idempotent; refused while a resume is still "
+                   "pending (waiting for capacity, starting or restoring).")
+
+    def run(self) -> None:
+        from ..k8s.workspace import describe, set_paused
+        kube = self.kube()
+        d = describe(kube, self.workspace)
+        if d["state"] in ("waiting-for-capacity", "starting", "restoring"):
+            self.show({**d, "refused": True}, describe_text(d))
+            self.fail(f"a resume of {self.workspace} is already pending ({d['state']}: {d['message']}); not starting "
+                      "a second one. Wait for it, or `jupyter gkews status` to follow it", EXIT_REFUSED)
+        if d["state"] == "ready":
+            self.show({**d, "changed": False}, describe_text(d) + "\n  already running; nothing to do")
+            return
+        changed = set_paused(kube, self.workspace, False)
+        d = describe(kube, self.workspace)
+        self.show({**d, "changed": changed}, describe_text(d) + ("\n  resume requested" if changed else ""))

@@ -1,0 +1,43 @@
+"""The Kubernetes side of the GKE backend: names and shapes from GKE's Pod snapshot CRDs and the
+GKE Workspaces API (see the project's reference/gke-pod-snapshots.md), one small module per job.
+
+Everything here is synchronous (the official ``kubernetes`` client blocks); callers on the server's
+event loop run it through ``asyncio.to_thread``.
+"""
+from __future__ import annotations
+
+SNAPSHOT_GROUP, SNAPSHOT_VERSION = "podsnapshot.gke.io", "v1"
+POLICIES, TRIGGERS, SNAPSHOTS = "podsnapshotpolicies", "podsnapshotmanualtriggers", "podsnapshots"
+WORKSPACE_GROUP, WORKSPACE_VERSION = "kubeflow.org", "v1beta1"
+WORKSPACES, WORKSPACE_KINDS = "workspaces", "workspacekinds"
+
+WORKSPACE_LABEL = "notebooks.kubeflow.org/workspace-name"
+TRIGGERED_BY_LABEL = "gke-pod-snapshot-triggered-by"
+ORIGIN_POD_ANNOTATION = "podsnapshot.gke.io/origin-pod"
+PINNED_SNAPSHOT_ANNOTATION = "podsnapshot.gke.io/ps-name"
+ADDON_ENABLED_ANNOTATION = "podsnapshot.gke.kubeflow.org/enabled"
+ADDON_STATE_ANNOTATION = "podsnapshot.gke.kubeflow.org/checkpoint-state"
+ADDON_LAST_ANNOTATION = "podsnapshot.gke.kubeflow.org/last-checkpoint-name"
+#: Our own mark on the objects we create, so cleanup never touches anyone else's.
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "jupyter-gkews"
+
+
+def condition(obj: dict | None, kind: str) -> dict | None:
+    """The status condition of this type, or None."""
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return c
+    return None
+
+
+def labels(obj: dict) -> dict:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def annotations(obj: dict) -> dict:
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+def name_of(obj: dict) -> str:
+    return (obj.get("metadata") or {}).get("name", "")

@@ -1,0 +1,38 @@
+"""Cleanup of what our Workspace left in the cluster: old PodSnapshots (each one holds GCS storage) and
+spent triggers; snapshots first, their policy last (deleting a snapshot needs its policy's storage
+config). The snapshot a pending resume needs is never deleted."""
+from __future__ import annotations
+
+from . import POLICIES, SNAPSHOTS, TRIGGERS, WORKSPACE_LABEL, condition, labels, name_of
+from .api import Kube
+from .snapshots import is_ready, of_workspace, policy_name, snapshot_created, trigger_prefix
+
+
+def plan(kube: Kube, workspace: str, keep: int, needed: set[str]) -> list[dict]:
+    """What to delete, in order: [{kind, name, bytes, why}]."""
+    snaps = of_workspace(kube.list(SNAPSHOTS), workspace)
+    ready = [name_of(s) for s in snaps if is_ready(s)]  # newest first
+    kept = set(ready[:max(keep, 0)]) | (needed & {name_of(s) for s in snaps})
+    out = [{"kind": "PodSnapshot", "name": name_of(s), "bytes": 0,
+            "why": "older than the newest kept" if is_ready(s) else "never became Ready"}
+           for s in snaps if name_of(s) not in kept]
+    remaining = {name_of(s) for s in snaps} - {o["name"] for o in out}
+    prefix = trigger_prefix(workspace)
+    for t in kube.list(TRIGGERS):
+        if not name_of(t).startswith(prefix) or labels(t).get(WORKSPACE_LABEL, workspace) != workspace:
+            continue
+        spent = condition(t, "Triggered") is not None
+        if spent and snapshot_created(t) not in remaining:
+            out.append({"kind": "PodSnapshotManualTrigger", "name": name_of(t), "bytes": 0, "why": "spent"})
+    if not remaining and kube.find(POLICIES, policy_name(workspace)) is not None:
+        out.append({"kind": "PodSnapshotPolicy", "name": policy_name(workspace), "bytes": 0,
+                    "why": "no snapshot of this Workspace is left"})
+    return out
+
+
+_PLURAL = {"PodSnapshot": SNAPSHOTS, "PodSnapshotManualTrigger": TRIGGERS, "PodSnapshotPolicy": POLICIES}
+
+
+def run(kube: Kube, items: list[dict]) -> None:
+    for item in items:  # in plan order: snapshots before their policy
+        kube.delete(_PLURAL[item["kind"]], item["name"])

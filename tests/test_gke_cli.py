@@ -1,0 +1,112 @@
+"""`jupyter gkews status|pause|resume --workspace NAME` from outside the Pod: the installed command, run as a
+process with a kubeconfig that points at kmock's API emulator (GKE's controllers: tests/gke_controller.py)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gke_controller import TRIGGERS, UNSCHEDULABLE, WORKSPACES, FakeGke
+
+from jupyter_gkews.k8s.api import Kube
+from jupyter_gkews.k8s.snapshots import trigger_body
+
+COMMAND = shutil.which("jupyter-gkews", path=str(Path(sys.executable).parent)) or "jupyter-gkews"
+
+
+@pytest.fixture
+def fake():
+    cluster = FakeGke().start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def gkews(fake, tmp_path):
+    kubeconfig = fake.kubeconfig(tmp_path / "kubeconfig")
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+
+    def run(*args, code=0):
+        p = subprocess.run([COMMAND, *args, "--kubeconfig", kubeconfig], capture_output=True, text=True,
+                           env=env, timeout=120)
+        assert p.returncode == code, (p.returncode, p.stdout, p.stderr)
+        return p
+    run.kubeconfig = kubeconfig
+    return run
+
+
+def status(gkews, ws="gpu-notebook") -> dict:
+    return json.loads(gkews("status", "--workspace", ws, "--json").stdout)
+
+
+def wait_status(gkews, state: str) -> dict:
+    """The controller reacts within 50 ms; poll until the Workspace shows the state."""
+    for _ in range(20):
+        d = status(gkews)
+        if d["state"] == state:
+            return d
+    raise AssertionError(f"still {d['state']}: {d['message']}")
+
+
+def test_status_pause_resume_and_capacity(fake, gkews):
+    s = gkews("status", "--workspace", "gpu-notebook").stdout  # namespace from the kubeconfig context
+    assert s.splitlines()[0] == "Workspace team-a/gpu-notebook: ready"
+    assert "started (not restored from a snapshot)" in s and "last snapshot: none" in s
+
+    # a snapshot, as the server in the Pod would take one
+    kube = Kube("team-a", gkews.kubeconfig)
+    kube.create("podsnapshotmanualtriggers", trigger_body("gpu-notebook", "gpu-notebook-0"))
+    for _ in range(200):
+        if fake.all(TRIGGERS)[0].get("status"):
+            break
+        __import__("time").sleep(0.05)
+
+    assert "pause requested" in gkews("pause", "--workspace", "gpu-notebook", "--namespace", "team-a").stdout
+    assert "already paused; nothing to do" in gkews("pause", "--workspace", "gpu-notebook").stdout
+    d = wait_status(gkews, "paused")
+    assert d["paused"] is True and d["pod"] is None
+    assert d["last_snapshot"]["ready"] is True and d["last_snapshot"]["age"].endswith("s ago")
+
+    fake.capacity = False  # no GPU node for the new Pod
+    assert "resume requested" in gkews("resume", "--workspace", "gpu-notebook").stdout
+    d = wait_status(gkews, "waiting-for-capacity")
+    assert d["message"] == f"Unschedulable: {UNSCHEDULABLE}"
+    assert fake.get(WORKSPACES, "gpu-notebook")["spec"]["paused"] is False
+
+    second = gkews("resume", "--workspace", "gpu-notebook", code=3)  # refused: one restore is pending
+    assert "a resume of gpu-notebook is already pending (waiting-for-capacity: Unschedulable: 0/4 nodes" \
+        in second.stderr
+    calls = [c for c in fake.calls() if c[0] == "patch" and c[1] == "workspaces"]
+    assert len(calls) == 2  # one pause, one resume: the refused resume changed nothing
+
+    fake.restore_on = "resume"
+    fake.grant_capacity()
+    d = wait_status(gkews, "ready")
+    assert "restored from a snapshot (Pod restored from PodSnapshot" in d["message"]
+    assert "already running; nothing to do" in gkews("resume", "--workspace", "gpu-notebook").stdout
+
+
+def test_restoring_is_shown_while_the_pod_is_not_ready(fake, gkews):
+    fake.call(lambda: fake.emu.objects[__import__("gke_controller").PODS, "team-a", "gpu-notebook-0"].patch(
+        {"status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"},
+                                                      {"type": "Ready", "status": "False"}]}}))
+    d = status(gkews)
+    assert d["state"] == "restoring" and d["message"] == "the Pod is Running and not ready yet"
+    assert "already pending (restoring" in gkews("resume", "--workspace", "gpu-notebook", code=3).stderr
+
+
+def test_errors_are_named(fake, gkews, tmp_path):
+    p = gkews("status", code=2)
+    assert "say which Workspace: --workspace NAME [--namespace NS]" in p.stderr
+    p = gkews("status", "--workspace", "nope", code=1)
+    assert "not found: workspaces/nope in namespace team-a" in p.stderr
+    fake.deny("patch", "workspaces")
+    p = gkews("pause", "--workspace", "gpu-notebook", code=1)
+    assert 'may not patch workspaces (apiGroup "kubeflow.org") in namespace team-a' in p.stderr
+    fake.stop()
+    p = gkews("status", "--workspace", "gpu-notebook", code=1)
+    assert f"the Kubernetes API server {fake.url} is unreachable (connection refused)" in p.stderr

@@ -1,0 +1,126 @@
+"""The GKE backend's Kubernetes side without a Jupyter server: cleanup of old PodSnapshots and spent triggers,
+the shapes GKE reports, and who the backend thinks it is (against kmock's emulator)."""
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+
+import pytest
+from gke_controller import POLICIES, SNAPSHOTS, TRIGGERS, FakeGke
+from traitlets.config import Configurable
+
+from jupyter_gkews.backends.gke import GkeBackend
+from jupyter_gkews.k8s.api import Kube
+from jupyter_gkews.k8s.identity import own_namespace_and_pod
+from jupyter_gkews.k8s.snapshots import (SnapshotError, policy_body, policy_name, snapshot_created, snapshot_progress,
+                                         trigger_body, trigger_progress)
+
+WS = "gpu-notebook"
+
+
+@pytest.fixture
+def fake():
+    cluster = FakeGke().start()
+    yield cluster
+    cluster.stop()
+
+
+def backend(fake, tmp_path, lifecycle_state=None, **traits) -> GkeBackend:
+    parent = Configurable()
+    if lifecycle_state is not None:
+        parent.lifecycle = SimpleNamespace(state=lifecycle_state)
+    return GkeBackend(parent=parent, kubeconfig=fake.kubeconfig(tmp_path / "kubeconfig"), namespace="team-a",
+                      pod_name=f"{WS}-0", **traits)
+
+
+def take_snapshots(fake, kube: Kube, n: int) -> list[str]:
+    """n snapshots through triggers, as the server takes them; their names, oldest first."""
+    kube.create("podsnapshotpolicies", policy_body(policy_name(WS), WS, "gkews-snapshots", "stop", "7d"))
+    names = []
+    for _ in range(n):
+        trigger = trigger_body(WS, f"{WS}-0")
+        kube.create("podsnapshotmanualtriggers", trigger)
+        for _ in range(200):
+            found = fake.get(TRIGGERS, trigger["metadata"]["name"])
+            if found.get("status"):
+                break
+            time.sleep(0.05)
+        names.append(snapshot_created(found))
+        time.sleep(1.1)  # creationTimestamp has one-second resolution: keep the order visible
+    return names
+
+
+def test_cleanup_keeps_the_newest_and_the_one_a_pending_resume_needs(fake, tmp_path):
+    kube = Kube("team-a", fake.kubeconfig(tmp_path / "kc"))
+    oldest, middle, newest = take_snapshots(fake, kube, 3)
+    b = backend(fake, tmp_path, {"state": "paused", "snapshot": {"name": oldest}}, keep_snapshots=1)
+
+    planned = asyncio.run(b.cleanup(dry_run=True))
+    assert [(i["kind"], i["name"]) for i in planned] == [
+        ("PodSnapshot", middle),
+        ("PodSnapshotManualTrigger", fake.get(SNAPSHOTS, middle)["metadata"]["labels"]["gke-pod-snapshot-triggered-by"])]
+    assert {s["metadata"]["name"] for s in fake.all(SNAPSHOTS)} == {oldest, middle, newest}  # dry run: nothing gone
+
+    done = asyncio.run(b.cleanup())
+    assert done == planned
+    for _ in range(100):  # the finalizer goes once GKE removed the storage
+        if len(fake.all(SNAPSHOTS)) == 2:
+            break
+        time.sleep(0.05)
+    assert {s["metadata"]["name"] for s in fake.all(SNAPSHOTS)} == {oldest, newest}
+    assert len(fake.all(TRIGGERS)) == 2 and fake.get(POLICIES, policy_name(WS)) is not None
+
+
+def test_cleanup_of_everything_deletes_snapshots_before_their_policy(fake, tmp_path):
+    kube = Kube("team-a", fake.kubeconfig(tmp_path / "kc"))
+    names = take_snapshots(fake, kube, 2)
+    b = backend(fake, tmp_path, {"state": "active", "snapshot": {"name": names[0]}}, keep_snapshots=0)
+    done = asyncio.run(b.cleanup())
+    assert [i["kind"] for i in done] == ["PodSnapshot"] * 2 + ["PodSnapshotManualTrigger"] * 2 + ["PodSnapshotPolicy"]
+    deletes = [(c[1], c[2]) for c in fake.calls() if c[0] == "delete"]
+    assert deletes[-1] == ("podsnapshotpolicies", policy_name(WS))
+    assert {n for p, n in deletes if p == "podsnapshots"} == set(names)
+    for _ in range(100):
+        if not fake.all(SNAPSHOTS):
+            break
+        time.sleep(0.05)
+    assert fake.all(SNAPSHOTS) == [] and fake.all(TRIGGERS) == [] and fake.get(POLICIES, policy_name(WS)) is None
+
+
+def test_cleanup_forbidden_names_the_verb(fake, tmp_path):
+    kube = Kube("team-a", fake.kubeconfig(tmp_path / "kc"))
+    take_snapshots(fake, kube, 1)
+    fake.deny("delete", "podsnapshots")
+    with pytest.raises(Exception, match='may not delete podsnapshots .apiGroup "podsnapshot.gke.io". in namespace '
+                                        'team-a: add the verb "delete" on "podsnapshots"'):
+        asyncio.run(backend(fake, tmp_path, keep_snapshots=0).cleanup())
+    assert len(fake.all(SNAPSHOTS)) == 1
+
+
+def test_gke_shapes():
+    assert snapshot_created({"status": {"snapshotCreated": "3f2a"}}) == "3f2a"  # as documented
+    assert snapshot_created({"status": {"snapshotCreated": {"name": "3f2a"}}}) == "3f2a"  # as seen
+    assert snapshot_created({}) == ""
+    failed = {"metadata": {"name": "t1"}, "status": {"conditions": [
+        {"type": "Triggered", "status": "False", "reason": "Error", "message": "agent not ready"}]}}
+    with pytest.raises(SnapshotError, match="PodSnapshotManualTrigger t1 failed: Error: agent not ready"):
+        trigger_progress(failed)
+    assert trigger_progress({"metadata": {"name": "t"}})[0] == "pending"
+    uploading = {"metadata": {"name": "s"}, "status": {"conditions": [
+        {"type": "Checkpoint", "status": "True"}, {"type": "Ready", "status": "False", "reason": "AwaitingCheckpoint"}]}}
+    assert snapshot_progress(uploading) == ("pending", "AwaitingCheckpoint")
+
+
+def test_identity_from_the_downward_api_and_the_pod_label(fake, tmp_path, monkeypatch):
+    monkeypatch.setenv("POD_NAME", f"{WS}-0")
+    monkeypatch.setenv("POD_NAMESPACE", "team-a")
+    assert own_namespace_and_pod() == ("team-a", f"{WS}-0")
+    b = GkeBackend(kubeconfig=fake.kubeconfig(tmp_path / "kc"))
+    kube, me = asyncio.run(b.connect())
+    assert (me.namespace, me.pod, me.workspace) == ("team-a", f"{WS}-0", WS)
+    assert asyncio.run(b.mode()) == "trigger"  # no add-on annotation on the Workspace or its kind
+    monkeypatch.delenv("POD_NAMESPACE")
+    monkeypatch.setattr("jupyter_gkews.k8s.identity.SA_NAMESPACE_FILE", str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="set POD_NAMESPACE through the downward API"):
+        own_namespace_and_pod()

@@ -1,0 +1,192 @@
+"""Pause and resume on the GKE backend: a real jupyter_server with real kernels, the official kubernetes
+client over HTTP to kmock's emulator, and GKE's controllers played by tests/gke_controller.py.
+
+"Restored Pod" is emulated: the controller marks the Pod restored (new uid, PodRestored=True) while the
+same kernel processes keep running, which is what the server sees after a real gVisor restore.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from gke_controller import POLICIES, TRIGGERS, WORKSPACES, FakeGke
+from serverkit import events, open_notebook, post, run_cell, status, wait_for
+
+WS, NS, POD = "gpu-notebook", "team-a", "gpu-notebook-0"
+SESSION = r'''
+import numpy as np
+weights = np.random.default_rng(3).standard_normal((256, 256)).astype("float32")
+config = {"lr": 3e-4, "layers": [256, 256]}
+print("ready")
+'''
+CHECK = 'import json as _j, os as _o; print(_j.dumps({"sum": float(weights.sum()), "config": config, "pid": _o.getpid()}))'
+
+
+@pytest.fixture
+def fake(tmp_path):
+    cluster = FakeGke(namespace=NS, workspace=WS)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def backend_traits():
+    return {}
+
+
+@pytest.fixture
+def jp_server_config(tmp_path, fake, monkeypatch, backend_traits):
+    if not fake.url:
+        fake.start()
+    monkeypatch.setenv("POD_NAME", POD)  # the downward API
+    monkeypatch.setenv("POD_NAMESPACE", NS)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    return {"ServerApp": {"jpserver_extensions": {"jupyter_gkews": True}, "allow_unauthenticated_access": False},
+            "GkewsApp": {"checkpoint_root": str(tmp_path / "ckpt"), "state_dir": str(tmp_path / "state"),
+                         "backend_class": "jupyter_gkews.backends.gke.GkeBackend"},
+            "GkeBackend": {"kubeconfig": fake.kubeconfig(tmp_path / "kubeconfig"), "poll_interval": 0.1,
+                           **backend_traits}}
+
+
+async def start_session(jp_fetch, jp_serverapp, jp_root_dir, path="work/train.ipynb"):
+    s = await open_notebook(jp_fetch, jp_root_dir, path)
+    kid = s["kernel"]["id"]
+    assert "ready" in await run_cell(jp_serverapp, kid, SESSION)
+    await run_cell(jp_serverapp, kid, "%gkews_checkpoint probe float(weights[:8].sum())")
+    return kid, json.loads(await run_cell(jp_serverapp, kid, CHECK))
+
+
+async def pause_and_wait(jp_fetch, until=("active", "paused", "failed")) -> dict:
+    r = await post(jp_fetch, "pause")
+    assert r.code == 202, r.body
+    return await wait_for(jp_fetch, until)
+
+
+async def test_snapshot_then_restored_pod_is_live_verified(fake, jp_fetch, jp_serverapp, jp_root_dir):
+    fake.restore_on = "trigger"  # the restored copy wakes up inside the snapshot wait
+    kid, before = await start_session(jp_fetch, jp_serverapp, jp_root_dir)
+
+    s = await pause_and_wait(jp_fetch)
+    assert s["state"] == "active", s["message"]
+    nb = s["notebooks"][0]
+    assert nb["verdict"] == "live-verified" and nb["same_process"] is True, nb
+    assert "PodRestored=True" in s["restored_from"]["reason"]
+    assert s["message"].startswith("restored from a snapshot; resumed: 1 live-verified")
+    assert s["snapshot"]["status"] == "restored" and s["snapshot"]["name"]
+    assert json.loads(await run_cell(jp_serverapp, kid, CHECK)) == before  # same process, same values
+
+    policy = fake.get(POLICIES, f"gkews-{WS}")
+    assert policy["spec"]["selector"] == {"matchLabels": {"notebooks.kubeflow.org/workspace-name": WS}}
+    assert policy["spec"]["triggerConfig"] == {"type": "manual", "postCheckpoint": "stop"}
+    assert policy["spec"]["retentionConfig"] == {"lastAccessTimeout": "7d"}
+    assert policy["spec"]["storageConfigName"] == "gkews-snapshots"
+    assert [t["spec"]["targetPod"] for t in fake.all(TRIGGERS)] == [POD]
+    names = [e["event"] for e in await events(jp_fetch)]
+    assert names.index("snapshotting") < names.index("restored-detected") < names.index("resumed")
+    assert "paused" not in names and "releasing" not in names  # the restored copy never finished the pause
+
+
+async def test_restored_pod_falls_back_for_the_kernel_that_changed(fake, jp_fetch, jp_serverapp, jp_root_dir):
+    """Verify every kernel: the one whose process is new comes back from its checkpoint, the other stays."""
+    fake.restore_on = "trigger"
+    fake.hold.set()  # keep the trigger waiting while one kernel is restarted
+    kid_a, before_a = await start_session(jp_fetch, jp_serverapp, jp_root_dir, "a.ipynb")
+    kid_b, before_b = await start_session(jp_fetch, jp_serverapp, jp_root_dir, "b.ipynb")
+    r = await post(jp_fetch, "pause")
+    assert r.code == 202
+    for _ in range(600):
+        if fake.all(TRIGGERS):
+            break
+        await __import__("asyncio").sleep(0.05)
+    assert fake.all(TRIGGERS), (await status(jp_fetch))["message"]
+    await jp_fetch("api", "kernels", kid_b, "restart", method="POST", body="")
+    fake.hold.clear()
+
+    s = await wait_for(jp_fetch, ("active", "paused", "failed"))
+    assert s["state"] == "active", s["message"]
+    verdicts = {nb["path"]: nb for nb in s["notebooks"]}
+    assert verdicts["a.ipynb"]["verdict"] == "live-verified"
+    b = verdicts["b.ipynb"]
+    assert b["verdict"] == "restored-from-checkpoint" and b["why_restored"].startswith("a new process"), b
+    assert sorted(b["restored"]) == ["config", "np", "weights"] and b["failed"] == {}
+    after_b = json.loads(await run_cell(jp_serverapp, kid_b, CHECK))
+    assert after_b.pop("pid") != before_b.pop("pid") and after_b == before_b
+    assert json.loads(await run_cell(jp_serverapp, kid_a, CHECK)) == before_a
+
+
+@pytest.mark.parametrize("backend_traits", [{"snapshot_mode": "auto"}])
+async def test_workspace_addon_snapshots_on_pause_and_the_resumed_pod_is_verified(fake, jp_fetch, jp_serverapp,
+                                                                                 jp_root_dir):
+    fake.call(lambda: fake.emu.objects[__import__("gke_controller").KINDS, None, fake.kind].patch(
+        {"metadata": {"annotations": {"podsnapshot.gke.kubeflow.org/enabled": "true"}}}))
+    kid, before = await start_session(jp_fetch, jp_serverapp, jp_root_dir)
+
+    s = await pause_and_wait(jp_fetch)
+    assert s["state"] == "paused", s["message"]
+    assert s["snapshot"]["mode"] == "workspace"
+    assert fake.all(TRIGGERS) == [] and fake.get(POLICIES, f"gkews-{WS}") is None  # the add-on's job, not ours
+    ws = fake.get(WORKSPACES, WS)
+    assert ws["spec"]["paused"] is True and ws["status"]["state"] == "Paused"
+    assert ws["metadata"]["annotations"]["podsnapshot.gke.kubeflow.org/checkpoint-state"] == "Ready"
+
+    fake.restore_on = "resume"
+    fake.set_paused(False)  # someone resumes the Workspace; GKE restores the Pod from the add-on's snapshot
+    s = await wait_for(jp_fetch, ("active", "failed"))
+    assert s["state"] == "active", s["message"]
+    assert s["notebooks"][0]["verdict"] == "live-verified"
+    assert "PodRestored=True" in s["restored_from"]["reason"]
+    assert json.loads(await run_cell(jp_serverapp, kid, CHECK)) == before
+
+
+@pytest.mark.parametrize("cause,expected,backend_traits", [
+    ("trigger-failed", "failed: Failed: context deadline exceeded", {}),
+    ("checkpoint-failed", "failed its checkpoint: Failed: gVisor checkpoint failed", {}),
+    ("rbac", 'may not create podsnapshotmanualtriggers (apiGroup "podsnapshot.gke.io") in namespace team-a: '
+             'add the verb "create" on "podsnapshotmanualtriggers"', {}),
+    ("hang", "no Ready PodSnapshot 1 s after the trigger gkews-gpu-notebook-", {"snapshot_timeout": 1.0}),
+])
+async def test_snapshot_failure_is_named_and_the_pause_completes_on_the_checkpoint(
+        fake, jp_fetch, jp_serverapp, jp_root_dir, cause, expected):
+    if cause == "rbac":
+        fake.deny("create", "podsnapshotmanualtriggers")
+    else:
+        fake.outcome = cause
+    await start_session(jp_fetch, jp_serverapp, jp_root_dir)
+
+    s = await pause_and_wait(jp_fetch)
+    assert s["state"] == "paused", s["message"]
+    assert expected in s["snapshot"]["error"] and s["snapshot"]["resume_from"] == "checkpoint"
+    assert expected in s["message"]
+    assert "the resume will restore the kernels from their application checkpoints" in s["message"]
+    assert s["notebooks"][0]["status"] == "released" and s["notebooks"][0]["checkpoint"]
+    assert s["timeline"]["snapshot_ready"] is None
+    assert fake.get(WORKSPACES, WS)["spec"]["paused"] is True  # the GPU is released all the same
+    assert "snapshot-failed" in [e["event"] for e in await events(jp_fetch)]
+
+
+@pytest.mark.parametrize("backend_traits", [{"abort_on_snapshot_failure": True}])
+async def test_snapshot_forbidden_with_abort_releases_nothing(fake, jp_fetch, jp_serverapp, jp_root_dir):
+    fake.deny("create", "podsnapshotmanualtriggers")
+    kid, before = await start_session(jp_fetch, jp_serverapp, jp_root_dir)
+
+    s = await pause_and_wait(jp_fetch)
+    assert s["state"] == "failed"
+    assert 'forbidden: the service account may not create podsnapshotmanualtriggers' in s["error"]["reason"]
+    assert s["error"]["next_step"].startswith("Nothing was released: every kernel is still running")
+    assert fake.get(WORKSPACES, WS)["spec"]["paused"] is False
+    assert json.loads(await run_cell(jp_serverapp, kid, CHECK)) == before  # the kernel was left alone
+    listed = json.loads((await jp_fetch("gkews", "checkpoints")).body)["checkpoints"]
+    assert [c["notebook"] for c in listed] == ["work/train.ipynb"]  # its checkpoint is kept
+
+
+async def test_api_unreachable_is_named_and_the_kernels_keep_running(fake, jp_fetch, jp_serverapp, jp_root_dir):
+    kid, before = await start_session(jp_fetch, jp_serverapp, jp_root_dir)
+    fake.stop()
+
+    s = await pause_and_wait(jp_fetch)
+    assert s["state"] == "failed", s["message"]
+    assert s["error"]["reason"].startswith("The pause stopped at releasing: KubeError: the Kubernetes API server "
+                                           f"{fake.url} is unreachable (connection refused) while trying to get "
+                                           f"pods/{POD} in namespace {NS}; check the network and the API address")
+    assert "is unreachable" in s["snapshot"]["error"]  # the snapshot failed first, for the same reason
+    assert json.loads(await run_cell(jp_serverapp, kid, CHECK)) == before

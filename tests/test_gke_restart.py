@@ -1,0 +1,80 @@
+"""A cold start after a pause on the GKE backend: the state says paused, but the server and its kernels are
+new processes (the Pod was not restored from a snapshot, or the snapshot had failed). The server recovers
+at start-up without being asked: kernels for the same notebooks, restored from their checkpoints.
+
+A real `jupyter server` process (tests/serverproc.py) talks over HTTP to kmock's API emulator; GKE's
+controllers are played by tests/gke_controller.py. Stopping the server plays "the Pod went away".
+"""
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+from gke_controller import WORKSPACES, FakeGke
+from serverproc import Server
+from test_lifecycle_restart import SMALL, SMALL_CELL, SMALL_CHECK, SMALL_NAMES, event_names, kill_pids
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def gke_server(tmp_path, fake: FakeGke, monkeypatch) -> Server:
+    server = Server(tmp_path)
+    config = {"GkewsApp": {"backend_class": "jupyter_gkews.backends.gke.GkeBackend"},
+              "GkeBackend": {"poll_interval": 0.1}}
+    (tmp_path / "config" / "jupyter_server_config.json").write_text(json.dumps(config))
+    monkeypatch.setenv("KUBECONFIG", fake.kubeconfig(tmp_path / "kubeconfig"))
+    monkeypatch.setenv("POD_NAME", fake.pod)
+    monkeypatch.setenv("POD_NAMESPACE", fake.namespace)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    return server
+
+
+@pytest.mark.parametrize("outcome,why", [
+    ("ready", "cold start: this Pod was not restored from a snapshot"),
+    ("checkpoint-failed", "cold start after a pause whose Pod snapshot failed (the PodSnapshot "),
+])
+def test_cold_start_after_pause_restores_from_checkpoints(tmp_path, monkeypatch, outcome, why):
+    fake = FakeGke().start()
+    fake.outcome = outcome
+    server = gke_server(tmp_path, fake, monkeypatch)
+    pids: list[int] = []
+    try:
+        server.start()
+        session = server.open_notebook(SMALL)
+        kid = session["kernel"]["id"]
+        assert "ready" in server.run_cell(kid, SMALL_CELL)
+        before = json.loads(server.run_cell(kid, SMALL_CHECK))
+        pids.append(before["pid"])
+        assert server.post("gkews/pause")[0] == 202
+        s = server.wait_for(("paused", "failed"))
+        assert s["state"] == "paused", s["message"]
+        if outcome == "ready":
+            assert s["snapshot"]["status"] == "ready" and s["snapshot"]["name"]
+        else:
+            assert "the resume will restore the kernels from their application checkpoints" in s["message"]
+        assert fake.get(WORKSPACES, fake.workspace)["spec"]["paused"] is True
+
+        server.stop()  # the Workspace paused: the Pod and every process in it went away
+        fake.set_paused(False)  # later someone resumes it; the new Pod starts cold
+        server.start()
+
+        s = server.wait_for(("active", "failed"))
+        assert s["state"] == "active", s["message"]
+        assert s["message"].startswith(why), s["message"]
+        nb = s["notebooks"][0]
+        assert nb["verdict"] == "restored-from-checkpoint" and nb["why_restored"].startswith("a new process")
+        assert sorted(nb["restored"]) == SMALL_NAMES and nb["failed"] == {}
+        sessions = {x["path"]: x for x in server.get("api/sessions")}
+        assert sessions[SMALL]["id"] == session["id"] and sessions[SMALL]["kernel"]["id"] == kid
+        after = json.loads(server.run_cell(kid, SMALL_CHECK))
+        pids.append(after["pid"])
+        assert after.pop("pid") != before.pop("pid") and after == before
+        names = event_names(server)
+        assert names.index("paused") < names.index("resume-requested") < names.index("resumed")
+        assert "recovered-paused" in names
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.signal(signal.SIGKILL)
+        kill_pids(pids)
+        fake.stop()
