@@ -19,6 +19,9 @@ class GkewsCommand(JupyterApp):
     description = "Pause and resume GPU notebook sessions, and report what it saved."
     subcommands: dict = {
         # "name": ("jupyter_gkews.cli.<module>.<App>", "one line of help"),
+        "report": ("jupyter_gkews.cli.report.ReportApp", "GPU hours released and what resuming cost, from the event log."),
+        "cleanup": ("jupyter_gkews.cli.cleanup.CleanupApp", "Remove expired checkpoints, orphan blobs and old snapshots."),
+        "resume-test": ("jupyter_gkews.cli.resume_test.ResumeTestApp", "Prove that a notebook really resumes (release checklist)."),
     }
 
     def start(self) -> None:
