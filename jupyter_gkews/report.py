@@ -123,7 +123,7 @@ def held_and_released(events: list[dict], cycles: list[dict], start: float, end:
 
 def week(events: list[dict], cycles: list[dict], end: float) -> dict:
     """Seven days ending at `end`, one row a day (UTC): hours held (allocated) and released."""
-    day0 = math.floor(end / DAY) * DAY - 6 * DAY
+    day0 = math.ceil(end / DAY) * DAY - 7 * DAY  # the day `end` falls in is the last (a midnight ends one)
     days = []
     for i in range(7):
         s = day0 + i * DAY
@@ -210,7 +210,7 @@ def text(report: dict) -> str:
                      "-" if idle is None else f"{idle / 60:.1f} min", f"{r['released_hours']:.2f}",
                      f"{r['gpu_hours_released']:.2f}", _mib(r["checkpoint_bytes"]), _mib(r["snapshot_bytes"]),
                      verdicts, _fmt(r["ready_seconds"]), _fmt(r["first_cell_seconds"])))
-    widths = [max(len(COLUMNS[i]), *(len(row[i]) for row in rows)) for i in range(len(COLUMNS))]
+    widths = [max([len(COLUMNS[i])] + [len(row[i]) for row in rows]) for i in range(len(COLUMNS))]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     out = [line(COLUMNS), line(["-" * w for w in widths])] + [line(r) for r in rows]
     if not rows:
