@@ -221,12 +221,13 @@ class Store:
                 if doomed:
                     deleted[notebook] = doomed
                     dropped.update(os.path.join(self.manifest_dir(notebook), cid + ".json") for cid in doomed)
+            freed = sum(os.path.getsize(p) for p in dropped)
             if not dry_run:
                 for path in dropped:
                     remove_quietly(path)
                 for mdir in {os.path.dirname(p) for p in dropped}:
                     fsync_dir(mdir)
-            freed = self._collect(dropped=dropped, dry_run=dry_run)
+            freed += self._collect(dropped=dropped, dry_run=dry_run)
         return {"deleted": deleted, "bytes_freed": freed}
 
     def _expired(self, notebook: str, keep: int, budget: int, max_age: float) -> list[str]:
