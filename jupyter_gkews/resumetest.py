@@ -40,7 +40,11 @@ except ImportError:
 OBSERVE = r'''
 import hashlib as _h, json as _j, os as _o
 def _gkews_observe():
-    m = gkews_model
+    m, secret = globals().get("gkews_model"), globals().get("gkews_secret")
+    seen = {"pid": _o.getpid(), "live_secret": _o.environ.get("%(env)s"), "secret": secret, "model": None,
+            "weights": None, "output": None}
+    if m is None:  # not restored: the comparison will say so
+        return seen
     if hasattr(m, "parameters"):
         import torch
         with torch.no_grad():
@@ -48,9 +52,8 @@ def _gkews_observe():
             out, kind = m(gkews_input).cpu().numpy(), "torch"
     else:
         blobs, out, kind = [m["w"].tobytes(), m["b"].tobytes()], gkews_input @ m["w"] + m["b"], "numpy"
-    secret = globals().get("gkews_secret")
-    return {"pid": _o.getpid(), "live_secret": _o.environ.get("%(env)s"), "secret": secret, "model": kind,
-            "weights": _h.sha256(b"".join(blobs)).hexdigest(), "output": _h.sha256(out.tobytes()).hexdigest()}
+    seen.update(model=kind, weights=_h.sha256(b"".join(blobs)).hexdigest(), output=_h.sha256(out.tobytes()).hexdigest())
+    return seen
 _gkews_seen = _gkews_observe()
 %(write)s
 print(_j.dumps(_gkews_seen))
@@ -74,9 +77,9 @@ def judge(before: dict, after: dict, verdict: str | None, result_before: str | N
         problems.append("the result file written before the pause is gone")
     elif result_after != result_before:
         problems.append("the result file changed between pause and resume")
-    same_values = [k for k in ("secret", "weights", "output") if after.get(k) != before.get(k)]
-    if same_values:
-        problems.append(f"not the same values after the resume: {', '.join(same_values)} differ")
+    differ = [k for k in ("secret", "weights", "output") if after.get(k) is None or after.get(k) != before.get(k)]
+    if differ:
+        problems.append(f"not the same values after the resume: {', '.join(differ)} differ")
     live = after.get("live_secret") is not None and after.get("live_secret") == before.get("live_secret")
     if live and after.get("pid") != before.get("pid"):
         problems.append("the process-only secret came back in a different process")
