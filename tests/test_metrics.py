@@ -64,3 +64,16 @@ async def test_metrics_follow_a_pause_and_a_resume(jp_fetch, jp_serverapp, jp_ro
 async def test_metrics_need_the_token(jp_fetch):
     r = await jp_fetch("metrics", headers={"Authorization": ""}, raise_error=False)
     assert r.code == 403
+
+
+@pytest.mark.parametrize("environ, count", [
+    ({"CUDA_VISIBLE_DEVICES": "0,1"}, 2),
+    ({"CUDA_VISIBLE_DEVICES": "0,-1,2"}, 1),  # CUDA stops at the first invalid entry
+    ({"CUDA_VISIBLE_DEVICES": ""}, 0),
+    ({"NVIDIA_VISIBLE_DEVICES": "GPU-aaa,GPU-bbb,GPU-ccc"}, 3),
+    ({"NVIDIA_VISIBLE_DEVICES": "none"}, 0),
+    ({"NVIDIA_VISIBLE_DEVICES": "void", "CUDA_VISIBLE_DEVICES": "0"}, 1),
+])
+def test_the_gpu_count_comes_from_the_environment(environ, count):
+    from jupyter_gkews.gpus import detect_gpu_count
+    assert detect_gpu_count(environ) == count
