@@ -124,7 +124,7 @@ class GkewsApp(ExtensionApp):
         """The same cleanup as `jupyter gkews cleanup`, with this server's settings and backend."""
         lifecycle = getattr(self, "lifecycle", None)
         return await run_cleanup(
-            os.environ.get(CHECKPOINT_ROOT_ENV) or self.checkpoint_root,
+            lifecycle.checkpoint_root if lifecycle is not None else os.path.expanduser(self.checkpoint_root),
             lifecycle.backend if lifecycle is not None else None, keep_last=self.keep_last,
             max_bytes=self.max_bytes, max_age_days=self.max_age_days, dry_run=dry_run)
 

@@ -222,7 +222,9 @@ def text(report: dict) -> str:
         f"pauses: {t['paused']} of {t['cycles']} cycle(s), {t['by_idle_policy']} by the idle policy; "
         f"idle time before the pauses: {t['idle_hours_before_pause']:.2f} h",
         f"released: {t['released_hours']:.2f} h, {t['gpu_hours_released']:.2f} GPU hours",
-        f"kept: checkpoints {_mib(t['checkpoint_bytes'])} MiB, snapshots {_mib(t['snapshot_bytes'])} MiB",
+        f"kept: checkpoints {_mib(t['checkpoint_bytes'])} MiB, snapshots {_mib(t['snapshot_bytes'])} MiB"
+        + (f"; the checkpoint store holds {_mib(t['checkpoint_bytes_on_disk'])} MiB now"
+           if "checkpoint_bytes_on_disk" in t else ""),
         f"resumes: {t['notebooks_resumed']} notebook(s), success {rate} ("
         + (", ".join(f"{n} {v}" for v, n in sorted(t["verdicts"].items())) or "none") + ")",
         f"time to a usable kernel (resume requested -> ready): p50 {_fmt(t['ready_seconds_p50'], '.1f', ' s')}, "

@@ -278,7 +278,7 @@ class Store:
                 freed += os.path.getsize(path)
                 if not dry_run:
                     os.unlink(path)
-            except FileNotFoundError:
+            except OSError:  # gone meanwhile, or not ours to remove: the next collection tries again
                 pass
         return freed
 

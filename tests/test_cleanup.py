@@ -14,6 +14,7 @@ from clikit import jupyter_gkews
 from jupyter_gkews.backends import LocalBackend
 from jupyter_gkews.cleanup import run_cleanup
 from kernel_state.store import Store
+from serverkit import gkews_server_config
 
 A, B = "work/a.ipynb", "work/b.ipynb"
 
@@ -120,9 +121,7 @@ async def test_the_backends_cleanup_hook_is_called_and_counted(tmp_path):
 @pytest.fixture
 def jp_server_config(tmp_path, monkeypatch):
     monkeypatch.delenv("GKEWS_CHECKPOINT_ROOT", raising=False)
-    return {"ServerApp": {"jpserver_extensions": {"jupyter_gkews": True}, "allow_unauthenticated_access": False},
-            "GkewsApp": {"checkpoint_root": str(tmp_path / "ckpt"), "state_dir": str(tmp_path / "state"),
-                         "keep_last": 1, "cleanup_interval": 0.3, "idle_profile": "off"}}
+    return gkews_server_config(tmp_path, keep_last=1, cleanup_interval=0.3, idle_profile="off")
 
 
 def test_the_server_cleans_up_periodically(jp_serverapp, jp_asyncio_loop, jp_fetch, tmp_path):

@@ -14,7 +14,7 @@ import pytest
 
 from jupyter_gkews.app import GkewsApp
 from jupyter_gkews.idle import BUILTIN_PROFILES, choose_profile
-from serverkit import events, open_notebook, post, run_cell, status, wait_for
+from serverkit import events, gkews_server_config, open_notebook, post, run_cell, status, wait_for
 
 IDLE_SECONDS = 3.0  # the test profile's limit
 CHECK_EVERY = 0.2
@@ -28,10 +28,8 @@ def profile_fields():
 @pytest.fixture
 def jp_server_config(tmp_path, monkeypatch, profile_fields):
     monkeypatch.delenv("GKEWS_CHECKPOINT_ROOT", raising=False)
-    return {"ServerApp": {"jpserver_extensions": {"jupyter_gkews": True}, "allow_unauthenticated_access": False},
-            "GkewsApp": {"checkpoint_root": str(tmp_path / "ckpt"), "state_dir": str(tmp_path / "state"),
-                         "busy_timeout": 2.0, "idle_profile": "test", "idle_profiles": {"test": profile_fields},
-                         "idle_check_interval": CHECK_EVERY, "cleanup_interval": 0}}
+    return gkews_server_config(tmp_path, busy_timeout=2.0, idle_profile="test", idle_profiles={"test": profile_fields},
+                               idle_check_interval=CHECK_EVERY, cleanup_interval=0)
 
 
 @pytest.fixture

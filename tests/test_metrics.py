@@ -7,15 +7,13 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from serverkit import open_notebook, post, run_cell, wait_for
+from serverkit import gkews_server_config, open_notebook, post, run_cell, wait_for
 
 
 @pytest.fixture
 def jp_server_config(tmp_path, monkeypatch):
     monkeypatch.delenv("GKEWS_CHECKPOINT_ROOT", raising=False)
-    return {"ServerApp": {"jpserver_extensions": {"jupyter_gkews": True}, "allow_unauthenticated_access": False},
-            "GkewsApp": {"checkpoint_root": str(tmp_path / "ckpt"), "state_dir": str(tmp_path / "state"),
-                         "gpu_count": 4}}
+    return gkews_server_config(tmp_path, gpu_count=4)
 
 
 async def scrape(jp_fetch) -> dict:

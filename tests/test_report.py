@@ -2,6 +2,7 @@
 lifecycle writes it (the article's workstation: used 40 h of a 168 h week)."""
 from __future__ import annotations
 
+import asyncio
 import calendar
 import json
 import re
@@ -12,7 +13,7 @@ import pytest
 from clikit import jupyter_gkews
 from jupyter_gkews.report import build_report, percentile
 from jupyter_gkews.state import StateStore
-from serverkit import open_notebook, post, run_cell, status, wait_for
+from serverkit import gkews_server_config, open_notebook, post, run_cell, status, wait_for
 
 H = 3600.0
 MONDAY = calendar.timegm((2026, 11, 23, 0, 0, 0))  # a Monday, UTC
@@ -126,9 +127,7 @@ def test_percentiles_are_nearest_rank():
 @pytest.fixture
 def jp_server_config(tmp_path, monkeypatch):
     monkeypatch.delenv("GKEWS_CHECKPOINT_ROOT", raising=False)
-    return {"ServerApp": {"jpserver_extensions": {"jupyter_gkews": True}, "allow_unauthenticated_access": False},
-            "GkewsApp": {"checkpoint_root": str(tmp_path / "ckpt"), "state_dir": str(tmp_path / "state"),
-                         "gpu_count": 2}}
+    return gkews_server_config(tmp_path, gpu_count=2)
 
 
 async def test_the_report_of_a_real_pause_and_resume(jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
@@ -142,10 +141,11 @@ async def test_the_report_of_a_real_pause_and_resume(jp_fetch, jp_serverapp, jp_
     assert resumed["state"] == "active", resumed["message"]
     await run_cell(jp_serverapp, kid, "data.sum()")
     while "kernel_usable" not in (await status(jp_fetch))["timeline"]:
-        await __import__("asyncio").sleep(0.1)
+        await asyncio.sleep(0.1)
     t = (await status(jp_fetch))["timeline"]
 
-    r = jupyter_gkews("report", f"--state-dir={tmp_path / 'state'}", "--json", home=tmp_path / "cli")
+    r = jupyter_gkews("report", f"--state-dir={tmp_path / 'state'}", f"--checkpoint-root={tmp_path / 'ckpt'}",
+                      "--json", home=tmp_path / "cli")
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     [cycle] = report["cycles"]
@@ -159,6 +159,7 @@ async def test_the_report_of_a_real_pause_and_resume(jp_fetch, jp_serverapp, jp_
     assert cycle["ready_seconds"] == pytest.approx(t["restore_done"] - t["resume_requested"], abs=1e-3)
     assert cycle["first_cell_seconds"] == pytest.approx(t["kernel_usable"] - t["resume_requested"], abs=1e-3)
     assert report["totals"]["success_rate"] == 1.0
+    assert report["totals"]["checkpoint_bytes_on_disk"] > cycle["checkpoint_bytes"]  # blobs and manifest
     assert report["totals"]["fallbacks"] == {"a new process: the live state did not survive": 1}
 
 

@@ -29,6 +29,18 @@ def parse_until(value: str) -> float:
     raise ValueError(f"--until={value!r} is not a date: give YYYY-MM-DD, YYYY-MM-DDTHH:MM (UTC) or epoch seconds")
 
 
+def disk_usage(root: str) -> int:
+    """Bytes the checkpoint store holds now (blobs, manifests, leftovers)."""
+    total = 0
+    for folder, _, names in os.walk(root):
+        for name in names:
+            try:
+                total += os.path.getsize(os.path.join(folder, name))
+            except OSError:
+                pass
+    return total
+
+
 class ReportApp(ServerConfigApp):
     name = "jupyter-gkews-report"
     description = ("Per pause cycle and in total: idle time before the pause, GPU hours released, checkpoint "
@@ -38,7 +50,8 @@ class ReportApp(ServerConfigApp):
     html = Unicode("", config=True, help="Also write the report as a self-contained HTML page to this file.")
     until = Unicode("", config=True, help="End of the report (UTC date YYYY-MM-DD, YYYY-MM-DDTHH:MM, or epoch "
                                           "seconds); default now. The week chart ends here.")
-    aliases = {"state-dir": "GkewsApp.state_dir", "html": "ReportApp.html", "until": "ReportApp.until"}
+    aliases = {"state-dir": "GkewsApp.state_dir", "checkpoint-root": "GkewsApp.checkpoint_root",
+               "html": "ReportApp.html", "until": "ReportApp.until"}
     flags = {"json": ({"ReportApp": {"as_json": True}}, "Print the report as JSON.")}
 
     def start(self) -> None:
@@ -55,6 +68,7 @@ class ReportApp(ServerConfigApp):
             self.exit(2)
         report = build_report(store.events(limit=10**9), until)
         report["state_dir"] = store.directory
+        report["totals"]["checkpoint_bytes_on_disk"] = disk_usage(os.path.expanduser(settings.checkpoint_root))
         if self.html:
             with open(self.html, "w") as f:
                 f.write(page(report))
