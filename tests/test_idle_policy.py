@@ -35,8 +35,10 @@ def jp_server_config(tmp_path, monkeypatch, profile_fields):
 @pytest.fixture
 def jp_serverapp(jp_serverapp, jp_asyncio_loop):
     """pytest-jupyter never runs the extensions' start hooks (the server's loop does, once it runs): run them,
-    so the idle watcher starts as it does in a real server."""
+    as a real server does. Each test then starts the idle watcher once its setup is done: on a loaded machine
+    opening a notebook can take longer than the tests' idle limit of a few seconds."""
     jp_asyncio_loop.run_until_complete(jp_serverapp.extension_manager.start_all_extensions())
+    gkews_app(jp_serverapp).idle_watcher.stop()
     return jp_serverapp
 
 
@@ -64,8 +66,11 @@ async def test_an_idle_session_is_paused_by_the_policy_through_the_lifecycle(jp_
     bridge = gkews_app(jp_serverapp).lifecycle.bridge
     for _ in range(3):
         await bridge.call(kid, {"op": "identity"})
+    watcher = gkews_app(jp_serverapp).idle_watcher
+    watcher.start()
 
     requested = await idle_pause(jp_fetch)
+    watcher.stop()  # what follows checks the resume, not another idle pause
     assert requested["reason"] == "idle policy" and requested["snapshot"] is False
     # the user's last act is the cell, not the bridge calls after it
     assert requested["last_activity"] == pytest.approx(last_cell, abs=0.01)
@@ -90,6 +95,7 @@ async def test_a_busy_kernel_is_never_paused_by_the_policy(jp_fetch, jp_serverap
     km = jp_serverapp.kernel_manager
     while km.get_kernel(kid).execution_state != "busy":
         await asyncio.sleep(0.05)
+    watcher.start()
     started = kernel_activity(jp_serverapp, kid)
     # wait until the session has been idle past the limit for several checks, with the kernel still busy
     while time.time() - max(started, watcher.last_activity()) < IDLE_SECONDS + 5 * CHECK_EVERY:
@@ -123,6 +129,7 @@ async def test_terminals_and_connecting_notebooks_are_activity(jp_fetch, jp_ws_f
     terminal = jp_serverapp.web_app.settings["terminal_manager"].terminals[term]
     assert terminal.last_activity.timestamp() >= typed
     kernel_last = kernel_activity(jp_serverapp, s["kernel"]["id"])
+    watcher.start()
     requested = await idle_pause(jp_fetch)
     tws.close()
     # the pause came IDLE_SECONDS after the typing, and says the typing was the last act
@@ -136,6 +143,7 @@ async def test_a_connected_notebook_can_be_made_to_hold_the_session(jp_fetch, jp
     s = await open_notebook(jp_fetch, jp_root_dir, "work/open-tab.ipynb")
     watcher = gkews_app(jp_serverapp).idle_watcher
     ws = await jp_ws_fetch("api", "kernels", s["kernel"]["id"], "channels")
+    watcher.start()
     while time.time() - watcher.last_activity() < IDLE_SECONDS + 5 * CHECK_EVERY:
         await asyncio.sleep(CHECK_EVERY)
     assert watcher.verdict() == (False, "1 notebook connection(s) open")
@@ -149,6 +157,7 @@ async def test_a_connected_notebook_can_be_made_to_hold_the_session(jp_fetch, jp
 async def test_minimum_running_time_holds_back_the_policy(jp_fetch, jp_serverapp, jp_root_dir, profile_fields):
     await open_notebook(jp_fetch, jp_root_dir, "work/fresh.ipynb")
     watcher = gkews_app(jp_serverapp).idle_watcher
+    watcher.start()
     while time.time() - watcher.last_activity() < 0.01 * 60 + 5 * CHECK_EVERY:
         await asyncio.sleep(CHECK_EVERY)
     assert watcher.verdict() == (False, "running for less than 600 min")
