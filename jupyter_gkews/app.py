@@ -6,11 +6,16 @@ import os
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Float, Int, Type, Unicode, default
+from traitlets import Dict, Float, Int, Type, Unicode, default
 
 from .backends import Backend, LocalBackend
 from .bridge import KernelBridge
 from .checkpoints import CheckpointCatalog
+from .cleanup import describe, run_cleanup
+from .gpus import detect_gpu_count
+from .idle import PROFILE_ENV, IdleWatcher, choose_profile, profile_from_environment
+from .metrics import MetricsRecorder
+from .periodic import Periodic
 from .handlers import handlers
 from .lifecycle import Lifecycle
 from .state import StateStore
@@ -73,6 +78,77 @@ class GkewsApp(ExtensionApp):
         "is kept even when it alone is larger.",
     )
 
+    # -- operations: idle policy, GPU accounting, cleanup ---------------------------------------------
+    idle_profile = Unicode(
+        config=True,
+        help=f"The workload profile of the idle policy: interactive (60 min, snapshot), training (180 min), "
+        f"scripted (15 min, checkpoint only), off, or one defined in idle_profiles. Default: the environment "
+        f"variable {PROFILE_ENV} (a Workspace's pod config sets it), else interactive.",
+    )
+
+    idle_profiles = Dict(
+        config=True,
+        help="Profiles to add or change: {name: {field: value}}, fields idle_minutes, snapshot, busy_blocks, "
+        "min_running_minutes, connected_keeps_active (see docs/operations.md).",
+    )
+
+    idle_check_interval = Float(30.0, config=True, help="Seconds between two looks of the idle policy.")
+
+    gpu_count = Int(
+        config=True,
+        help="GPUs this session holds while it runs; paused hours times this are the GPU hours released. "
+        "Default: counted from CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES, else `nvidia-smi -L`, else 0.",
+    )
+
+    cleanup_interval = Float(
+        6 * 3600.0, config=True,
+        help="Seconds between two runs of the checkpoint and snapshot cleanup inside the server; 0: never "
+        "(then run `jupyter gkews cleanup`).",
+    )
+
+    max_age_days = Float(
+        0.0, config=True,
+        help="Checkpoints older than this many days are removed by the cleanup (the newest complete one of "
+        "each notebook never is); 0: no age limit.",
+    )
+
+    @default("idle_profile")
+    def _default_idle_profile(self) -> str:
+        return profile_from_environment()
+
+    @default("gpu_count")
+    def _default_gpu_count(self) -> int:
+        return detect_gpu_count()
+
+    async def cleanup(self, dry_run: bool = False) -> dict:
+        """The same cleanup as `jupyter gkews cleanup`, with this server's settings and backend."""
+        lifecycle = getattr(self, "lifecycle", None)
+        return await run_cleanup(
+            lifecycle.checkpoint_root if lifecycle is not None else os.path.expanduser(self.checkpoint_root),
+            lifecycle.backend if lifecycle is not None else None, keep_last=self.keep_last,
+            max_bytes=self.max_bytes, max_age_days=self.max_age_days, dry_run=dry_run)
+
+    def _start_operations(self) -> None:
+        try:
+            name, profile = choose_profile(self.idle_profile, self.idle_profiles)
+        except ValueError as exc:  # never pause on a guess: say what is wrong and leave the session alone
+            self.log.error("jupyter_gkews: the idle policy is off: %s", exc)
+            name, profile = choose_profile("off", {})
+        self.idle_watcher = IdleWatcher(lifecycle=self.lifecycle, serverapp=self.serverapp, name=name,
+                                        profile=profile, interval=self.idle_check_interval, log=self.log)
+        self.idle_watcher.start()
+        self.log.info("jupyter_gkews: idle profile %s %s", name, profile.as_dict())
+
+        async def cleanup():
+            self.log.info("jupyter_gkews: cleanup: %s", describe(await self.cleanup()).splitlines()[-1])
+        self.periodic_cleanup = Periodic(cleanup, self.cleanup_interval, "periodic cleanup", self.log)
+        self.periodic_cleanup.start()
+
+    def _stop_operations(self) -> None:
+        for part in ("idle_watcher", "periodic_cleanup"):
+            if getattr(self, part, None) is not None:
+                getattr(self, part).stop()
+
     @default("checkpoint_root")
     def _default_checkpoint_root(self) -> str:
         return os.path.join(jupyter_data_dir(), "gkews", "checkpoints")
@@ -103,7 +179,9 @@ class GkewsApp(ExtensionApp):
             serverapp=self.serverapp, backend=backend,
             bridge=KernelBridge(self.serverapp.kernel_manager, self.kernel_call_timeout, self.log),
             store=StateStore(self.state_dir), checkpoint_root=os.environ[CHECKPOINT_ROOT_ENV],
-            busy_timeout=self.busy_timeout, keep_last=self.keep_last, max_bytes=self.max_bytes, log=self.log)
+            busy_timeout=self.busy_timeout, keep_last=self.keep_last, max_bytes=self.max_bytes, log=self.log,
+            gpu_count=self.gpu_count)
+        self.lifecycle.listeners.append(MetricsRecorder(self.gpu_count))
         self.lifecycle.load()  # before the server answers requests: nobody sees a half-recovered state
         self.settings.update(gkews_lifecycle=self.lifecycle, gkews_catalog=CheckpointCatalog(os.environ[CHECKPOINT_ROOT_ENV]))
 
@@ -112,10 +190,12 @@ class GkewsApp(ExtensionApp):
 
     async def _start_jupyter_server_extension(self, serverapp) -> None:
         await self.lifecycle.recover()
+        self._start_operations()
         self.log.info("jupyter_gkews: %s backend, state %s", self.lifecycle.backend.name,
                       self.lifecycle.state["state"])
 
     async def stop_extension(self) -> None:
+        self._stop_operations()
         lifecycle = getattr(self, "lifecycle", None)
         if lifecycle is not None:
             await lifecycle.shutdown()

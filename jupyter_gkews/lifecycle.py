@@ -53,8 +53,11 @@ def clean_notebook_paths(paths) -> list[str] | None:
 
 class Lifecycle:
     def __init__(self, *, serverapp, backend, bridge, store: StateStore, checkpoint_root: str,
-                 busy_timeout: float = 60.0, keep_last: int = 5, max_bytes: int = 0, log=None):
+                 busy_timeout: float = 60.0, keep_last: int = 5, max_bytes: int = 0, log=None, gpu_count: int = 0):
         self.serverapp, self.backend, self.bridge, self.store = serverapp, backend, bridge, store
+        self.gpu_count = gpu_count  # recorded with each pause: the report turns paused hours into GPU hours
+        self.listeners: list = []  # called with (event record, state) after each write (metrics); any thread
+        self._take_snapshot = True
         self.checkpoint_root, self.busy_timeout = checkpoint_root, busy_timeout
         self.keep_last, self.max_bytes, self.log = keep_last, max_bytes, log
         self.state = initial_state(backend.name)
@@ -93,6 +96,8 @@ class Lifecycle:
     def _write(self, snapshot: dict, record: dict) -> None:
         self.store.save(snapshot)
         self.store.append_event(record)
+        for listener in self.listeners:
+            listener(record, snapshot)
 
     async def _enter(self, state: str, phase: str | None, message: str, event: str, *, final: bool = False,
                      **details) -> None:
@@ -139,7 +144,10 @@ class Lifecycle:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     # -- pause ----------------------------------------------------------------------------------------
-    async def request_pause(self, notebooks=None, interrupt: bool = False) -> dict:
+    async def request_pause(self, notebooks=None, interrupt: bool = False, *, reason: str = "user",
+                            snapshot: bool = True, last_activity: float | None = None) -> dict:
+        """reason and snapshot come from the idle policy (which also knows terminal activity, hence
+        last_activity); a user's request takes the defaults."""
         if not isinstance(interrupt, bool):
             raise BadRequest('"interrupt" must be true or false')
         wanted = clean_notebook_paths(notebooks)
@@ -151,10 +159,14 @@ class Lifecycle:
         except BaseException:
             self._busy = False
             raise
+        if last_activity is None:
+            last_activity = self._last_activity(targets)
+        self._take_snapshot = snapshot
         self.state.update(cycle=self.state["cycle"] + 1, notebooks=targets, progress=None,
-                          timeline={"last_activity": self._last_activity(targets), "pause_requested": now()})
+                          timeline={"last_activity": last_activity, "pause_requested": now()})
         await self._enter("pausing", "checkpointing", f"checkpointing {len(targets)} notebook(s)",
-                          "pause-requested", notebooks=[nb["path"] for nb in targets], interrupt=interrupt)
+                          "pause-requested", notebooks=[nb["path"] for nb in targets], interrupt=interrupt,
+                          reason=reason, last_activity=last_activity, gpus=self.gpu_count, snapshot=snapshot)
         self._spawn(self._pause(interrupt))
         return self.status()
 
@@ -189,7 +201,8 @@ class Lifecycle:
                                           "notebooks_total": len(notebooks)}
                 await self._checkpoint(nb, interrupt)
                 await self._persist("notebook-checkpointed" if nb["status"] == "checkpointed"
-                                    else "notebook-not-checkpointed", path=nb["path"], error=nb.get("error"))
+                                    else "notebook-not-checkpointed", path=nb["path"], error=nb.get("error"),
+                                    bytes=nb.get("bytes"), seconds=nb.get("seconds"))
             self.state["progress"] = None
             self.state["timeline"]["checkpoint_done"] = now()
             done = [nb for nb in notebooks if nb["status"] == "checkpointed"]
@@ -199,22 +212,24 @@ class Lifecycle:
                                  + "; ".join(f"{nb['path']}: {nb['error']}" for nb in left) + ".",
                                  "Fix the cause above and pause again; every kernel is still running.")
                 return
-            await self._enter("pausing", "snapshotting", "taking a snapshot", "snapshotting")
-            try:
-                snapshot = await self.backend.snapshot(done)
-            except SnapshotFailed as exc:
-                if self.backend.abort_on_snapshot_failure:
-                    await self._fail(f"The snapshot failed: {exc}.", "Nothing was released: every kernel is still "
-                                     "running and the checkpoints are kept. Fix the cause and pause again.")
-                    return
-                snapshot = {"status": "failed", "error": str(exc), "resume_from": "checkpoint"}
-                await self._persist("snapshot-failed", error=str(exc))
+            snapshot = None
+            if self._take_snapshot:  # an idle policy may ask for the checkpoint only
+                await self._enter("pausing", "snapshotting", "taking a snapshot", "snapshotting")
+                try:
+                    snapshot = await self.backend.snapshot(done)
+                except SnapshotFailed as exc:
+                    if self.backend.abort_on_snapshot_failure:
+                        await self._fail(f"The snapshot failed: {exc}.", "Nothing was released: every kernel is "
+                                         "still running and the checkpoints are kept. Fix the cause and pause again.")
+                        return
+                    snapshot = {"status": "failed", "error": str(exc), "resume_from": "checkpoint"}
+                    await self._persist("snapshot-failed", error=str(exc))
             self.state["snapshot"] = snapshot
             self.state["timeline"]["snapshot_ready"] = now() if snapshot and snapshot.get("status") == "ready" else None
             # the code that asked for the snapshot is inside it: a restored copy wakes up here
             if await self._resume_if_restored(done):
                 return
-            await self._enter("pausing", "releasing", "releasing the kernels", "releasing")
+            await self._enter("pausing", "releasing", "releasing the kernels", "releasing", snapshot=snapshot)
             await self.backend.release(done)
             if await self._resume_if_restored(done):
                 return
@@ -227,7 +242,7 @@ class Lifecycle:
                            "kernels from their application checkpoints"
             if left:
                 message += "; still running, not paused: " + "; ".join(f"{nb['path']} ({nb['error']})" for nb in left)
-            await self._enter("paused", None, message, "paused", final=True)
+            await self._enter("paused", None, message, "paused", final=True, timeline=dict(self.state["timeline"]))
             self._watch_for_restore()
         except Exception as exc:  # an unexpected failure must still leave a state a person can act on
             if self.log:
@@ -348,7 +363,8 @@ class Lifecycle:
                 if nb.get("verdict") != "failed":
                     await self._verify_or_restore(nb)
                 self.state["progress"]["notebooks_done"] += 1
-                await self._persist("notebook-resumed", path=nb["path"], verdict=nb["verdict"])
+                await self._persist("notebook-resumed", path=nb["path"], verdict=nb["verdict"],
+                                    why=nb.get("why_restored") or nb.get("error"))
             await asyncio.gather(*(resume_one(nb) for nb in notebooks))
             self.state["progress"] = None
             self.state["timeline"]["restore_done"] = now()
@@ -357,7 +373,8 @@ class Lifecycle:
                 counts[nb["verdict"]] = counts.get(nb["verdict"], 0) + 1
             self._watch_first_cell(notebooks)  # before the state says active: a user may run a cell at once
             await self._enter("active", None, (f"{why}; " if why else "") + "resumed: "
-                              + ", ".join(f"{n} {v}" for v, n in counts.items()), "resumed", final=True, verdicts=counts)
+                              + ", ".join(f"{n} {v}" for v, n in counts.items()), "resumed", final=True,
+                              verdicts=counts, timeline=dict(self.state["timeline"]))
         except Exception as exc:
             if self.log:
                 self.log.exception("gkews: resume failed")
@@ -405,7 +422,8 @@ class Lifecycle:
 
                         def mark_usable(state):
                             state["timeline"]["kernel_usable"] = stamp
-                        await self._write_then_publish(mark_usable, "kernel-usable", kernel_id=kid)
+                        await self._write_then_publish(mark_usable, "kernel-usable", kernel_id=kid,
+                                                       kernel_usable=stamp)
                         return
                 await asyncio.sleep(0.25)
         if self._watch:

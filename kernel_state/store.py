@@ -13,6 +13,7 @@ the new one, never half of one, and a blob under its final name is always comple
 """
 from __future__ import annotations
 
+import calendar
 import contextlib
 import errno
 import fcntl
@@ -207,53 +208,83 @@ class Store:
 
     # -- retention and garbage collection ---------------------------------------------------------
     def apply_retention(self, notebook: str, keep_last: int | None = None, max_bytes: int | None = None) -> dict:
+        out = self.enforce_retention([notebook], keep_last, max_bytes)
+        return {"deleted": out["deleted"].get(notebook, []), "bytes_freed": out["bytes_freed"]}
+
+    def enforce_retention(self, notebooks, keep_last: int | None = None, max_bytes: int | None = None,
+                          max_age: float = 0, dry_run: bool = False) -> dict:
+        """Delete the checkpoints of these notebooks that retention lets go, then every blob no manifest
+        references. Only complete (readable) checkpoints count: the newest of them is always kept, and a
+        damaged manifest is never chosen here (it is deleted by name). max_age in seconds, 0: no limit.
+        With dry_run nothing is deleted and the same answer is given."""
         keep = config.keep_last(keep_last)
         budget = config.max_bytes(max_bytes)
         with self.lock(exclusive=True):
-            ids = self.checkpoint_ids(notebook)
-            doomed = ids[keep:]
-            kept = ids[:keep]
-            if budget and len(kept) > 1:
-                blobs: dict[str, int] = {}
-                manifests = {cid: self.load_manifest(notebook, cid) for cid in kept}
-                for cid in kept:
-                    blobs.update(manifests[cid]["blobs"])
-                while len(kept) > 1 and sum(blobs.values()) > budget:
-                    doomed.append(kept.pop())
-                    blobs = {}
-                    for cid in kept:
-                        blobs.update(manifests[cid]["blobs"])
-            for cid in doomed:
-                remove_quietly(os.path.join(self.manifest_dir(notebook), cid + ".json"))
-            if doomed:
-                fsync_dir(self.manifest_dir(notebook))
-            freed = self._collect()
-        return {"deleted": doomed, "bytes_freed": freed}
+            deleted, dropped = {}, set()
+            for notebook in notebooks:
+                doomed = self._expired(notebook, keep, budget, max_age)
+                if doomed:
+                    deleted[notebook] = doomed
+                    dropped.update(os.path.join(self.manifest_dir(notebook), cid + ".json") for cid in doomed)
+            freed = sum(os.path.getsize(p) for p in dropped)
+            if not dry_run:
+                for path in dropped:
+                    remove_quietly(path)
+                for mdir in {os.path.dirname(p) for p in dropped}:
+                    fsync_dir(mdir)
+            freed += self._collect(dropped=dropped, dry_run=dry_run)
+        return {"deleted": deleted, "bytes_freed": freed}
 
-    def _collect(self) -> int:
-        """Delete blobs that no manifest references, and stale temp files. Caller holds the exclusive lock."""
+    def _expired(self, notebook: str, keep: int, budget: int, max_age: float) -> list[str]:
+        manifests = {}
+        for cid in self.checkpoint_ids(notebook):
+            try:
+                manifests[cid] = self.load_manifest(notebook, cid)
+            except CorruptManifest:
+                continue
+        kept = list(manifests)  # newest first
+        doomed = kept[keep:]
+        kept = kept[:keep]
+        if max_age:
+            cutoff = time.time() - max_age
+            old = [cid for cid in kept[1:] if _created_epoch(manifests[cid]) < cutoff]
+            doomed += old
+            kept = [cid for cid in kept if cid not in old]
+
+        def size():
+            blobs: dict[str, int] = {}
+            for cid in kept:
+                blobs.update(manifests[cid]["blobs"])
+            return sum(blobs.values())
+        while budget and len(kept) > 1 and size() > budget:
+            doomed.append(kept.pop())
+        return doomed
+
+    def _collect(self, dropped: set[str] = frozenset(), dry_run: bool = False) -> int:
+        """Delete blobs that no manifest (other than those in dropped) references, and stale temp files;
+        return the bytes freed (or that would be, with dry_run). Caller holds the exclusive lock."""
         referenced: set[str] = set()
         nb_root = os.path.join(self.root, "notebooks")
         for key in os.listdir(nb_root) if os.path.isdir(nb_root) else []:
             mdir = os.path.join(nb_root, key, "manifests")
             for name in os.listdir(mdir) if os.path.isdir(mdir) else []:
-                if not name.endswith(".json"):
+                if not name.endswith(".json") or os.path.join(mdir, name) in dropped:
                     continue
                 try:
                     referenced.update(self.read_manifest_file(os.path.join(mdir, name))["blobs"])
                 except CorruptManifest:
                     return 0  # cannot tell what it needs: keep every blob until it is deleted
         freed = 0
-        for name in os.listdir(self.blob_dir):
-            if name.split(".", 1)[0] not in referenced:
-                path = os.path.join(self.blob_dir, name)
-                try:
-                    freed += os.path.getsize(path)
+        doomed = [os.path.join(self.blob_dir, n) for n in os.listdir(self.blob_dir)
+                  if n.split(".", 1)[0] not in referenced]
+        doomed += [os.path.join(self.tmp_dir, n) for n in os.listdir(self.tmp_dir)]
+        for path in doomed:
+            try:
+                freed += os.path.getsize(path)
+                if not dry_run:
                     os.unlink(path)
-                except FileNotFoundError:
-                    pass
-        for name in os.listdir(self.tmp_dir):
-            remove_quietly(os.path.join(self.tmp_dir, name))
+            except OSError:  # gone meanwhile, or not ours to remove: the next collection tries again
+                pass
         return freed
 
 
@@ -261,6 +292,13 @@ def manifest_checksum(manifest: dict) -> str:
     """The xxh3-128 of the manifest's content without its own checksum field, independent of key order."""
     body = {k: v for k, v in manifest.items() if k != "checksum"}
     return digest_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
+def _created_epoch(manifest: dict) -> float:
+    try:
+        return float(calendar.timegm(time.strptime(manifest["created"], "%Y-%m-%dT%H:%M:%SZ")))
+    except (KeyError, TypeError, ValueError):
+        return time.time()  # no readable date: never old
 
 
 def summary(manifest: dict) -> dict:

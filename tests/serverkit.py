@@ -71,3 +71,10 @@ async def wait_kernel_state(serverapp, kernel_id: str, state: str, timeout: floa
         if loop.time() > deadline:
             raise AssertionError(f"kernel {kernel_id} not {state} after {timeout}s")
         await asyncio.sleep(0.05)
+
+
+def gkews_server_config(tmp_path, **settings) -> dict:
+    """jp_server_config of a server with the extension on throw-away checkpoint and state directories
+    (no unauthenticated access); settings: more GkewsApp traits."""
+    return {"ServerApp": {"jpserver_extensions": {"jupyter_gkews": True}, "allow_unauthenticated_access": False},
+            "GkewsApp": {"checkpoint_root": str(tmp_path / "ckpt"), "state_dir": str(tmp_path / "state"), **settings}}

@@ -1,0 +1,45 @@
+"""`jupyter gkews cleanup [--dry-run]`: retention of checkpoints, orphan blobs, the backend's snapshots."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+from traitlets import Bool
+
+from ..cleanup import describe, run_cleanup
+from .serverconfig import ServerConfigApp
+
+
+class CleanupApp(ServerConfigApp):
+    name = "jupyter-gkews-cleanup"
+    description = ("Remove expired checkpoints (c.GkewsApp.keep_last, max_bytes, max_age_days) and blobs no "
+                   "checkpoint uses, and ask the backend to remove what it no longer needs (GKE: this "
+                   "Workspace's old PodSnapshots). The newest complete checkpoint of a notebook is never removed.")
+    dry_run = Bool(False, config=True, help="Say what would be removed and the bytes it would free; remove nothing.")
+    as_json = Bool(False, config=True, help="Print the result as JSON.")
+    aliases = {"checkpoint-root": "GkewsApp.checkpoint_root", "keep-last": "GkewsApp.keep_last",
+               "max-bytes": "GkewsApp.max_bytes", "max-age-days": "GkewsApp.max_age_days"}
+    flags = {"dry-run": ({"CleanupApp": {"dry_run": True}}, "Remove nothing; say what would go."),
+             "json": ({"CleanupApp": {"as_json": True}}, "Print the result as JSON.")}
+
+    def start(self) -> None:
+        settings = self.server_settings()
+        root = os.path.abspath(os.path.expanduser(settings.checkpoint_root))
+        if not os.path.isdir(root):
+            print(f"no checkpoint store at {root}; nothing to clean. Give the server's with "
+                  f"--checkpoint-root=DIR (c.GkewsApp.checkpoint_root).")
+            return
+        try:
+            backend = settings.backend_class(parent=settings)  # not bound: cleanup needs no running server
+            report = asyncio.run(run_cleanup(root, backend, keep_last=settings.keep_last,
+                                             max_bytes=settings.max_bytes, max_age_days=settings.max_age_days,
+                                             dry_run=self.dry_run))
+        except ValueError as exc:  # a retention setting out of range
+            print(f"{exc}; fix it in jupyter_server_config.py or on the command line", file=sys.stderr)
+            self.exit(2)
+        print(json.dumps(report, indent=1) if self.as_json else describe(report))
+
+
+main = CleanupApp.launch_instance

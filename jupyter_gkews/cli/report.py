@@ -1,0 +1,83 @@
+"""`jupyter gkews report`: GPU hours released and what resuming cost, from the event log."""
+from __future__ import annotations
+
+import calendar
+import json
+import os
+import sys
+import time
+
+from traitlets import Bool, Unicode
+
+from ..report import build_report, text
+from ..report_html import page
+from ..state import StateStore
+from .serverconfig import ServerConfigApp
+
+
+def parse_until(value: str) -> float:
+    """Seconds since the epoch, or a UTC date YYYY-MM-DD (its end) or YYYY-MM-DDTHH:MM."""
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    for fmt, extra in (("%Y-%m-%dT%H:%M", 0), ("%Y-%m-%d", 86400)):
+        try:
+            return calendar.timegm(time.strptime(value, fmt)) + extra
+        except ValueError:
+            continue
+    raise ValueError(f"--until={value!r} is not a date: give YYYY-MM-DD, YYYY-MM-DDTHH:MM (UTC) or epoch seconds")
+
+
+def disk_usage(root: str) -> int:
+    """Bytes the checkpoint store holds now (blobs, manifests, leftovers)."""
+    total = 0
+    for folder, _, names in os.walk(root):
+        for name in names:
+            try:
+                total += os.path.getsize(os.path.join(folder, name))
+            except OSError:
+                pass
+    return total
+
+
+class ReportApp(ServerConfigApp):
+    name = "jupyter-gkews-report"
+    description = ("Per pause cycle and in total: idle time before the pause, GPU hours released, checkpoint "
+                   "and snapshot bytes kept, resume verdicts and success rate, time to a usable kernel "
+                   "(p50/p95), fallbacks and their causes; and a week of hours allocated vs released.")
+    as_json = Bool(False, config=True, help="Print the report as JSON.")
+    html = Unicode("", config=True, help="Also write the report as a self-contained HTML page to this file.")
+    until = Unicode("", config=True, help="End of the report (UTC date YYYY-MM-DD, YYYY-MM-DDTHH:MM, or epoch "
+                                          "seconds); default now. The week chart ends here.")
+    aliases = {"state-dir": "GkewsApp.state_dir", "checkpoint-root": "GkewsApp.checkpoint_root",
+               "html": "ReportApp.html", "until": "ReportApp.until"}
+    flags = {"json": ({"ReportApp": {"as_json": True}}, "Print the report as JSON.")}
+
+    def start(self) -> None:
+        settings = self.server_settings()
+        store = StateStore(settings.state_dir)
+        if not os.path.isfile(store.events_path):
+            print(f"no event log at {store.events_path}: the server has not run with this state directory. "
+                  f"Give the one it uses with --state-dir=DIR (c.GkewsApp.state_dir).", file=sys.stderr)
+            self.exit(2)
+        try:
+            until = parse_until(self.until) if self.until else None
+        except ValueError as exc:
+            print(exc, file=sys.stderr)
+            self.exit(2)
+        report = build_report(store.events(limit=10**9), until)
+        report["state_dir"] = store.directory
+        report["totals"]["checkpoint_bytes_on_disk"] = disk_usage(os.path.expanduser(settings.checkpoint_root))
+        if self.html:
+            with open(self.html, "w") as f:
+                f.write(page(report))
+        if self.as_json:
+            print(json.dumps(report, indent=1))
+        else:
+            print(text(report))
+            if self.html:
+                print(f"HTML report: {os.path.abspath(self.html)}")
+
+
+main = ReportApp.launch_instance

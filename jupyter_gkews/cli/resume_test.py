@@ -1,0 +1,105 @@
+"""`jupyter gkews resume-test`: the release-checklist check that a notebook really resumes."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from jupyter_core.application import JupyterApp
+from traitlets import Bool, Enum, Float, Unicode
+
+from ..resumetest import ResumeTest
+from ..serverclient import UNREACHABLE, ServerClient
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+class ResumeTestApp(JupyterApp):
+    name = "jupyter-gkews-resume-test"
+    description = ("Start a test kernel holding a secret that exists only in that process, a small model and a "
+                   "result file; pause; resume; report 'live restore: the secret value is in the same process' "
+                   "or 'fresh process: restored from checkpoint'; exit 1 when neither holds. Without --url it "
+                   "starts its own jupyter server with the extension (local backend) in a temporary directory.")
+    url = Unicode("", config=True, help="A running server to test (e.g. http://127.0.0.1:8888/); default: start one.")
+    token = Unicode("", config=True, help="That server's token; default: $JUPYTER_TOKEN.")
+    step = Enum(["all", "prepare", "check"], "all", config=True,
+                help="all; or prepare (pause, write --record) before a platform upgrade and check (resume, "
+                     "compare) after it. prepare and check need --url.")
+    record = Unicode("gkews-resume-test.json", config=True, help="Where prepare writes, and check reads, what "
+                                                                 "the kernel held before the pause.")
+    timeout = Float(600.0, config=True, help="Seconds each step (a cell, the pause, the resume) may take.")
+    keep = Bool(False, config=True, help="Keep the scratch notebook, its result file and checkpoints (and the "
+                                         "started server's directory).")
+    aliases = {"url": "ResumeTestApp.url", "token": "ResumeTestApp.token", "step": "ResumeTestApp.step",
+               "record": "ResumeTestApp.record", "timeout": "ResumeTestApp.timeout"}
+    flags = {"keep": ({"ResumeTestApp": {"keep": True}}, "Keep what the test created.")}
+
+    def start(self) -> None:
+        if self.step != "all" and not self.url:
+            self._usage(f"--step={self.step} needs --url: the server must outlive this command between the steps")
+        server = None
+        base = None
+        if self.url:
+            client = ServerClient(self.url, self.token or os.environ.get("JUPYTER_TOKEN", ""))
+        else:
+            from ..localserver import LocalServer
+            base = tempfile.mkdtemp(prefix="gkews-resume-test-")
+            server = client = LocalServer(base)
+            say(f"starting a jupyter server with the extension in {base}")
+            server.start()
+        try:
+            code = self._run(client)
+        except UNREACHABLE as exc:
+            print(f"cannot reach the server at {client.url}: {exc}. Check --url and that it runs.", file=sys.stderr)
+            code = 2
+        except (RuntimeError, AssertionError) as exc:
+            print(f"resume test stopped: {exc}", file=sys.stderr)
+            code = 2
+        finally:
+            if server is not None:
+                server.stop()
+                if not self.keep:
+                    shutil.rmtree(base, ignore_errors=True)
+        self.exit(code)
+
+    def _usage(self, message: str) -> None:
+        print(message, file=sys.stderr)
+        self.exit(2)
+
+    def _run(self, client) -> int:
+        code, _ = client.request("GET", "gkews/status")
+        if code == 403:
+            self._usage(f"the server at {client.url} refused the token: give the right one with --token")
+        if code == 404:
+            self._usage(f"the server at {client.url} has no jupyter_gkews extension: install and enable it")
+        test = ResumeTest(client, say, self.timeout)
+        if self.step == "check":
+            try:
+                with open(self.record) as f:
+                    record = json.load(f)
+            except (OSError, ValueError) as exc:
+                self._usage(f"cannot read the record {self.record} ({exc}); run --step=prepare first")
+        else:
+            record = test.prepare()
+            if self.step == "prepare":
+                with open(self.record, "w") as f:
+                    json.dump(record, f)
+                say(f"prepared and paused; after the upgrade run --step=check --record={self.record}")
+                return 0
+        passed, conclusion, problems = test.check(record)
+        print(conclusion)
+        for problem in problems:
+            print(f"  - {problem}")
+        if passed and not self.keep:
+            test.remove(record)
+        elif not passed:
+            print(f"kept for inspection: {record['notebook']} and {record['result_file']}")
+        return 0 if passed else 1
+
+
+main = ResumeTestApp.launch_instance

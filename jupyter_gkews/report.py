@@ -1,0 +1,240 @@
+"""What pausing gave back and what resuming cost, computed from the lifecycle's event log alone.
+
+A cycle is everything with one cycle number: pause requested (with the last user activity, who asked and
+the GPU count), each notebook checkpointed (bytes), the snapshot, paused (its timeline), resume requested,
+capacity obtained ("restoring"), each notebook resumed (verdict and why), resumed, kernel usable.
+GPU hours released = (capacity obtained, or the report's end while still paused, minus environment
+stopped) x GPUs. Percentiles are nearest-rank.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+DAY = 86400.0
+OK_VERDICTS = ("live-verified", "restored-from-checkpoint")
+
+
+def _new_cycle(number: int) -> dict:
+    return {"cycle": number, "reason": None, "gpus": 0, "notebooks": {}, "result": None, "snapshot_bytes": 0,
+            "resume_failed": None, "pause_failed": None,
+            "timeline": {}}
+
+
+def build_cycles(events: list[dict]) -> list[dict]:
+    """One dict per pause, in order, with its timeline and per-notebook bytes and verdicts."""
+    cycles: dict[int, dict] = {}
+    for e in events:
+        n = e.get("cycle") or 0
+        if n <= 0:
+            continue
+        c = cycles.setdefault(n, _new_cycle(n))
+        t, kind = c["timeline"], e.get("event")
+        if kind == "pause-requested":
+            t["pause_requested"] = e["time"]
+            t["last_activity"] = e.get("last_activity")
+            c.update(reason=e.get("reason", "user"), gpus=e.get("gpus") or 0)
+        elif kind in ("notebook-checkpointed", "notebook-not-checkpointed"):
+            c["notebooks"].setdefault(e["path"], {})["bytes"] = e.get("bytes") or 0
+            if kind == "notebook-not-checkpointed":
+                c["notebooks"][e["path"]]["pause_error"] = e.get("error")
+        elif kind == "releasing":
+            c["snapshot_bytes"] = int(((e.get("snapshot") or {}).get("bytes")) or 0)
+        elif kind in ("paused", "resumed"):
+            t.update({k: v for k, v in (e.get("timeline") or {}).items() if v is not None})
+            if kind == "paused":
+                t.setdefault("environment_stopped", e["time"])
+                c["result"] = "paused"
+            else:
+                t.setdefault("restore_done", e["time"])
+                c["result"] = "resumed"
+        elif kind == "recovered-interrupted-pause":
+            t.setdefault("environment_stopped", e["time"])
+            c["result"] = "paused"
+        elif kind == "resume-requested":
+            t["resume_requested"] = e["time"]
+        elif kind == "restoring":
+            t["capacity_obtained"] = e["time"]
+        elif kind == "notebook-resumed":
+            nb = c["notebooks"].setdefault(e["path"], {})
+            nb.update(verdict=e.get("verdict"), why=e.get("why"))
+        elif kind == "kernel-usable":
+            t.setdefault("kernel_usable", e.get("kernel_usable") or e["time"])
+        elif kind == "failed":
+            key = "resume_failed" if "resume_requested" in t else "pause_failed"
+            c[key] = e.get("reason") or e.get("message")
+            if key == "pause_failed":
+                c["result"] = "pause failed"
+    return [cycles[n] for n in sorted(cycles)]
+
+
+def _seconds(t: dict, start: str, end: str) -> float | None:
+    if t.get(start) is None or t.get(end) is None:
+        return None
+    return max(0.0, t[end] - t[start])
+
+
+def measure(cycle: dict, until: float) -> dict:
+    """The derived figures of one cycle: idle before the pause, hours released, resume times."""
+    t = cycle["timeline"]
+    stopped = t.get("environment_stopped")
+    back = t.get("capacity_obtained")
+    released = max(0.0, (back or until) - stopped) / 3600 if stopped and (back or until) >= stopped else 0.0
+    verdicts: dict[str, int] = {}
+    for nb in cycle["notebooks"].values():
+        if nb.get("verdict"):
+            verdicts[nb["verdict"]] = verdicts.get(nb["verdict"], 0) + 1
+    return {
+        "idle_seconds": _seconds(t, "last_activity", "pause_requested"),
+        "checkpoint_seconds": _seconds(t, "pause_requested", "checkpoint_done"),
+        "released_hours": released,
+        "still_paused": bool(stopped) and back is None,
+        "gpu_hours_released": released * cycle["gpus"],
+        "checkpoint_bytes": sum(nb.get("bytes") or 0 for nb in cycle["notebooks"].values()),
+        "verdicts": verdicts,
+        "ready_seconds": _seconds(t, "resume_requested", "restore_done"),
+        "first_cell_seconds": _seconds(t, "resume_requested", "kernel_usable"),
+    }
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest rank: the smallest value with at least q of them at or below it."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def held_and_released(events: list[dict], cycles: list[dict], start: float, end: float) -> tuple[float, float]:
+    """Hours in [start, end) that the environment held its GPUs and that it had released them. Time
+    before the first event is unknown and counts as neither."""
+    known_from = max(start, events[0]["time"]) if events else end
+    released = 0.0
+    for c in cycles:
+        t = c["timeline"]
+        stopped = t.get("environment_stopped")
+        if not stopped:
+            continue
+        back = t.get("capacity_obtained") or end
+        released += max(0.0, min(back, end) - max(stopped, known_from))
+    observed = max(0.0, end - known_from)
+    return (observed - released) / 3600, released / 3600
+
+
+def week(events: list[dict], cycles: list[dict], end: float) -> dict:
+    """Seven days ending at `end`, one row a day (UTC): hours held (allocated) and released."""
+    day0 = math.ceil(end / DAY) * DAY - 7 * DAY  # the day `end` falls in is the last (a midnight ends one)
+    days = []
+    for i in range(7):
+        s = day0 + i * DAY
+        held, released = held_and_released(events, cycles, s, min(s + DAY, end))
+        days.append({"date": time.strftime("%Y-%m-%d", time.gmtime(s)), "day": time.strftime("%a", time.gmtime(s)),
+                     "allocated_hours": round(held, 3), "released_hours": round(released, 3)})
+    allocated = sum(d["allocated_hours"] for d in days)
+    released = sum(d["released_hours"] for d in days)
+    return {"start": time.strftime("%Y-%m-%d", time.gmtime(day0)), "days": days,
+            "allocated_hours": round(allocated, 3), "released_hours": round(released, 3),
+            "observed_hours": round(allocated + released, 3)}
+
+
+def build_report(events: list[dict], until: float | None = None) -> dict:
+    until = time.time() if until is None else until
+    cycles = build_cycles(events)
+    rows = []
+    for c in cycles:
+        rows.append({"cycle": c["cycle"], "reason": c["reason"], "gpus": c["gpus"], "result": c["result"],
+                     "timeline": c["timeline"], "notebooks": c["notebooks"], "snapshot_bytes": c["snapshot_bytes"],
+                     "pause_failed": c["pause_failed"], "resume_failed": c["resume_failed"],
+                     **measure(c, until)})
+    verdicts: dict[str, int] = {}
+    fallbacks: dict[str, int] = {}
+    failures: dict[str, int] = {}
+    for r in rows:
+        for v, n in r["verdicts"].items():
+            verdicts[v] = verdicts.get(v, 0) + n
+        for nb in r["notebooks"].values():
+            if nb.get("verdict") == "restored-from-checkpoint":
+                fallbacks[nb.get("why") or "unknown"] = fallbacks.get(nb.get("why") or "unknown", 0) + 1
+            elif nb.get("verdict") == "failed":
+                failures[nb.get("why") or "unknown"] = failures.get(nb.get("why") or "unknown", 0) + 1
+        if r["resume_failed"]:
+            failures[r["resume_failed"]] = failures.get(r["resume_failed"], 0) + 1
+    resumed = sum(verdicts.values())
+    ready = [r["ready_seconds"] for r in rows if r["ready_seconds"] is not None]
+    first = [r["first_cell_seconds"] for r in rows if r["first_cell_seconds"] is not None]
+    idle = [r["idle_seconds"] for r in rows if r["idle_seconds"] is not None]
+    totals = {
+        "cycles": len(rows),
+        "paused": sum(1 for r in rows if r["result"] in ("paused", "resumed")),
+        "by_idle_policy": sum(1 for r in rows if r["reason"] == "idle policy"),
+        "idle_hours_before_pause": round(sum(idle) / 3600, 4),
+        "released_hours": round(sum(r["released_hours"] for r in rows), 4),
+        "gpu_hours_released": round(sum(r["gpu_hours_released"] for r in rows), 4),
+        "checkpoint_bytes": sum(r["checkpoint_bytes"] for r in rows),
+        "snapshot_bytes": sum(r["snapshot_bytes"] for r in rows),
+        "verdicts": verdicts,
+        "notebooks_resumed": resumed,
+        "success_rate": round(sum(verdicts.get(v, 0) for v in OK_VERDICTS) / resumed, 4) if resumed else None,
+        "ready_seconds_p50": percentile(ready, 0.5), "ready_seconds_p95": percentile(ready, 0.95),
+        "first_cell_seconds_p50": percentile(first, 0.5), "first_cell_seconds_p95": percentile(first, 0.95),
+        "fallbacks": fallbacks, "failures": failures,
+    }
+    return {"until": until, "cycles": rows, "totals": totals, "week": week(events, cycles, until)}
+
+
+# -- text ---------------------------------------------------------------------------------------------
+def _fmt(value, spec: str = ".1f", unit: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{unit}"
+
+
+def _when(stamp) -> str:
+    return "-" if stamp is None else time.strftime("%Y-%m-%d %H:%M", time.gmtime(stamp))
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f}"
+
+
+COLUMNS = ("cycle", "paused at (UTC)", "by", "idle before", "released h", "GPU h", "ckpt MiB", "snap MiB",
+           "verdicts", "ready s", "1st cell s")
+
+
+def text(report: dict) -> str:
+    rows = []
+    for r in report["cycles"]:
+        verdicts = ", ".join(f"{n} {v}" for v, n in sorted(r["verdicts"].items())) or (
+            "pause failed" if r["pause_failed"] else "resume failed" if r["resume_failed"] else
+            "still paused" if r["still_paused"] else "-")
+        idle = r["idle_seconds"]
+        rows.append((str(r["cycle"]), _when(r["timeline"].get("pause_requested")), r["reason"] or "-",
+                     "-" if idle is None else f"{idle / 60:.1f} min", f"{r['released_hours']:.2f}",
+                     f"{r['gpu_hours_released']:.2f}", _mib(r["checkpoint_bytes"]), _mib(r["snapshot_bytes"]),
+                     verdicts, _fmt(r["ready_seconds"]), _fmt(r["first_cell_seconds"])))
+    widths = [max([len(COLUMNS[i])] + [len(row[i]) for row in rows]) for i in range(len(COLUMNS))]
+    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    out = [line(COLUMNS), line(["-" * w for w in widths])] + [line(r) for r in rows]
+    if not rows:
+        out.append("(no pause in the event log yet)")
+    t, w = report["totals"], report["week"]
+    rate = "-" if t["success_rate"] is None else f"{t['success_rate'] * 100:.0f}%"
+    out += [
+        "",
+        f"pauses: {t['paused']} of {t['cycles']} cycle(s), {t['by_idle_policy']} by the idle policy; "
+        f"idle time before the pauses: {t['idle_hours_before_pause']:.2f} h",
+        f"released: {t['released_hours']:.2f} h, {t['gpu_hours_released']:.2f} GPU hours",
+        f"kept: checkpoints {_mib(t['checkpoint_bytes'])} MiB, snapshots {_mib(t['snapshot_bytes'])} MiB"
+        + (f"; the checkpoint store holds {_mib(t['checkpoint_bytes_on_disk'])} MiB now"
+           if "checkpoint_bytes_on_disk" in t else ""),
+        f"resumes: {t['notebooks_resumed']} notebook(s), success {rate} ("
+        + (", ".join(f"{n} {v}" for v, n in sorted(t["verdicts"].items())) or "none") + ")",
+        f"time to a usable kernel (resume requested -> ready): p50 {_fmt(t['ready_seconds_p50'], '.1f', ' s')}, "
+        f"p95 {_fmt(t['ready_seconds_p95'], '.1f', ' s')}; to the first cell run: "
+        f"p50 {_fmt(t['first_cell_seconds_p50'], '.1f', ' s')}, p95 {_fmt(t['first_cell_seconds_p95'], '.1f', ' s')}",
+    ]
+    for title, causes in (("fallbacks to the checkpoint", t["fallbacks"]), ("failures", t["failures"])):
+        if causes:
+            out.append(f"{title}:")
+            out += [f"  {n} x {why}" for why, n in sorted(causes.items(), key=lambda kv: -kv[1])]
+    out.append(f"week from {w['start']}: {w['observed_hours']:.1f} h observed, {w['allocated_hours']:.1f} h "
+               f"allocated, {w['released_hours']:.1f} h released")
+    return "\n".join(out)

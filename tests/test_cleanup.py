@@ -1,0 +1,141 @@
+"""`jupyter gkews cleanup [--dry-run]` and the server's periodic cleanup, on a real checkpoint store."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+
+import kernel_state
+from clikit import jupyter_gkews
+from jupyter_gkews.backends import LocalBackend
+from jupyter_gkews.cleanup import run_cleanup
+from kernel_state.store import Store
+from serverkit import gkews_server_config
+
+A, B = "work/a.ipynb", "work/b.ipynb"
+
+
+def files(root) -> dict[str, int]:
+    out = {}
+    for d, _, names in os.walk(root):
+        for n in names:
+            if n != ".lock":
+                out[os.path.relpath(os.path.join(d, n), root)] = os.path.getsize(os.path.join(d, n))
+    return out
+
+
+def fill(root, saves: int = 3) -> dict[str, list[str]]:
+    """Several checkpoints of two notebooks, each with its own 1 MB array; ids newest first."""
+    for i in range(saves):
+        for nb in (A, B):
+            kernel_state.save({"w": np.full(125_000, i + (0.5 if nb == B else 0.0)), "step": i}, notebook=nb,
+                              root=root, keep_last=10)
+    return {nb: Store(str(root)).checkpoint_ids(nb) for nb in (A, B)}
+
+
+def test_dry_run_then_cleanup_by_keep_last(tmp_path):
+    root = tmp_path / "ckpt"
+    ids = fill(root)
+    before = files(root)
+    dry = jupyter_gkews("cleanup", f"--checkpoint-root={root}", "--keep-last=1", "--dry-run", "--json", home=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    plan = json.loads(dry.stdout)
+    assert plan["dry_run"] and plan["deleted"] == {A: ids[A][1:], B: ids[B][1:]}
+    assert plan["bytes_freed"] >= 4 * 1_000_000  # four 1 MB arrays no kept checkpoint uses
+    assert files(root) == before  # a dry run removes nothing
+
+    done = jupyter_gkews("cleanup", f"--checkpoint-root={root}", "--keep-last=1", home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"removed 2 checkpoint(s) of {A}" in done.stdout
+    assert f"4 checkpoint(s) and 0 backend object(s) removed across 2 notebook(s); {plan['bytes_freed']} bytes" in done.stdout
+    after = files(root)
+    assert sum(before.values()) - sum(after.values()) == plan["bytes_freed"]
+    for nb in (A, B):
+        assert Store(str(root)).checkpoint_ids(nb) == ids[nb][:1]
+        ns: dict = {}
+        kernel_state.restore(ns, notebook=nb, root=root)
+        assert ns["step"] == 2  # the newest still restores
+
+
+def test_the_newest_complete_checkpoint_survives_every_limit(tmp_path):
+    root = tmp_path / "ckpt"
+    ids = fill(root)
+    store = Store(str(root))
+    # a damaged manifest newer than all: it is not complete, so it neither counts nor is chosen here
+    damaged = os.path.join(store.manifest_dir(A), "29991231-235959-999-ffff.json")
+    with open(damaged, "w") as f:
+        f.write("{ torn")
+    r = jupyter_gkews("cleanup", f"--checkpoint-root={root}", "--keep-last=1", "--max-bytes=1",
+                      "--max-age-days=0.00001", home=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert store.checkpoint_ids(A) == ["29991231-235959-999-ffff", ids[A][0]]
+    assert store.checkpoint_ids(B) == ids[B][:1]
+    # while a damaged manifest exists nobody can tell which blobs it needs: none is collected
+    assert "bytes (0.0 MiB) freed" in r.stdout and len(os.listdir(store.blob_dir)) > 2
+
+
+def test_expired_checkpoints_and_orphan_blobs_go(tmp_path):
+    root = tmp_path / "ckpt"
+    ids = fill(root)
+    store = Store(str(root))
+    os.unlink(os.path.join(store.manifest_dir(B), ids[B][1] + ".json"))  # e.g. deleted by hand: its blob is an orphan
+    time.sleep(1.2)  # let the checkpoints age past the limit below (0.00001 days = 0.86 s)
+    r = jupyter_gkews("cleanup", f"--checkpoint-root={root}", "--max-age-days=0.00001", "--json", home=tmp_path)
+    report = json.loads(r.stdout)
+    assert report["deleted"] == {A: ids[A][1:], B: ids[B][2:]}
+    assert store.checkpoint_ids(A) == ids[A][:1] and store.checkpoint_ids(B) == ids[B][:1]
+    assert len([n for n in os.listdir(store.blob_dir) if n.endswith(".safetensors")]) == 2
+
+
+def test_bad_settings_and_a_missing_store_are_named(tmp_path):
+    r = jupyter_gkews("cleanup", f"--checkpoint-root={tmp_path / 'none'}", home=tmp_path)
+    assert r.returncode == 0 and f"no checkpoint store at {tmp_path / 'none'}; nothing to clean" in r.stdout
+    fill(tmp_path / "ckpt", saves=1)
+    r = jupyter_gkews("cleanup", f"--checkpoint-root={tmp_path / 'ckpt'}", "--keep-last=0", home=tmp_path)
+    assert r.returncode == 2
+    assert "keep_last must be at least 1 (got 0)" in r.stderr and "jupyter_server_config.py" in r.stderr
+
+
+class SnapshotsBackend(LocalBackend):
+    """A backend that keeps objects of its own (as the GKE backend keeps PodSnapshots)."""
+    calls: list = []
+
+    async def cleanup(self, *, dry_run=False):
+        self.calls.append(dry_run)
+        return [{"kind": "PodSnapshot", "name": "ws-old-1", "bytes": 5_000}]
+
+
+async def test_the_backends_cleanup_hook_is_called_and_counted(tmp_path):
+    fill(tmp_path / "ckpt", saves=1)
+    backend = SnapshotsBackend()
+    report = await run_cleanup(str(tmp_path / "ckpt"), backend, keep_last=1, max_bytes=0, max_age_days=0, dry_run=True)
+    assert backend.calls == [True]
+    assert report["backend"] == [{"kind": "PodSnapshot", "name": "ws-old-1", "bytes": 5_000}]
+    assert report["bytes_freed"] == 5_000  # nothing in the store to free yet
+
+
+@pytest.fixture
+def jp_server_config(tmp_path, monkeypatch):
+    monkeypatch.delenv("GKEWS_CHECKPOINT_ROOT", raising=False)
+    return gkews_server_config(tmp_path, keep_last=1, cleanup_interval=0.3, idle_profile="off")
+
+
+def test_the_server_cleans_up_periodically(jp_serverapp, jp_asyncio_loop, jp_fetch, tmp_path):
+    ids = fill(tmp_path / "ckpt")
+
+    async def listed():
+        return {c["id"] for c in json.loads((await jp_fetch("gkews", "checkpoints")).body)["checkpoints"]}
+
+    async def scenario():
+        assert await listed() == set(ids[A] + ids[B])
+        await jp_serverapp.extension_manager.start_all_extensions()  # pytest-jupyter does not run start hooks
+        for _ in range(200):
+            if await listed() == {ids[A][0], ids[B][0]}:
+                return
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"the periodic cleanup did not apply keep_last=1: {await listed()}")
+    jp_asyncio_loop.run_until_complete(scenario())

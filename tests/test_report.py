@@ -1,0 +1,194 @@
+"""`jupyter gkews report` from the event log: a real pause/resume cycle, and a week written as the
+lifecycle writes it (the article's workstation: used 40 h of a 168 h week)."""
+from __future__ import annotations
+
+import asyncio
+import calendar
+import json
+import re
+import time
+
+import pytest
+
+from clikit import jupyter_gkews
+from jupyter_gkews.report import build_report, percentile
+from jupyter_gkews.state import StateStore
+from serverkit import gkews_server_config, open_notebook, post, run_cell, status, wait_for
+
+H = 3600.0
+MONDAY = calendar.timegm((2026, 11, 23, 0, 0, 0))  # a Monday, UTC
+NEXT_MONDAY = MONDAY + 7 * 24 * H
+MIB = 2**20
+
+
+def ev(t: float, event: str, cycle: int, state: str, phase=None, **details) -> dict:
+    return {"time": round(t, 3), "event": event, "state": state, "phase": phase, "cycle": cycle, **details}
+
+
+def pause_events(cycle: int, at: float, last_activity: float, gpus: int = 2) -> list[dict]:
+    """What Lifecycle writes for a pause that stops the environment at `at`."""
+    t = {"last_activity": last_activity, "pause_requested": at - 60, "checkpoint_done": at - 40,
+         "snapshot_ready": at - 10, "environment_stopped": at}
+    return [ev(at - 60, "pause-requested", cycle, "pausing", "checkpointing", notebooks=["train.ipynb"],
+               interrupt=False, reason="idle policy", last_activity=last_activity, gpus=gpus, snapshot=True),
+            ev(at - 40, "notebook-checkpointed", cycle, "pausing", "checkpointing", path="train.ipynb", error=None,
+               bytes=100 * MIB, seconds=18.5),
+            ev(at - 40, "snapshotting", cycle, "pausing", "snapshotting"),
+            ev(at - 10, "releasing", cycle, "pausing", "releasing", snapshot={"name": f"snap-{cycle}", "bytes": 2048 * MIB}),
+            ev(at, "paused", cycle, "paused", message="paused 1 notebook(s)", timeline=t)]
+
+
+def resume_events(cycle: int, capacity_at: float, ready_after: float, verdict: str, why=None) -> list[dict]:
+    requested = capacity_at - 30
+    done = capacity_at + ready_after
+    out = [ev(requested, "resume-requested", cycle, "resuming", "waiting-for-capacity", notebooks=["train.ipynb"]),
+           ev(capacity_at, "restoring", cycle, "resuming", "restoring"),
+           ev(capacity_at + 5, "verifying", cycle, "resuming", "verifying"),
+           ev(done - 1, "notebook-resumed", cycle, "resuming", "verifying", path="train.ipynb", verdict=verdict, why=why),
+           ev(done, "resumed", cycle, "active", verdicts={verdict: 1},
+              timeline={"resume_requested": requested, "capacity_obtained": capacity_at, "restore_done": done})]
+    if verdict != "failed":
+        out.append(ev(done + 40, "kernel-usable", cycle, "active", kernel_id="k", kernel_usable=done + 40))
+    return out
+
+
+RESUMES = [  # Monday to Friday morning at 9: (seconds to ready after capacity, verdict, why)
+    (20, "live-verified", None),
+    (30, "restored-from-checkpoint", "a new process: the live state did not survive"),
+    (40, "live-verified", None),
+    (50, "failed", "kernel_state failed in train.ipynb: CheckpointNotFound: no checkpoint"),
+    (600, "live-verified", None),
+]
+
+
+def workstation_week() -> list[dict]:
+    """Used 9:00-17:00 Monday to Friday, paused by the idle policy every evening, still paused at the end."""
+    events = [ev(MONDAY - 8 * H, "started", 0, "active")]
+    for day in range(-1, 5):  # Sunday's evening pause is the first
+        evening = MONDAY + day * 24 * H + 17 * H
+        events += pause_events(day + 2, evening, last_activity=evening - 3600)
+        if day < 4:
+            ready, verdict, why = RESUMES[day + 1]
+            events += resume_events(day + 2, evening + 16 * H, ready, verdict, why)
+    return events
+
+
+def test_a_week_of_a_workstation_used_40_of_168_hours(tmp_path):
+    state = tmp_path / "state"
+    store = StateStore(str(state))
+    for e in workstation_week():
+        store.append_event(e)
+    html = tmp_path / "week.html"
+    r = jupyter_gkews("report", f"--state-dir={state}", "--until=2026-11-29", "--json", f"--html={html}", home=tmp_path)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    week = report["week"]
+    assert week["start"] == "2026-11-23"
+    assert (week["observed_hours"], week["allocated_hours"], week["released_hours"]) == (168, 40, 128)
+    assert [d["allocated_hours"] for d in week["days"]] == [8, 8, 8, 8, 8, 0, 0]
+    t = report["totals"]
+    assert t["cycles"] == 6 and t["paused"] == 6 and t["by_idle_policy"] == 6
+    # Sunday 17:00 to Monday 9:00 (16 h) counts whole in the cycles, clipped to the week in the chart
+    assert t["released_hours"] == 16 * 5 + 55 and t["gpu_hours_released"] == 2 * (16 * 5 + 55)
+    assert t["idle_hours_before_pause"] == pytest.approx(6 * (1 - 60 / 3600), abs=1e-3)
+    assert t["checkpoint_bytes"] == 6 * 100 * MIB and t["snapshot_bytes"] == 6 * 2048 * MIB
+    assert t["verdicts"] == {"live-verified": 3, "restored-from-checkpoint": 1, "failed": 1}
+    assert t["success_rate"] == 0.8
+    assert (t["ready_seconds_p50"], t["ready_seconds_p95"]) == (70, 630)  # 30 s for capacity + ready
+    assert (t["first_cell_seconds_p50"], t["first_cell_seconds_p95"]) == (100, 670)  # none for the failed one
+    assert t["fallbacks"] == {"a new process: the live state did not survive": 1}
+    assert t["failures"] == {"kernel_state failed in train.ipynb: CheckpointNotFound: no checkpoint": 1}
+    last = report["cycles"][-1]
+    assert last["still_paused"] and last["released_hours"] == 55
+
+    page = html.read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<svg" in page
+    assert "<script" not in page and not re.search(r'(src|href)="', page)  # nothing fetched
+    assert page.count('class="allocated"') == 7 and page.count('class="released"') == 7
+    assert "allocated 40 h" in page and "released 128 h of 168 h observed" in page
+
+    text = jupyter_gkews("report", f"--state-dir={state}", "--until=2026-11-29", home=tmp_path).stdout
+    assert "released: 135.00 h, 270.00 GPU hours" in text
+    assert "success 80% (1 failed, 3 live-verified, 1 restored-from-checkpoint)" in text
+    assert "p50 70.0 s, p95 630.0 s" in text
+    assert "1 x a new process: the live state did not survive" in text
+    assert "week from 2026-11-23: 168.0 h observed, 40.0 h allocated, 128.0 h released" in text
+    assert re.search(r"^6 +2026-11-27 16:59 +idle policy +59\.0 min +55\.00 +110\.00 +100\.0 +2048\.0 +still paused",
+                     text, re.M), text
+
+
+def test_percentiles_are_nearest_rank():
+    assert percentile([], 0.5) is None
+    assert percentile([5.0], 0.95) == 5.0
+    assert percentile(list(range(1, 101)), 0.95) == 95
+    assert percentile([1, 2, 3, 4], 0.5) == 2
+
+
+@pytest.fixture
+def jp_server_config(tmp_path, monkeypatch):
+    monkeypatch.delenv("GKEWS_CHECKPOINT_ROOT", raising=False)
+    return gkews_server_config(tmp_path, gpu_count=2)
+
+
+async def test_the_report_of_a_real_pause_and_resume(jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    s = await open_notebook(jp_fetch, jp_root_dir, "work/report.ipynb")
+    kid = s["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "import numpy as np; data = np.arange(100_000.0)")
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["state"] == "active", resumed["message"]
+    await run_cell(jp_serverapp, kid, "data.sum()")
+    while "kernel_usable" not in (await status(jp_fetch))["timeline"]:
+        await asyncio.sleep(0.1)
+    t = (await status(jp_fetch))["timeline"]
+
+    r = jupyter_gkews("report", f"--state-dir={tmp_path / 'state'}", f"--checkpoint-root={tmp_path / 'ckpt'}",
+                      "--json", home=tmp_path / "cli")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    [cycle] = report["cycles"]
+    assert cycle["reason"] == "user" and cycle["gpus"] == 2 and cycle["result"] == "resumed"
+    assert cycle["checkpoint_bytes"] == paused["notebooks"][0]["bytes"] > 800_000
+    assert cycle["verdicts"] == {"restored-from-checkpoint": 1}
+    released = (t["capacity_obtained"] - t["environment_stopped"]) / 3600
+    assert cycle["released_hours"] == pytest.approx(released, abs=1e-6)
+    assert cycle["gpu_hours_released"] == pytest.approx(2 * released, abs=1e-6)
+    assert cycle["idle_seconds"] == pytest.approx(t["pause_requested"] - t["last_activity"], abs=1e-3)
+    assert cycle["ready_seconds"] == pytest.approx(t["restore_done"] - t["resume_requested"], abs=1e-3)
+    assert cycle["first_cell_seconds"] == pytest.approx(t["kernel_usable"] - t["resume_requested"], abs=1e-3)
+    assert report["totals"]["success_rate"] == 1.0
+    assert report["totals"]["checkpoint_bytes_on_disk"] > cycle["checkpoint_bytes"]  # blobs and manifest
+    assert report["totals"]["fallbacks"] == {"a new process: the live state did not survive": 1}
+
+
+def test_bad_report_options_name_the_fix(tmp_path):
+    r = jupyter_gkews("report", f"--state-dir={tmp_path / 'nowhere'}", home=tmp_path)
+    assert r.returncode == 2
+    assert f"no event log at {tmp_path / 'nowhere' / 'events.jsonl'}" in r.stderr and "--state-dir=DIR" in r.stderr
+    StateStore(str(tmp_path / "s")).append_event(ev(time.time(), "started", 0, "active"))
+    r = jupyter_gkews("report", f"--state-dir={tmp_path / 's'}", "--until=yesterday", home=tmp_path)
+    assert r.returncode == 2 and "--until='yesterday' is not a date: give YYYY-MM-DD" in r.stderr
+    r = jupyter_gkews("report", f"--state-dir={tmp_path / 's'}", home=tmp_path)
+    assert r.returncode == 0 and "(no pause in the event log yet)" in r.stdout
+
+
+def test_the_state_dir_defaults_to_the_servers(tmp_path):
+    """No --state-dir: the GkewsApp default (under the Jupyter data dir), or what jupyter_server_config says."""
+    data_state = tmp_path / "data" / "gkews" / "state"
+    StateStore(str(data_state)).append_event(ev(time.time(), "started", 0, "active"))
+    r = jupyter_gkews("report", "--json", home=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["state_dir"] == str(data_state)
+    configured = tmp_path / "elsewhere"
+    StateStore(str(configured)).append_event(ev(time.time(), "started", 0, "active"))
+    (tmp_path / "config").mkdir(exist_ok=True)
+    (tmp_path / "config" / "jupyter_server_config.py").write_text(f"c.GkewsApp.state_dir = {str(configured)!r}\n")
+    r = jupyter_gkews("report", "--json", home=tmp_path)
+    assert json.loads(r.stdout)["state_dir"] == str(configured)
+
+
+def test_report_is_computed_in_memory_too():
+    report = build_report(workstation_week(), until=NEXT_MONDAY)
+    assert report["week"]["allocated_hours"] == 40

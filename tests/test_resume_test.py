@@ -1,0 +1,98 @@
+"""`jupyter gkews resume-test` end to end on the local backend: on a server it starts itself, on one that
+already runs (--url, --token), in two steps around an "upgrade" that loses the checkpoint, and the
+decision between a live restore, a restore from the checkpoint and neither."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from clikit import jupyter_gkews
+from jupyter_gkews.resumetest import FRESH, LIVE, judge
+from serverproc import Server
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def test_resume_test_on_a_server_it_starts(tmp_path):
+    r = jupyter_gkews("resume-test", home=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1] == "fresh process: restored from checkpoint"
+    assert "recorded a secret, a torch model" in r.stdout  # torch is installed by make test
+    assert "verdict restored-from-checkpoint" in r.stdout
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = Server(tmp_path / "server")
+    s.start()
+    yield s
+    s.stop()
+
+
+def test_resume_test_against_a_running_server_and_around_an_upgrade(server, tmp_path):
+    ok = jupyter_gkews("resume-test", f"--url={server.url}", f"--token={server.token}", home=tmp_path)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.splitlines()[-1] == FRESH
+    # it left nothing behind on that server
+    assert server.get("gkews/checkpoints")["checkpoints"] == []
+    assert server.get("api/contents/gkews-resume-test")["content"] == []
+    assert server.get("api/sessions") == []
+
+    record = tmp_path / "record.json"
+    prep = jupyter_gkews("resume-test", f"--url={server.url}", f"--token={server.token}", "--step=prepare",
+                         f"--record={record}", home=tmp_path)
+    assert prep.returncode == 0, prep.stdout + prep.stderr
+    assert server.status()["state"] == "paused"
+    saved = json.loads(record.read_text())
+    # an "upgrade" that loses the checkpoint store: the kernel cannot come back, and the check must say so
+    shutil.rmtree(server.checkpoint_root / "blobs")
+    check = jupyter_gkews("resume-test", f"--url={server.url}", f"--token={server.token}", "--step=check",
+                          f"--record={record}", home=tmp_path)
+    assert check.returncode == 1, check.stdout + check.stderr
+    out = check.stdout
+    assert FRESH not in out and LIVE not in out
+    assert "neither a live restore nor a restore from the checkpoint" in out or "the resume failed" in out
+    assert f"kept for inspection: {saved['notebook']}" in out
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--step=check"], "--step=check needs --url"),
+    (["--url=http://127.0.0.1:9/", "--token=x"], "cannot reach the server at http://127.0.0.1:9/"),
+])
+def test_bad_use_is_named(tmp_path, args, words):
+    r = jupyter_gkews("resume-test", *args, home=tmp_path, timeout=120)
+    assert r.returncode == 2 and words in r.stderr
+
+
+def test_a_wrong_token_is_named(server, tmp_path):
+    r = jupyter_gkews("resume-test", f"--url={server.url}", "--token=wrong", home=tmp_path, timeout=120)
+    assert r.returncode == 2 and "refused the token: give the right one with --token" in r.stderr
+
+
+BEFORE = {"pid": 10, "live_secret": "s3", "secret": "s3", "weights": "w", "output": "o", "model": "torch"}
+RESULT = '{"weights": "w"}'
+
+
+@pytest.mark.parametrize("after, verdict, result, passed, conclusion, problem", [
+    (BEFORE, "live-verified", RESULT, True, LIVE, None),
+    ({**BEFORE, "pid": 11, "live_secret": None}, "restored-from-checkpoint", RESULT, True, FRESH, None),
+    # a new session that merely opened the same notebook: nothing of the old one is there
+    ({**BEFORE, "pid": 11, "live_secret": None, "secret": None}, "restored-from-checkpoint", RESULT, False, None,
+     "secret differ"),
+    ({**BEFORE, "pid": 11, "live_secret": None}, "live-verified", RESULT, False, None,
+     "a new process, but the server's verdict is 'live-verified'"),
+    (BEFORE, "restored-from-checkpoint", RESULT, False, None, "the same process, but the server's verdict"),
+    ({**BEFORE, "weights": "changed"}, "live-verified", RESULT, False, None, "weights differ"),
+    (BEFORE, "live-verified", None, False, None, "the result file written before the pause is gone"),
+    (BEFORE, "live-verified", '{"weights": "x"}', False, None, "the result file changed"),
+])
+def test_the_decision(after, verdict, result, passed, conclusion, problem):
+    ok, said, problems = judge(BEFORE, after, verdict, RESULT, result)
+    assert ok is passed
+    if passed:
+        assert said == conclusion and problems == []
+    else:
+        assert said == "neither a live restore nor a restore from the checkpoint"
+        assert any(problem in p for p in problems), problems
