@@ -138,6 +138,8 @@ class GkeBackend(LocalBackend):
             trigger = await self._io(kube.get, TRIGGERS, name)
             snap_name = snapshot_created(trigger)
             if await self._detect():  # we are the restored copy: the lifecycle takes the resume path
+                if not snap_name:  # the trigger we read may predate the restore; it names the snapshot now
+                    snap_name = snapshot_created(await self._io(kube.get, TRIGGERS, name))
                 return {"mode": "trigger", "status": "restored", "name": snap_name or None, "trigger": name,
                         "policy": policy}
             state, detail = trigger_progress(trigger)
