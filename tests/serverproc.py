@@ -40,7 +40,8 @@ class Server(LocalServer):
         """Run code in a kernel through its connection file, as a second client would; return its stdout."""
         client = BlockingKernelClient(connection_file=str(self.runtime / f"kernel-{kernel_id}.json"))
         client.load_connection_file()
-        client.start_channels()
+        # no heartbeat: its 1 s limit calls a kernel on a loaded machine dead; the server watches its life
+        client.start_channels(hb=False)
         out: list[str] = []
         try:
             client.wait_for_ready(timeout=60)
