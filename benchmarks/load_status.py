@@ -133,7 +133,8 @@ class Cycler:
 
 
 def run(seconds: float, rest_seconds: float = 10, clients: int = 50, notebooks: int = 2, mb: float = 20,
-        stuck_after: float = 120, base: Path | None = None, progress=print) -> dict:
+        stuck_after: float = 120, base: Path | None = None, progress=print, min_cycles: int = 1) -> dict:
+    """Cycles repeat for `seconds`, and at least `min_cycles` times however slow the machine is."""
     own = base is None
     base = Path(tempfile.mkdtemp(prefix="gkews-bench-load-")) if own else base
     server = Server(base, request_timeout=120, cell_timeout=300)
@@ -157,7 +158,7 @@ def run(seconds: float, rest_seconds: float = 10, clients: int = 50, notebooks: 
         def driver():
             deadline = time.monotonic() + seconds
             try:
-                while time.monotonic() < deadline:
+                while time.monotonic() < deadline or cycler.cycles < min_cycles:
                     if not cycler.one():
                         break
                     progress(f"cycle {cycler.cycles} done")
