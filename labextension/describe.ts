@@ -36,6 +36,10 @@ export function display(status: IStatus | null, connected: boolean): Display {
   }
 }
 
+export function plural(n: number, word: string): string {
+  return `${n} ${word}${n === 1 ? '' : 's'}`;
+}
+
 export function formatBytes(n: number | undefined | null): string {
   if (n === undefined || n === null) {
     return '';
@@ -103,7 +107,7 @@ export function verdictText(nb: INotebookStatus): string {
     return nb.status;
   }
   const restored = nb.restored ?? [];
-  const parts = [`restored from checkpoint: ${restored.length} variable${restored.length === 1 ? '' : 's'}`];
+  const parts = [`restored from checkpoint: ${plural(restored.length, 'variable')}`];
   const failed = Object.keys(nb.failed ?? {});
   if (failed.length) {
     parts.push(`${failed.length} failed: ${failed.join(', ')}`);

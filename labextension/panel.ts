@@ -2,7 +2,7 @@ import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
 import { checkpointIcon } from './icons';
-import { clip, formatBytes } from './describe';
+import { clip, formatBytes, plural } from './describe';
 import { GkewsModel } from './model';
 import { ICheckpoint } from './types';
 
@@ -92,7 +92,7 @@ export class CheckpointPanel extends Widget {
     info.className = 'jp-gkews-Checkpoint-info';
     info.textContent = c.error
       ? `${c.id}: unreadable (${c.error})`
-      : `${new Date(c.created).toLocaleString()} · ${formatBytes(c.bytes)} · ${c.variables} variables · ${c.skipped} skipped`;
+      : `${new Date(c.created).toLocaleString()} · ${formatBytes(c.bytes)} · ${plural(c.variables, 'variable')} · ${c.skipped} skipped`;
     info.title = c.id;
     li.appendChild(info);
     li.appendChild(
@@ -129,7 +129,7 @@ export class CheckpointPanel extends Widget {
       const failed = Object.keys(result.failed);
       Notification.success(
         clip(
-          `Restored ${result.restored.length} variable(s) into ${c.notebook}` +
+          `Restored ${plural(result.restored.length, 'variable')} into ${c.notebook}` +
             (failed.length ? `; not restored: ${failed.join(', ')}` : '')
         ),
         { autoClose: 8000 }

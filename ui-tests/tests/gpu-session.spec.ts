@@ -1,7 +1,10 @@
 /**
- * The whole cycle in a real JupyterLab page on Debian's Chromium: build a torch
- * model in a notebook, press Pause, see the paused state with the kernel gone,
- * press Resume, and run a cell that uses the restored model and variables.
+ * The GPU session UI in a real JupyterLab page on Debian's Chromium:
+ * - the whole cycle: build a torch model in a notebook, press Pause, see the
+ *   paused state with the kernel gone, press Resume, and run a cell in the same
+ *   open notebook that uses the restored model and variables;
+ * - the checkpoint panel: checkpoint now, restore into the running kernel, delete.
+ * With GKEWS_SCREENSHOTS=1 (make screenshots) it saves docs/img/paused.png and resumed.png.
  */
 import { expect, test } from '@jupyterlab/galata';
 import type { Page } from '@playwright/test';
@@ -110,4 +113,39 @@ test('pause releases the kernel and resume brings the model back into the open n
   await expect(dialog).toContainText(notebook);
   await expect(dialog).toContainText('gen was not saved');
   await dialog.getByRole('button', { name: /Close/ }).click();
+});
+
+test('checkpoint now, restore it into the running kernel after a confirmation, then delete it', async ({
+  page,
+  tmpPath
+}) => {
+  const notebook = `${tmpPath}/weights.ipynb`;
+  const cells = ['weights = [1, 2, 3]', 'weights.append(4)\nprint(weights)', 'print(weights)'];
+  await page.contents.uploadContent(JSON.stringify(newNotebook(cells)), 'text', notebook);
+  await page.notebook.openByPath(notebook);
+  await page.notebook.activate('weights.ipynb');
+  await page.notebook.runCell(0);
+
+  await page.menu.clickMenuItem('Kernel>Checkpoint the current notebook now');
+  const panel = page.getByRole('region', { name: 'GPU session checkpoints' });
+  const item = panel.locator('.jp-gkews-Checkpoint');
+  await expect(item).toHaveCount(1);
+  await expect(item).toContainText('1 variable · 0 skipped');
+  await expect(panel.getByRole('list', { name: `Checkpoints of ${notebook}` })).toBeVisible();
+
+  await page.notebook.runCell(1);
+  expect((await page.notebook.getCellTextOutput(1))?.join('')).toBe('[1, 2, 3, 4]\n');
+
+  await item.getByRole('button', { name: /^Restore checkpoint/ }).click();
+  await page.locator('.jp-Dialog').getByRole('button', { name: 'Restore' }).click();
+  await expect(
+    page.locator('[class*="jp-Notification-Toast-"]').filter({ hasText: `Restored 1 variable into ${notebook}` })
+  ).toBeVisible();
+  await page.notebook.runCell(2);
+  expect((await page.notebook.getCellTextOutput(2))?.join('')).toBe('[1, 2, 3]\n');
+
+  await item.getByRole('button', { name: /^Delete checkpoint/ }).click();
+  await page.locator('.jp-Dialog').getByRole('button', { name: 'Delete' }).click();
+  await expect(item).toHaveCount(0);
+  await expect(panel).toContainText('No checkpoints yet');
 });
