@@ -55,6 +55,20 @@ async function screenshot(page: Page, name: string): Promise<void> {
 
 test.use({ autoGoto: true, viewport: { width: 1280, height: 720 } });
 
+// A resumed kernel is started by the server, so Galata does not know to shut it down: every test
+// leaves the server without kernels, so that the next one's Pause (which takes every running
+// kernel) sees only its own.
+test.afterEach(async ({ request }) => {
+  const sessions = (await (await request.get('/api/sessions')).json()) as { id: string }[];
+  for (const s of sessions) {
+    await request.delete(`/api/sessions/${s.id}`);
+  }
+  const kernels = (await (await request.get('/api/kernels')).json()) as { id: string }[];
+  for (const k of kernels) {
+    await request.delete(`/api/kernels/${k.id}`);
+  }
+});
+
 test('pause releases the kernel and resume brings the model back into the open notebook', async ({
   page,
   tmpPath
@@ -128,10 +142,9 @@ test('checkpoint now, restore it into the running kernel after a confirmation, t
 
   await page.menu.clickMenuItem('Kernel>Checkpoint the current notebook now');
   const panel = page.getByRole('region', { name: 'GPU session checkpoints' });
-  const item = panel.locator('.jp-gkews-Checkpoint');
+  const item = panel.getByRole('list', { name: `Checkpoints of ${notebook}` }).locator('.jp-gkews-Checkpoint');
   await expect(item).toHaveCount(1);
   await expect(item).toContainText('1 variable · 0 skipped');
-  await expect(panel.getByRole('list', { name: `Checkpoints of ${notebook}` })).toBeVisible();
 
   await page.notebook.runCell(1);
   expect((await page.notebook.getCellTextOutput(1))?.join('')).toBe('[1, 2, 3, 4]\n');
@@ -147,5 +160,39 @@ test('checkpoint now, restore it into the running kernel after a confirmation, t
   await item.getByRole('button', { name: /^Delete checkpoint/ }).click();
   await page.locator('.jp-Dialog').getByRole('button', { name: 'Delete' }).click();
   await expect(item).toHaveCount(0);
-  await expect(panel).toContainText('No checkpoints yet');
+});
+
+test('a page reloaded while paused starts no kernel of its own, and resume attaches the restored one', async ({
+  page,
+  tmpPath
+}) => {
+  const notebook = `${tmpPath}/reload.ipynb`;
+  const cells = ['import torch\nw = torch.arange(6.0)', 'print(w.sum().item())'];
+  await page.contents.uploadContent(JSON.stringify(newNotebook(cells)), 'text', notebook);
+  await page.notebook.openByPath(notebook);
+  await page.notebook.activate('reload.ipynb');
+  await page.notebook.runCell(0);
+  const [kernelBefore] = await serverKernels(page);
+
+  const status = page.locator('.jp-gkews-StatusItem');
+  await page.getByRole('button', { name: /^Pause:/ }).click();
+  await expect(status).toHaveText('GPU session: paused', { timeout: 120_000 });
+
+  // (Galata's own wait is for a Launcher tab, and this page restores only the notebook)
+  await page.reload({ waitForIsReady: false });
+  await expect(page.getByRole('main').locator('.jp-NotebookPanel')).toBeVisible();
+  await expect(status).toHaveText('GPU session: paused');
+  // the restored notebook panel has settled (its session context is ready) without a kernel
+  await page.waitForFunction(() => {
+    const widget = (window as any).jupyterapp.shell.currentWidget;
+    return widget?.sessionContext?.isReady && !widget.sessionContext.session;
+  });
+  expect(await serverKernels(page)).toEqual([]);
+
+  await page.getByRole('button', { name: /^Resume:/ }).click();
+  await expect(status).toHaveText('GPU session: ready', { timeout: 180_000 });
+  await expect.poll(() => panelKernel(page)).toEqual({ id: kernelBefore, connection: 'connected' });
+  await page.notebook.runCell(1);
+  expect((await page.notebook.getCellTextOutput(1))?.join('')).toBe('15.0\n');
+  expect(await serverKernels(page)).toEqual([kernelBefore]);
 });
