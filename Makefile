@@ -76,10 +76,13 @@ $(UI_DEPS): $(VENV)/.build-deps ui-tests/package.json $(wildcard ui-tests/yarn.l
 	cd ui-tests && $(BIN)/jlpm install
 	touch $@
 
+# All three suites run even when one fails, so that one run shows every failure.
 test: install $(UI_DEPS) $(CHROMIUM)
-	$(BIN)/python -m pytest -q tests
-	$(BIN)/jlpm test
-	cd ui-tests && $(BIN)/jlpm test
+	@status=0; \
+	$(BIN)/python -m pytest -q tests || status=1; \
+	$(BIN)/jlpm test || status=1; \
+	(cd ui-tests && $(BIN)/jlpm test) || status=1; \
+	exit $$status
 
 test-python: install
 	$(BIN)/python -m pytest -q tests
