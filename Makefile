@@ -1,6 +1,8 @@
 # jupyter-gkews developer entry points.
 #   make lab    set up .venv and start JupyterLab with the extension and the demo notebook
-#   make test   set up .venv and run every test
+#   make test   set up .venv and run every test: pytest, jest, and the browser tests
+#               (Galata/Playwright on Debian's Chromium, installed with apt when missing)
+#   make screenshots  run the browser tests and save docs/img/paused.png and resumed.png
 #   make clean  remove everything the two above created
 #
 # Idempotent: each step leaves a stamp in .venv/ and runs again only when its
@@ -25,7 +27,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --ServerApp.allow_root=True)
 LAB_ARGS ?=
 
-.PHONY: venv install test lab clean FORCE
+.PHONY: venv install test test-python test-js test-ui screenshots lab clean FORCE
 .DEFAULT_GOAL := test
 
 venv: $(VENV)/bin/python
@@ -61,8 +63,38 @@ $(VENV)/.installed: $(VENV)/.build-deps $(VENV)/.labextension pyproject.toml \
 
 install: $(VENV)/.installed
 
-test: install
+# The browser tests drive Debian's Chromium: Playwright's own browser download is not used.
+CHROMIUM := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+UI_DEPS := ui-tests/node_modules/.gkews-installed
+
+$(CHROMIUM):
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium || \
+		{ $(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
+
+$(UI_DEPS): $(VENV)/.build-deps ui-tests/package.json $(wildcard ui-tests/yarn.lock)
+	cd ui-tests && $(BIN)/jlpm install
+	touch $@
+
+# All three suites run even when one fails, so that one run shows every failure.
+test: install $(UI_DEPS) $(CHROMIUM)
+	@status=0; \
+	$(BIN)/python -m pytest -q tests || status=1; \
+	$(BIN)/jlpm test || status=1; \
+	(cd ui-tests && $(BIN)/jlpm test) || status=1; \
+	exit $$status
+
+test-python: install
 	$(BIN)/python -m pytest -q tests
+
+test-js: install
+	$(BIN)/jlpm test
+
+test-ui: install $(UI_DEPS) $(CHROMIUM)
+	cd ui-tests && $(BIN)/jlpm test
+
+screenshots: install $(UI_DEPS) $(CHROMIUM)
+	cd ui-tests && GKEWS_SCREENSHOTS=1 $(BIN)/jlpm test
 
 lab: install
 	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)/demo" \
@@ -72,6 +104,7 @@ lab: install
 clean:
 	rm -rf $(VENV) node_modules lib tsconfig.tsbuildinfo $(LABEXT_OUT) \
 		jupyter_gkews/_version.py .pytest_cache dist build *.egg-info \
-		.yarn/cache .yarn/install-state.gz
+		.yarn/cache .yarn/install-state.gz \
+		ui-tests/node_modules ui-tests/test-results ui-tests/playwright-report
 
 FORCE:

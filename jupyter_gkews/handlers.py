@@ -12,6 +12,7 @@ from tornado import web
 
 from .checkpoints import CheckpointCatalog
 from .lifecycle import BadRequest, LifecycleError
+from .notebook_actions import NotebookActions
 
 AUTH_RESOURCE = "gkews"
 
@@ -106,6 +107,26 @@ class CheckpointsHandler(GkewsHandler):
         self.reply(200, {"checkpoints": await (asyncio.to_thread(self.catalog.list, notebook))})
 
 
+class CheckpointNowHandler(GkewsHandler):
+    accepted = {"notebook"}
+
+    @web.authenticated
+    @authorized
+    @answers_errors
+    async def post(self):
+        self.reply(201, await NotebookActions(self.lifecycle).checkpoint_now(self.body()))
+
+
+class CheckpointRestoreHandler(GkewsHandler):
+    accepted = {"notebook"}
+
+    @web.authenticated
+    @authorized
+    @answers_errors
+    async def post(self, checkpoint_id):
+        self.reply(200, await NotebookActions(self.lifecycle).restore(checkpoint_id, self.body()))
+
+
 class CheckpointHandler(GkewsHandler):
     @web.authenticated
     @authorized
@@ -141,4 +162,6 @@ def handlers(base_url: str) -> list:
         (route("checkpoints"), CheckpointsHandler),
         (route(r"checkpoints/([0-9]{8}-[0-9]{6}-[0-9]{3}-[0-9a-f]{4})"), CheckpointHandler),
         (route("events"), EventsHandler),
+        (route("checkpoints/now"), CheckpointNowHandler),
+        (route(r"checkpoints/([0-9]{8}-[0-9]{6}-[0-9]{3}-[0-9a-f]{4})/restore"), CheckpointRestoreHandler),
     ]

@@ -1,0 +1,62 @@
+"""What the UI does to one notebook's running kernel outside a pause: checkpoint it now, or restore one
+of its checkpoints into it. Both go through the kernel bridge, so the kernel does the (un)pickling."""
+from __future__ import annotations
+
+import re
+
+from .bridge import KernelCallError
+from .lifecycle import BadRequest, Conflict, LifecycleError, NotFound, clean_notebook_paths
+
+CHECKPOINT_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9]{3}-[0-9a-f]{4}$")
+
+
+class KernelCallFailed(LifecycleError):
+    """The kernel answered with an error (or not at all): a server-side problem, not bad input."""
+    status_code = 500
+
+
+class NotebookActions:
+    def __init__(self, lifecycle):
+        self.lifecycle = lifecycle
+
+    def _notebook(self, body: dict) -> str:
+        notebook = body.get("notebook")
+        if not isinstance(notebook, str) or not notebook:
+            raise BadRequest('give the notebook as {"notebook": "path/relative/to/the/root.ipynb"}')
+        return clean_notebook_paths([notebook])[0]
+
+    async def _kernel_of(self, notebook: str) -> str:
+        state = self.lifecycle.state["state"]
+        if state in ("pausing", "resuming"):
+            raise Conflict(f"the session is {state}; wait for it to finish, then try again")
+        for s in await self.lifecycle.serverapp.session_manager.list_sessions():
+            if s["path"] == notebook and s.get("kernel") and s["kernel"].get("id"):
+                return s["kernel"]["id"]
+        hint = " (it is paused: resume first)" if state == "paused" else ""
+        raise Conflict(f"{notebook!r} has no running kernel{hint}; open the notebook and start its kernel")
+
+    async def _call(self, kernel_id: str, notebook: str, request: dict) -> dict:
+        lc = self.lifecycle
+        try:
+            return await lc.bridge.call(kernel_id, {"notebook": notebook, "root": lc.checkpoint_root, **request},
+                                        label=notebook)
+        except KernelCallError as exc:
+            if "does not exist" in str(exc) or "no checkpoint" in str(exc):
+                raise NotFound(str(exc)) from None
+            raise KernelCallFailed(f"{exc}; the kernel and its variables are unchanged unless it says otherwise")
+
+    async def checkpoint_now(self, body: dict) -> dict:
+        notebook = self._notebook(body)
+        kernel_id = await self._kernel_of(notebook)
+        lc = self.lifecycle
+        result = await self._call(kernel_id, notebook, {"op": "save", "keep_last": lc.keep_last,
+                                                        "max_bytes": lc.max_bytes})
+        return {"notebook": notebook, **result}
+
+    async def restore(self, checkpoint_id: str, body: dict) -> dict:
+        if not CHECKPOINT_ID.match(checkpoint_id):
+            raise BadRequest(f"{checkpoint_id!r} is not a checkpoint id; GET gkews/checkpoints lists them")
+        notebook = self._notebook(body)
+        kernel_id = await self._kernel_of(notebook)
+        result = await self._call(kernel_id, notebook, {"op": "restore", "checkpoint": checkpoint_id})
+        return {"notebook": notebook, "checkpoint": checkpoint_id, **result}

@@ -1,0 +1,233 @@
+/**
+ * The frontend model against a fake server: what the status item and the
+ * notifications would say as the server's status changes.
+ */
+import { display, statusLabel, timelineRows, transitionMessage, verdictText } from '../describe';
+import { GkewsModel, ITransition } from '../model';
+import { GkewsError, IGkewsApi, INotebookStatus, IStatus } from '../types';
+
+function status(overrides: Partial<IStatus> = {}): IStatus {
+  return {
+    state: 'active',
+    phase: null,
+    message: '',
+    backend: 'local',
+    cycle: 0,
+    progress: null,
+    error: null,
+    timeline: {},
+    notebooks: [],
+    updated: 0,
+    ...overrides
+  };
+}
+
+const restoredNotebook: INotebookStatus = {
+  path: 'work/train.ipynb',
+  kernel_id: 'k1',
+  status: 'resumed',
+  verdict: 'restored-from-checkpoint',
+  restored: ['model', 'opt', 'x', 'y'],
+  failed: {},
+  skipped_at_save: {
+    gen: { reason: "TypeError: cannot pickle 'generator' object", cell: 7 }
+  }
+};
+
+/** A server whose answers the test sets; an Error answer means "unreachable". */
+class FakeServer implements IGkewsApi {
+  answer: IStatus | Error = status();
+  posted: string[] = [];
+  async status(): Promise<IStatus> {
+    if (this.answer instanceof Error) {
+      throw this.answer;
+    }
+    return this.answer;
+  }
+  async pause(): Promise<IStatus> {
+    this.posted.push('pause');
+    this.answer = status({ state: 'pausing', phase: 'checkpointing', cycle: 1 });
+    return this.answer;
+  }
+  async resume(): Promise<IStatus> {
+    this.posted.push('resume');
+    throw new GkewsError('cannot resume while the session is active', 409, status());
+  }
+  checkpoints = jest.fn();
+  deleteCheckpoint = jest.fn();
+  checkpointNow = jest.fn();
+  restore = jest.fn();
+}
+
+describe('GkewsModel', () => {
+  let server: FakeServer;
+  let model: GkewsModel;
+  let seen: ITransition[];
+
+  beforeEach(() => {
+    server = new FakeServer();
+    model = new GkewsModel(server);
+    seen = [];
+    model.transition.connect((_, t) => seen.push(t));
+  });
+
+  afterEach(() => model.dispose());
+
+  it('says offline until the server answers, then active with a Pause action', async () => {
+    expect(model.display).toBe('offline');
+    expect(model.nextAction).toBeNull();
+    await model.refresh();
+    expect(model.display).toBe('active');
+    expect(model.nextAction).toBe('pause');
+    expect(seen).toEqual([]); // the first read announces nothing
+  });
+
+  it('disables the action while a pause runs and announces the pause when it is done', async () => {
+    await model.refresh();
+    const changes = jest.fn();
+    model.changed.connect(changes);
+    await model.pause();
+    expect(server.posted).toEqual(['pause']);
+    expect(model.display).toBe('pausing');
+    expect(model.nextAction).toBeNull();
+    expect(changes).toHaveBeenCalled();
+
+    server.answer = status({ state: 'paused', cycle: 1, message: 'paused 1 notebook(s)' });
+    await model.refresh();
+    expect(model.display).toBe('paused');
+    expect(model.nextAction).toBe('resume');
+    expect(seen.map(t => t.kind)).toEqual(['paused']);
+    expect(transitionMessage('paused', model.status!)).toContain('paused 1 notebook(s)');
+  });
+
+  it('notices a pause that finished between two reads', async () => {
+    await model.refresh();
+    server.answer = status({ state: 'paused', cycle: 1 });
+    await model.refresh();
+    expect(seen.map(t => t.kind)).toEqual(['paused']);
+  });
+
+  it('goes through waiting for capacity and restoring to ready, with the verdict', async () => {
+    server.answer = status({ state: 'paused', cycle: 1 });
+    await model.refresh();
+    server.answer = status({ state: 'resuming', phase: 'waiting-for-capacity', cycle: 1 });
+    await model.refresh();
+    expect(model.display).toBe('waiting for capacity');
+    server.answer = status({ state: 'resuming', phase: 'verifying', cycle: 1 });
+    await model.refresh();
+    expect(model.display).toBe('restoring');
+    server.answer = status({ state: 'active', cycle: 1, notebooks: [restoredNotebook] });
+    await model.refresh();
+    expect(model.display).toBe('ready');
+    expect(seen.map(t => t.kind)).toEqual(['resumed']);
+    expect(transitionMessage('resumed', seen[0].status)).toBe(
+      'Resumed. restored from checkpoint: 4 variables; 1 skipped: gen (a generator, re-run cell 7)'
+    );
+  });
+
+  it('says live model verified when the same process came back', () => {
+    expect(verdictText({ ...restoredNotebook, verdict: 'live-verified' })).toBe('live model verified');
+  });
+
+  it('shows progress in the status label', () => {
+    const s = status({
+      state: 'pausing',
+      phase: 'checkpointing',
+      progress: { notebooks_done: 0, notebooks_total: 2, variables_done: 3, variables_total: 14, bytes_done: 12_500_000 }
+    });
+    expect(statusLabel(s, true)).toBe('GPU session: pausing (checkpointing, notebook 1/2, 3/14 variables, 13 MB)');
+  });
+
+  it('announces a failure with its next step', async () => {
+    await model.refresh();
+    server.answer = status({
+      state: 'failed',
+      cycle: 1,
+      error: { reason: 'The pause stopped at releasing.', next_step: 'Pause again.' }
+    });
+    await model.refresh();
+    expect(seen.map(t => t.kind)).toEqual(['failed']);
+    expect(transitionMessage('failed', seen[0].status)).toBe('The pause stopped at releasing. Pause again.');
+    expect(model.nextAction).toBe('pause');
+  });
+
+  it('keeps the server message of a refused action and the status it sent', async () => {
+    await model.refresh();
+    await expect(model.resume()).rejects.toThrow('cannot resume while the session is active');
+    expect(model.display).toBe('active');
+    expect(model.busy).toBe(false);
+  });
+
+  it('goes offline when the server stops answering and announces the reconnect', async () => {
+    await model.refresh();
+    server.answer = new GkewsError('the Jupyter server cannot be reached', 0);
+    await model.refresh();
+    expect(model.display).toBe('offline');
+    expect(model.lastError).toContain('cannot be reached');
+    expect(statusLabel(model.status, model.connected)).toBe('GPU session: server unreachable');
+    server.answer = status({ state: 'paused', cycle: 1 });
+    await model.refresh();
+    expect(model.connected).toBe(true);
+    // the server came back paused: that is the news, not the reconnect itself
+    expect(seen.map(t => t.kind)).toEqual(['paused']);
+    server.answer = new Error('gone again');
+    await model.refresh();
+    server.answer = status({ state: 'paused', cycle: 1 });
+    await model.refresh();
+    expect(seen.map(t => t.kind)).toEqual(['paused', 'reconnected']);
+  });
+
+  it('keeps polling on its own and backs off while the server is away', async () => {
+    jest.useFakeTimers();
+    try {
+      const fast = new GkewsModel(server, { idleInterval: 1000, maxBackoff: 4000 });
+      const reads = jest.spyOn(server, 'status');
+      fast.start();
+      await jest.advanceTimersByTimeAsync(0);
+      expect(reads).toHaveBeenCalledTimes(1);
+      await jest.advanceTimersByTimeAsync(1000);
+      expect(reads).toHaveBeenCalledTimes(2);
+      server.answer = new Error('down');
+      await jest.advanceTimersByTimeAsync(1000); // read 3 fails: next in 1 s
+      await jest.advanceTimersByTimeAsync(1000); // read 4 fails: next in 2 s
+      await jest.advanceTimersByTimeAsync(1000);
+      expect(reads).toHaveBeenCalledTimes(4);
+      server.answer = status();
+      await jest.advanceTimersByTimeAsync(1000);
+      expect(reads).toHaveBeenCalledTimes(5);
+      expect(fast.connected).toBe(true);
+      fast.dispose();
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+});
+
+describe('display and timeline', () => {
+  it('orders the timeline and measures each step from its request', () => {
+    const rows = timelineRows({
+      last_activity: 90,
+      pause_requested: 100,
+      checkpoint_done: 101.5,
+      environment_stopped: 102,
+      resume_requested: 200,
+      kernels_started: 203,
+      restore_done: 204,
+      kernel_usable: 210
+    });
+    expect(rows.map(r => [r.label, r.offset])).toEqual([
+      ['last activity', null],
+      ['pause requested', 0],
+      ['checkpoints written', 1.5],
+      ['kernels released', 2],
+      ['resume requested', 0],
+      ['kernels started', 3],
+      ['restored and verified', 4],
+      ['first cell ran (kernel usable)', 10]
+    ]);
+  });
+
+  it('is offline without a status', () => {
+    expect(display(null, true)).toBe('offline');
+  });
+});

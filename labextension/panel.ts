@@ -1,0 +1,160 @@
+import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
+import { Widget } from '@lumino/widgets';
+
+import { checkpointIcon } from './icons';
+import { clip, formatBytes, plural } from './describe';
+import { GkewsModel } from './model';
+import { ICheckpoint } from './types';
+
+/**
+ * The sidebar list of checkpoints, grouped per notebook: time, size,
+ * variables, skipped; restore into the running kernel (after a confirmation)
+ * and delete.
+ */
+export class CheckpointPanel extends Widget {
+  constructor(private model: GkewsModel) {
+    super();
+    this.id = 'jp-gkews-checkpoints';
+    this.addClass('jp-gkews-CheckpointPanel');
+    this.title.icon = checkpointIcon;
+    this.title.caption = 'GPU session checkpoints';
+    this.node.setAttribute('role', 'region');
+    this.node.setAttribute('aria-label', 'GPU session checkpoints');
+
+    const header = document.createElement('div');
+    header.className = 'jp-gkews-CheckpointPanel-header';
+    const title = document.createElement('h2');
+    title.textContent = 'Checkpoints';
+    const refresh = document.createElement('button');
+    refresh.className = 'jp-Button jp-mod-styled jp-mod-reject';
+    refresh.textContent = 'Refresh';
+    refresh.title = 'Read the list of checkpoints again';
+    refresh.setAttribute('aria-label', 'Refresh the list of checkpoints');
+    refresh.addEventListener('click', () => void this.refresh());
+    header.append(title, refresh);
+    this.node.append(header, this.listNode);
+
+    // a finished pause or a checkpoint-now adds checkpoints: read the list again
+    model.transition.connect(() => void this.refresh(), this);
+  }
+
+  protected onAfterShow(): void {
+    void this.refresh();
+  }
+
+  async refresh(): Promise<void> {
+    if (!this.isVisible) {
+      return;
+    }
+    let rows: ICheckpoint[];
+    try {
+      rows = await this.model.api.checkpoints();
+    } catch (error) {
+      this.listNode.textContent = `The list could not be read: ${(error as Error).message}`;
+      return;
+    }
+    this.render(rows);
+  }
+
+  private render(rows: ICheckpoint[]): void {
+    this.listNode.replaceChildren();
+    if (!rows.length) {
+      const empty = document.createElement('p');
+      empty.textContent =
+        'No checkpoints yet. Pause the session, or run "GPU session: checkpoint now" from the command palette.';
+      this.listNode.appendChild(empty);
+      return;
+    }
+    const byNotebook = new Map<string, ICheckpoint[]>();
+    for (const row of rows) {
+      byNotebook.set(row.notebook, [...(byNotebook.get(row.notebook) ?? []), row]);
+    }
+    for (const [notebook, checkpoints] of byNotebook) {
+      const section = document.createElement('section');
+      const h = document.createElement('h3');
+      h.textContent = notebook;
+      section.appendChild(h);
+      const ul = document.createElement('ul');
+      ul.setAttribute('aria-label', `Checkpoints of ${notebook}`);
+      for (const c of checkpoints) {
+        ul.appendChild(this.item(c));
+      }
+      section.appendChild(ul);
+      this.listNode.appendChild(section);
+    }
+  }
+
+  private item(c: ICheckpoint): HTMLLIElement {
+    const li = document.createElement('li');
+    li.className = 'jp-gkews-Checkpoint';
+    li.dataset.checkpoint = c.id;
+    const info = document.createElement('span');
+    info.className = 'jp-gkews-Checkpoint-info';
+    info.textContent = c.error
+      ? `${c.id}: unreadable (${c.error})`
+      : `${new Date(c.created).toLocaleString()} · ${formatBytes(c.bytes)} · ${plural(c.variables, 'variable')} · ${c.skipped} skipped`;
+    info.title = c.id;
+    li.appendChild(info);
+    li.appendChild(
+      this.button('Restore', `Restore checkpoint ${c.id} into the running kernel of ${c.notebook}`, () =>
+        this.restore(c)
+      )
+    );
+    li.appendChild(this.button('Delete', `Delete checkpoint ${c.id} of ${c.notebook}`, () => this.delete(c)));
+    return li;
+  }
+
+  private button(label: string, description: string, act: () => Promise<void>): HTMLButtonElement {
+    const b = document.createElement('button');
+    b.type = 'button';
+    b.className = 'jp-Button jp-mod-styled jp-mod-reject jp-gkews-Checkpoint-action';
+    b.textContent = label;
+    b.title = description;
+    b.setAttribute('aria-label', description);
+    b.addEventListener('click', () => void act());
+    return b;
+  }
+
+  private async restore(c: ICheckpoint): Promise<void> {
+    const answer = await showDialog({
+      title: 'Restore this checkpoint?',
+      body: `The variables saved in checkpoint ${c.id} replace those of the same name in the running kernel of ${c.notebook}. Other variables are left alone.`,
+      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Restore' })]
+    });
+    if (!answer.button.accept) {
+      return;
+    }
+    try {
+      const result = await this.model.api.restore(c.id, c.notebook);
+      const failed = Object.keys(result.failed);
+      Notification.success(
+        clip(
+          `Restored ${plural(result.restored.length, 'variable')} into ${c.notebook}` +
+            (failed.length ? `; not restored: ${failed.join(', ')}` : '')
+        ),
+        { autoClose: 8000 }
+      );
+    } catch (error) {
+      Notification.error(clip(`Restore failed: ${(error as Error).message}`), { autoClose: false });
+    }
+  }
+
+  private async delete(c: ICheckpoint): Promise<void> {
+    const answer = await showDialog({
+      title: 'Delete this checkpoint?',
+      body: `Checkpoint ${c.id} of ${c.notebook} (${formatBytes(c.bytes)}) is deleted for good.`,
+      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Delete' })]
+    });
+    if (!answer.button.accept) {
+      return;
+    }
+    try {
+      await this.model.api.deleteCheckpoint(c.id);
+    } catch (error) {
+      Notification.error(clip(`Delete failed: ${(error as Error).message}`), { autoClose: false });
+    }
+    await this.refresh();
+  }
+
+  private listNode = document.createElement('div');
+}

@@ -1,0 +1,69 @@
+import { CommandRegistry } from '@lumino/commands';
+import { Widget } from '@lumino/widgets';
+
+import { GkewsModel } from './model';
+import { CommandIDs } from './commands';
+import { pauseIcon, resumeIcon, waitIcon } from './icons';
+
+/** The name under which settings place the button in the notebook toolbar. */
+export const TOOLBAR_ITEM = 'gkews-pause-resume';
+
+/**
+ * The notebook toolbar button. Its label, icon and tooltip follow the state:
+ * Pause when active, Resume when paused, disabled while a transition runs.
+ */
+export class PauseResumeButton extends Widget {
+  constructor(
+    private model: GkewsModel,
+    private commands: CommandRegistry
+  ) {
+    super({ node: document.createElement('button') });
+    this.addClass('jp-ToolbarButtonComponent');
+    this.addClass('jp-gkews-PauseButton');
+    const button = this.node as HTMLButtonElement;
+    button.type = 'button';
+    button.appendChild(this.iconNode);
+    this.labelNode.className = 'jp-ToolbarButtonComponent-label';
+    button.appendChild(this.labelNode);
+    button.addEventListener('click', () => {
+      const action = this.model.nextAction;
+      if (action) {
+        void this.commands.execute(action === 'pause' ? CommandIDs.pause : CommandIDs.resume);
+      }
+    });
+    model.changed.connect(this.render, this);
+    this.render();
+  }
+
+  private render(): void {
+    const button = this.node as HTMLButtonElement;
+    const action = this.model.nextAction;
+    const state = this.model.display;
+    let label: string;
+    let tooltip: string;
+    if (action === 'pause') {
+      label = 'Pause';
+      tooltip = 'Pause the GPU session: checkpoint every kernel, then release them';
+      pauseIcon.element({ container: this.iconNode });
+    } else if (action === 'resume') {
+      label = 'Resume';
+      tooltip = 'Resume the GPU session: bring the kernels back and verify or restore them';
+      resumeIcon.element({ container: this.iconNode });
+    } else {
+      label = state === 'offline' ? 'Offline' : state === 'pausing' ? 'Pausing…' : 'Resuming…';
+      tooltip =
+        state === 'offline'
+          ? 'The Jupyter server does not answer; pause and resume come back with it'
+          : `Wait: the session is ${state}`;
+      waitIcon.element({ container: this.iconNode });
+    }
+    this.labelNode.textContent = label;
+    button.disabled = action === null;
+    button.title = tooltip;
+    button.setAttribute('aria-label', `${label}: ${tooltip}`);
+    button.dataset.gkewsAction = action ?? 'none';
+  }
+
+  private iconNode = document.createElement('span');
+  private labelNode = document.createElement('span');
+}

@@ -1,0 +1,101 @@
+/**
+ * The JSON the server answers under <base_url>gkews/ (docs/rest-api.md), as TypeScript types.
+ */
+
+export type State = 'active' | 'pausing' | 'paused' | 'resuming' | 'failed';
+
+export interface IProgress {
+  notebook?: string;
+  notebooks_done?: number;
+  notebooks_total?: number;
+  variables_done?: number;
+  variables_total?: number;
+  bytes_done?: number;
+}
+
+export interface ISkipped {
+  reason?: string;
+  cell?: number | null;
+  source?: string;
+}
+
+export interface INotebookStatus {
+  path: string;
+  session_id?: string;
+  kernel_id: string;
+  kernel_name?: string;
+  status: string;
+  checkpoint?: string;
+  bytes?: number;
+  saved?: string[];
+  skipped?: Record<string, ISkipped>;
+  error?: string | null;
+  next_step?: string;
+  verdict?: 'live-verified' | 'restored-from-checkpoint' | 'failed' | null;
+  why_restored?: string;
+  restored?: string[];
+  failed?: Record<string, string>;
+  skipped_at_save?: Record<string, ISkipped>;
+  warnings?: string[];
+}
+
+export interface IStatus {
+  state: State;
+  phase: string | null;
+  message: string;
+  backend: string;
+  cycle: number;
+  progress: IProgress | null;
+  error: { reason: string; next_step: string } | null;
+  timeline: Record<string, number | null>;
+  notebooks: INotebookStatus[];
+  updated: number;
+}
+
+export interface ICheckpoint {
+  id: string;
+  created: string;
+  notebook: string;
+  bytes: number;
+  variables: number;
+  skipped: number;
+  error?: string;
+}
+
+export interface ICheckpointNow {
+  notebook: string;
+  id: string;
+  bytes: number;
+  saved: string[];
+  skipped: Record<string, ISkipped>;
+}
+
+export interface IRestoreResult {
+  notebook: string;
+  checkpoint: string;
+  restored: string[];
+  failed: Record<string, string>;
+  warnings: string[];
+}
+
+/** What the model needs from the server; the real one is in api.ts, tests pass a fake. */
+export interface IGkewsApi {
+  status(): Promise<IStatus>;
+  pause(notebooks?: string[]): Promise<IStatus>;
+  resume(notebooks?: string[]): Promise<IStatus>;
+  checkpoints(notebook?: string): Promise<ICheckpoint[]>;
+  deleteCheckpoint(id: string): Promise<void>;
+  checkpointNow(notebook: string): Promise<ICheckpointNow>;
+  restore(id: string, notebook: string): Promise<IRestoreResult>;
+}
+
+/** An answer that is not 2xx: the server's message (which names the fix) and the HTTP status. */
+export class GkewsError extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+    readonly serverStatus?: IStatus
+  ) {
+    super(message);
+  }
+}

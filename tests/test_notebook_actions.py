@@ -1,0 +1,57 @@
+"""The UI's per-notebook actions: checkpoint now, and restore a checkpoint into the running kernel."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from serverkit import open_notebook, post, run_cell
+
+
+@pytest.fixture
+def jp_server_config(tmp_path):
+    return {"ServerApp": {"jpserver_extensions": {"jupyter_gkews": True}, "allow_unauthenticated_access": False},
+            "GkewsApp": {"checkpoint_root": str(tmp_path / "ckpt"), "state_dir": str(tmp_path / "state")}}
+
+
+async def test_checkpoint_now_then_restore_into_the_running_kernel(jp_fetch, jp_serverapp, jp_root_dir):
+    s = await open_notebook(jp_fetch, jp_root_dir, "work/a.ipynb")
+    kid = s["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "weights = [1, 2, 3]\ngen = (i for i in range(3))")
+
+    r = await post(jp_fetch, "checkpoints/now", {"notebook": "work/a.ipynb"})
+    assert r.code == 201, r.body
+    saved = json.loads(r.body)
+    assert saved["notebook"] == "work/a.ipynb" and "weights" in saved["saved"] and "gen" in saved["skipped"]
+    listed = json.loads((await jp_fetch("gkews", "checkpoints", params={"notebook": "work/a.ipynb"})).body)
+    assert [c["id"] for c in listed["checkpoints"]] == [saved["id"]]
+
+    await run_cell(jp_serverapp, kid, "weights.append(4)")
+    r = await post(jp_fetch, f"checkpoints/{saved['id']}/restore", {"notebook": "work/a.ipynb"})
+    assert r.code == 200, r.body
+    assert "weights" in json.loads(r.body)["restored"]
+    assert (await run_cell(jp_serverapp, kid, "print(weights)")).strip() == "[1, 2, 3]"
+
+
+async def test_bad_requests_name_the_problem_and_change_nothing(jp_fetch, jp_serverapp, jp_root_dir):
+    s = await open_notebook(jp_fetch, jp_root_dir, "b.ipynb")
+    await run_cell(jp_serverapp, s["kernel"]["id"], "x = 1")
+
+    r = await post(jp_fetch, "checkpoints/now", {})
+    assert r.code == 400 and "notebook" in json.loads(r.body)["message"]
+    r = await post(jp_fetch, "checkpoints/now", {"notebook": "../etc/passwd"})
+    assert r.code == 400 and "outside the contents root" in json.loads(r.body)["message"]
+    r = await post(jp_fetch, "checkpoints/now", {"notebook": "nowhere.ipynb"})
+    assert r.code == 409 and "no running kernel" in json.loads(r.body)["message"]
+    r = await post(jp_fetch, "checkpoints/20260101-000000-000-abcd/restore", {"notebook": "b.ipynb"})
+    assert r.code == 404 and "no checkpoint" in json.loads(r.body)["message"]
+    r = await post(jp_fetch, "checkpoints/now", {"notebook": "b.ipynb", "extra": 1})
+    assert r.code == 400 and "unknown field" in json.loads(r.body)["message"]
+    listed = json.loads((await jp_fetch("gkews", "checkpoints")).body)
+    assert listed["checkpoints"] == []
+
+
+@pytest.mark.parametrize("action", ["checkpoints/now", "checkpoints/20260101-000000-000-abcd/restore"])
+async def test_actions_need_credentials(jp_fetch, jp_root_dir, action):
+    r = await post(jp_fetch, action, {"notebook": "a.ipynb"}, headers={"Authorization": "token not-the-token"})
+    assert r.code == 403

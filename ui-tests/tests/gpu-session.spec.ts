@@ -1,0 +1,198 @@
+/**
+ * The GPU session UI in a real JupyterLab page on Debian's Chromium:
+ * - the whole cycle: build a torch model in a notebook, press Pause, see the
+ *   paused state with the kernel gone, press Resume, and run a cell in the same
+ *   open notebook that uses the restored model and variables;
+ * - the checkpoint panel: checkpoint now, restore into the running kernel, delete.
+ * With GKEWS_SCREENSHOTS=1 (make screenshots) it saves docs/img/paused.png and resumed.png.
+ */
+import { expect, test } from '@jupyterlab/galata';
+import type { Page } from '@playwright/test';
+import * as path from 'path';
+
+const SETUP = `import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+x = torch.linspace(-1, 1, 24).reshape(3, 8)
+history = [0.5, 0.25, 0.125]
+gen = (i for i in range(3))
+print(f"before {model(x).sum().item():.6f} {sum(history)}")`;
+
+const CHECK = `print(f"after {model(x).sum().item():.6f} {sum(history)}")`;
+
+function newNotebook(sources: string[]) {
+  return {
+    cells: sources.map(source => ({ cell_type: 'code', source, metadata: {}, outputs: [], execution_count: null })),
+    metadata: { kernelspec: { name: 'python3', display_name: 'Python 3 (ipykernel)', language: 'python' } },
+    nbformat: 4,
+    nbformat_minor: 5
+  };
+}
+
+const SCREENSHOTS = process.env.GKEWS_SCREENSHOTS === '1';
+const IMG = path.resolve(__dirname, '..', '..', 'docs', 'img');
+
+/** The kernel ids the server runs, from the page's own origin. */
+async function serverKernels(page: Page): Promise<string[]> {
+  const r = await page.request.get('/api/kernels');
+  return ((await r.json()) as { id: string }[]).map(k => k.id);
+}
+
+/** What the notebook panel in the page is connected to. */
+async function panelKernel(page: Page): Promise<{ id: string | null; connection: string | null }> {
+  return page.evaluate(() => {
+    const widget = (window as any).jupyterapp.shell.currentWidget;
+    const kernel = widget?.sessionContext?.session?.kernel;
+    return { id: kernel?.id ?? null, connection: kernel?.connectionStatus ?? null };
+  });
+}
+
+async function screenshot(page: Page, name: string): Promise<void> {
+  if (SCREENSHOTS) {
+    await page.screenshot({ path: path.join(IMG, name) });
+  }
+}
+
+test.use({ autoGoto: true, viewport: { width: 1280, height: 720 } });
+
+// A resumed kernel is started by the server, so Galata does not know to shut it down: every test
+// leaves the server without kernels, so that the next one's Pause (which takes every running
+// kernel) sees only its own.
+test.afterEach(async ({ request }) => {
+  const sessions = (await (await request.get('/api/sessions')).json()) as { id: string }[];
+  for (const s of sessions) {
+    await request.delete(`/api/sessions/${s.id}`);
+  }
+  const kernels = (await (await request.get('/api/kernels')).json()) as { id: string }[];
+  for (const k of kernels) {
+    await request.delete(`/api/kernels/${k.id}`);
+  }
+});
+
+test('pause releases the kernel and resume brings the model back into the open notebook', async ({
+  page,
+  tmpPath
+}) => {
+  const status = page.locator('.jp-gkews-StatusItem');
+  await expect(status).toHaveText('GPU session: active');
+  await expect(status).toHaveAttribute('aria-label', /Show the details/);
+
+  const notebook = `${tmpPath}/train.ipynb`;
+  await page.contents.uploadContent(JSON.stringify(newNotebook([SETUP, CHECK])), 'text', notebook);
+  await page.notebook.openByPath(notebook);
+  await page.notebook.activate('train.ipynb');
+  await page.notebook.runCell(0);
+  const before = (await page.notebook.getCellTextOutput(0))?.join('') ?? '';
+  expect(before).toMatch(/^before -?\d+\.\d{6} 0\.875/);
+  const [kernelBefore] = await serverKernels(page);
+  expect((await panelKernel(page)).id).toBe(kernelBefore);
+
+  // the toolbar button: a labelled Pause with a tooltip
+  const pause = page.getByRole('button', { name: /^Pause:/ });
+  await expect(pause).toHaveAttribute('title', /Pause the GPU session/);
+  await pause.click();
+
+  await expect(status).toHaveText('GPU session: paused', { timeout: 120_000 });
+  await expect(page.locator('[class*="jp-Notification-Toast-"]').filter({ hasText: 'Paused' })).toBeVisible();
+  // the kernel is gone: from the server, and from the notebook's own view of it
+  expect(await serverKernels(page)).toEqual([]);
+  await expect
+    .poll(async () => (await panelKernel(page)).connection ?? 'no kernel')
+    .not.toBe('connected');
+  const resume = page.getByRole('button', { name: /^Resume:/ });
+  await expect(resume).toBeEnabled();
+  await screenshot(page, 'paused.png');
+
+  await resume.click();
+  await expect(status).toHaveText('GPU session: ready', { timeout: 180_000 });
+  const toast = page.locator('[class*="jp-Notification-Toast-"]').filter({ hasText: 'Resumed.' });
+  await expect(toast).toContainText('restored from checkpoint');
+  await expect(toast).toContainText('1 skipped: gen (a generator');
+
+  // the open panel is attached to the restored kernel (same id), and no other kernel was started
+  await expect.poll(() => panelKernel(page)).toEqual({ id: kernelBefore, connection: 'connected' });
+  expect(await serverKernels(page)).toEqual([kernelBefore]);
+
+  await page.notebook.runCell(1);
+  const after = (await page.notebook.getCellTextOutput(1))?.join('') ?? '';
+  expect(after.replace('after', 'before')).toBe(before);
+  await expect(page.getByRole('button', { name: /^Pause:/ })).toBeEnabled();
+  await screenshot(page, 'resumed.png');
+
+  // the details dialog: timeline from the pause request to the kernel being usable, and the verdict
+  await status.click();
+  const dialog = page.locator('.jp-Dialog');
+  await expect(dialog).toContainText('pause requested');
+  await expect(dialog).toContainText('first cell ran (kernel usable)');
+  await expect(dialog).toContainText(notebook);
+  await expect(dialog).toContainText('gen was not saved');
+  await dialog.getByRole('button', { name: /Close/ }).click();
+});
+
+test('checkpoint now, restore it into the running kernel after a confirmation, then delete it', async ({
+  page,
+  tmpPath
+}) => {
+  const notebook = `${tmpPath}/weights.ipynb`;
+  const cells = ['weights = [1, 2, 3]', 'weights.append(4)\nprint(weights)', 'print(weights)'];
+  await page.contents.uploadContent(JSON.stringify(newNotebook(cells)), 'text', notebook);
+  await page.notebook.openByPath(notebook);
+  await page.notebook.activate('weights.ipynb');
+  await page.notebook.runCell(0);
+
+  await page.menu.clickMenuItem('Kernel>Checkpoint the current notebook now');
+  const panel = page.getByRole('region', { name: 'GPU session checkpoints' });
+  const item = panel.getByRole('list', { name: `Checkpoints of ${notebook}` }).locator('.jp-gkews-Checkpoint');
+  await expect(item).toHaveCount(1);
+  await expect(item).toContainText('1 variable · 0 skipped');
+
+  await page.notebook.runCell(1);
+  expect((await page.notebook.getCellTextOutput(1))?.join('')).toBe('[1, 2, 3, 4]\n');
+
+  await item.getByRole('button', { name: /^Restore checkpoint/ }).click();
+  await page.locator('.jp-Dialog').getByRole('button', { name: 'Restore' }).click();
+  await expect(
+    page.locator('[class*="jp-Notification-Toast-"]').filter({ hasText: `Restored 1 variable into ${notebook}` })
+  ).toBeVisible();
+  await page.notebook.runCell(2);
+  expect((await page.notebook.getCellTextOutput(2))?.join('')).toBe('[1, 2, 3]\n');
+
+  await item.getByRole('button', { name: /^Delete checkpoint/ }).click();
+  await page.locator('.jp-Dialog').getByRole('button', { name: 'Delete' }).click();
+  await expect(item).toHaveCount(0);
+});
+
+test('a page reloaded while paused starts no kernel of its own, and resume attaches the restored one', async ({
+  page,
+  tmpPath
+}) => {
+  const notebook = `${tmpPath}/reload.ipynb`;
+  const cells = ['import torch\nw = torch.arange(6.0)', 'print(w.sum().item())'];
+  await page.contents.uploadContent(JSON.stringify(newNotebook(cells)), 'text', notebook);
+  await page.notebook.openByPath(notebook);
+  await page.notebook.activate('reload.ipynb');
+  await page.notebook.runCell(0);
+  const [kernelBefore] = await serverKernels(page);
+
+  const status = page.locator('.jp-gkews-StatusItem');
+  await page.getByRole('button', { name: /^Pause:/ }).click();
+  await expect(status).toHaveText('GPU session: paused', { timeout: 120_000 });
+
+  // (Galata's own wait is for a Launcher tab, and this page restores only the notebook)
+  await page.reload({ waitForIsReady: false });
+  await expect(page.getByRole('main').locator('.jp-NotebookPanel')).toBeVisible();
+  await expect(status).toHaveText('GPU session: paused');
+  // the restored notebook panel has settled (its session context is ready) without a kernel
+  await page.waitForFunction(() => {
+    const widget = (window as any).jupyterapp.shell.currentWidget;
+    return widget?.sessionContext?.isReady && !widget.sessionContext.session;
+  });
+  expect(await serverKernels(page)).toEqual([]);
+
+  await page.getByRole('button', { name: /^Resume:/ }).click();
+  await expect(status).toHaveText('GPU session: ready', { timeout: 180_000 });
+  await expect.poll(() => panelKernel(page)).toEqual({ id: kernelBefore, connection: 'connected' });
+  await page.notebook.runCell(1);
+  expect((await page.notebook.getCellTextOutput(1))?.join('')).toBe('15.0\n');
+  expect(await serverKernels(page)).toEqual([kernelBefore]);
+});
