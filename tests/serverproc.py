@@ -40,8 +40,10 @@ class Server(LocalServer):
         """Run code in a kernel through its connection file, as a second client would; return its stdout."""
         client = BlockingKernelClient(connection_file=str(self.runtime / f"kernel-{kernel_id}.json"))
         client.load_connection_file()
-        # no heartbeat: its 1 s limit calls a kernel on a loaded machine dead; the server watches its life
-        client.start_channels(hb=False)
+        # A kernel still starting, or a busy machine, misses the 1 s heartbeat and wait_for_ready would call
+        # it dead ("Kernel died before replying to kernel_info"); a process that really died stays dead.
+        client.hb_channel.time_to_dead = 30.0
+        client.start_channels()
         out: list[str] = []
         try:
             client.wait_for_ready(timeout=60)
