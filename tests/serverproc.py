@@ -176,6 +176,9 @@ class Server:
         """Run code in a kernel through its connection file, as a second client would; return its stdout."""
         client = BlockingKernelClient(connection_file=str(self.runtime / f"kernel-{kernel_id}.json"))
         client.load_connection_file()
+        # The client judges a kernel dead when one heartbeat takes over time_to_dead (1 s by default): on a
+        # loaded machine a kernel still starting up misses that and "dies before replying to kernel_info".
+        client.hb_channel.time_to_dead = 10.0
         client.start_channels()
         out: list[str] = []
         try:
