@@ -124,3 +124,31 @@ def test_identity_from_the_downward_api_and_the_pod_label(fake, tmp_path, monkey
     monkeypatch.setattr("jupyter_gkews.k8s.identity.SA_NAMESPACE_FILE", str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="set POD_NAMESPACE through the downward API"):
         own_namespace_and_pod()
+
+
+def test_cleanup_command_keeps_the_snapshot_the_paused_server_needs(fake, tmp_path):
+    """`jupyter gkews cleanup` runs without a server: it reads the server's last state to know which
+    snapshot a pending resume needs, and removes the others beyond keep_snapshots."""
+    import json
+
+    from clikit import jupyter_gkews
+
+    from jupyter_gkews.state import StateStore, initial_state
+    kube = Kube("team-a", fake.kubeconfig(tmp_path / "kc"))
+    oldest, middle, newest = take_snapshots(fake, kube, 3)
+    state_dir = tmp_path / "state"
+    StateStore(str(state_dir)).save({**initial_state("gke"), "state": "paused", "snapshot": {"name": oldest}})
+    (tmp_path / "ckpt").mkdir()
+    r = jupyter_gkews("cleanup", f"--checkpoint-root={tmp_path / 'ckpt'}", "--json",
+                      "--GkewsApp.backend_class=jupyter_gkews.backends.gke.GkeBackend",
+                      f"--GkewsApp.state_dir={state_dir}", f"--GkeBackend.kubeconfig={tmp_path / 'kc'}",
+                      "--GkeBackend.namespace=team-a", f"--GkeBackend.pod_name={WS}-0",
+                      "--GkeBackend.keep_snapshots=1", home=tmp_path)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert [(o["kind"], o["name"]) for o in report["backend"] if o["kind"] == "PodSnapshot"] == [("PodSnapshot", middle)]
+    for _ in range(100):
+        if len(fake.all(SNAPSHOTS)) == 2:
+            break
+        time.sleep(0.05)
+    assert {s["metadata"]["name"] for s in fake.all(SNAPSHOTS)} == {oldest, newest}

@@ -29,6 +29,7 @@ from ..k8s.restore import Baseline, baseline, evidence, read_checkpoint_file
 from ..k8s.snapshots import (SnapshotError, policy_body, policy_name, snapshot_progress, trigger_body,
                              trigger_progress, snapshot_created)
 from ..k8s.workspace import addon_enabled, set_paused
+from ..state import StateStore
 from .base import SnapshotFailed
 from .local import LocalBackend
 
@@ -210,12 +211,21 @@ class GkeBackend(LocalBackend):
         except LifecycleError as exc:
             lifecycle.note(f"{why}; the automatic resume was refused: {exc}")
 
+    def _lifecycle_state(self) -> dict | None:
+        """The server's state: live when the server runs this cleanup, else as it last wrote it (the
+        `jupyter gkews cleanup` command runs without a server)."""
+        lifecycle = getattr(self.parent, "lifecycle", None)
+        if lifecycle is not None:
+            return lifecycle.state
+        state_dir = getattr(self.parent, "state_dir", None)
+        return StateStore(state_dir).load() if state_dir else None
+
     async def cleanup(self, *, dry_run: bool = False) -> list[dict]:
         kube, me = await self.connect()
-        lifecycle = getattr(self.parent, "lifecycle", None)
         needed = set()
-        if lifecycle is not None and lifecycle.state["state"] in ("paused", "resuming", "pausing"):
-            name = (lifecycle.state.get("snapshot") or {}).get("name")
+        state = await self._io(self._lifecycle_state)
+        if state and state.get("state") in ("paused", "resuming", "pausing"):
+            name = (state.get("snapshot") or {}).get("name")
             if name:
                 needed.add(name)  # a pending resume restores from it
         items = await self._io(cleanup_plan.plan, kube, me.workspace, self.keep_snapshots, needed)
