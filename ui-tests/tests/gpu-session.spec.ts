@@ -47,6 +47,11 @@ async function panelKernel(page: Page): Promise<{ id: string | null; connection:
   });
 }
 
+/** A JupyterLab notification (toast) that says `text`. */
+function notification(page: Page, text: string) {
+  return page.locator('[class*="jp-Notification-Toast-"]').filter({ hasText: text });
+}
+
 async function screenshot(page: Page, name: string): Promise<void> {
   if (SCREENSHOTS) {
     await page.screenshot({ path: path.join(IMG, name) });
@@ -93,7 +98,7 @@ test('pause releases the kernel and resume brings the model back into the open n
   await pause.click();
 
   await expect(status).toHaveText('GPU session: paused', { timeout: 120_000 });
-  await expect(page.locator('[class*="jp-Notification-Toast-"]').filter({ hasText: 'Paused' })).toBeVisible();
+  await expect(notification(page, 'Paused')).toBeVisible();
   // the kernel is gone: from the server, and from the notebook's own view of it
   expect(await serverKernels(page)).toEqual([]);
   await expect
@@ -105,7 +110,7 @@ test('pause releases the kernel and resume brings the model back into the open n
 
   await resume.click();
   await expect(status).toHaveText('GPU session: ready', { timeout: 180_000 });
-  const toast = page.locator('[class*="jp-Notification-Toast-"]').filter({ hasText: 'Resumed.' });
+  const toast = notification(page, 'Resumed.');
   await expect(toast).toContainText('restored from checkpoint');
   await expect(toast).toContainText('1 skipped: gen (a generator');
 
@@ -151,9 +156,7 @@ test('checkpoint now, restore it into the running kernel after a confirmation, t
 
   await item.getByRole('button', { name: /^Restore checkpoint/ }).click();
   await page.locator('.jp-Dialog').getByRole('button', { name: 'Restore' }).click();
-  await expect(
-    page.locator('[class*="jp-Notification-Toast-"]').filter({ hasText: `Restored 1 variable into ${notebook}` })
-  ).toBeVisible();
+  await expect(notification(page, `Restored 1 variable into ${notebook}`)).toBeVisible();
   await page.notebook.runCell(2);
   expect((await page.notebook.getCellTextOutput(2))?.join('')).toBe('[1, 2, 3]\n');
 
@@ -195,4 +198,37 @@ test('a page reloaded while paused starts no kernel of its own, and resume attac
   await page.notebook.runCell(1);
   expect((await page.notebook.getCellTextOutput(1))?.join('')).toBe('15.0\n');
   expect(await serverKernels(page)).toEqual([kernelBefore]);
+});
+
+test('while the server does not answer the status says unreachable, and it comes back without a reload', async ({
+  page
+}) => {
+  // The outage is produced in the browser: every request of the extension (its URLs are under
+  // gkews/, JupyterLab's own are not) is refused as by a server that is down. A Galata-managed
+  // server cannot be restarted from inside a test; the page sees the same failed fetch, and runs the
+  // same code path (unreachable state, backoff, reconnect), when a real server restarts.
+  const extensionUrls = '**/gkews/**';
+  const status = page.getByRole('button', { name: /^GPU session: / });
+  await expect(status).toHaveText(/^GPU session: (active|ready)$/);
+  const before = await status.textContent();
+  await page.evaluate(() => ((window as any).gkewsSamePage = true));
+
+  let refusedStatusReads = 0;
+  await page.route(extensionUrls, route => {
+    refusedStatusReads += route.request().url().includes('/gkews/status') ? 1 : 0;
+    return route.abort('connectionrefused');
+  });
+  await expect(status).toHaveText('GPU session: server unreachable', { timeout: 30_000 });
+  await expect(status).toHaveAttribute('title', /does not answer .*retrying/);
+  // it keeps retrying while the server is away (and keeps saying so)
+  await expect.poll(() => refusedStatusReads, { timeout: 30_000 }).toBeGreaterThanOrEqual(3);
+  await expect(status).toHaveText('GPU session: server unreachable');
+
+  // the reads back off up to 10 s, so the first answer can take that long to be read
+  await page.unroute(extensionUrls);
+  const toast = notification(page, 'The Jupyter server answers again');
+  await expect(toast).toBeVisible({ timeout: 30_000 });
+  await expect(toast).toContainText(`the GPU session is ${before!.replace('GPU session: ', '')}`);
+  await expect(status).toHaveText(before!, { timeout: 30_000 });
+  expect(await page.evaluate(() => (window as any).gkewsSamePage)).toBe(true);
 });
