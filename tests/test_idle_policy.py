@@ -50,6 +50,20 @@ def kernel_activity(serverapp, kid) -> float:
     return serverapp.kernel_manager.get_kernel(kid).last_activity.timestamp()
 
 
+async def settled_activity(serverapp, kid) -> float:
+    """The kernel's last activity once the server has seen the cell's last message: the server reads IOPub
+    on its own socket, a moment after the test's client saw the cell end (CI caught an 11 ms lag)."""
+    kernel = serverapp.kernel_manager.get_kernel(kid)
+    loop = asyncio.get_running_loop()
+    last, since = None, loop.time()
+    while True:
+        if kernel.execution_state != "idle" or kernel.last_activity != last:
+            last, since = kernel.last_activity, loop.time()
+        elif loop.time() - since >= 0.3:
+            return last.timestamp()
+        await asyncio.sleep(0.02)
+
+
 async def idle_pause(jp_fetch) -> dict:
     """The pause-requested event of the policy's pause, once the session is paused."""
     paused = await wait_for(jp_fetch, ("paused", "failed"), timeout=60)
@@ -61,7 +75,7 @@ async def test_an_idle_session_is_paused_by_the_policy_through_the_lifecycle(jp_
     s = await open_notebook(jp_fetch, jp_root_dir, "work/idle.ipynb")
     kid = s["kernel"]["id"]
     await run_cell(jp_serverapp, kid, "weights = list(range(10)); print('ready')")
-    last_cell = kernel_activity(jp_serverapp, kid)
+    last_cell = await settled_activity(jp_serverapp, kid)
     # the extension's own calls into the kernel while the session idles: they must not count
     bridge = gkews_app(jp_serverapp).lifecycle.bridge
     for _ in range(3):
@@ -104,7 +118,7 @@ async def test_a_busy_kernel_is_never_paused_by_the_policy(jp_fetch, jp_serverap
     assert watcher.verdict() == (False, "a kernel is running a cell")
     go.write_text("")
     assert "done" in await cell
-    finished = kernel_activity(jp_serverapp, kid)
+    finished = await settled_activity(jp_serverapp, kid)
     requested = await idle_pause(jp_fetch)  # once the run is over, the idle limit applies
     assert requested["reason"] == "idle policy"
     assert requested["last_activity"] == pytest.approx(finished, abs=0.01)
@@ -128,7 +142,7 @@ async def test_terminals_and_connecting_notebooks_are_activity(jp_fetch, jp_ws_f
         pass
     terminal = jp_serverapp.web_app.settings["terminal_manager"].terminals[term]
     assert terminal.last_activity.timestamp() >= typed
-    kernel_last = kernel_activity(jp_serverapp, s["kernel"]["id"])
+    kernel_last = await settled_activity(jp_serverapp, s["kernel"]["id"])
     watcher.start()
     requested = await idle_pause(jp_fetch)
     tws.close()
