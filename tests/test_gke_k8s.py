@@ -7,9 +7,11 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from gke_controller import POLICIES, SNAPSHOTS, TRIGGERS, FakeGke
+import yaml
+from gke_controller import DEPLOY, POLICIES, SNAPSHOTS, TRIGGERS, FakeGke
 from traitlets.config import Configurable
 
+from jupyter_gkews.backends.base import SnapshotFailed
 from jupyter_gkews.backends.gke import GkeBackend
 from jupyter_gkews.k8s.api import Kube
 from jupyter_gkews.k8s.identity import own_namespace_and_pod
@@ -17,6 +19,7 @@ from jupyter_gkews.k8s.snapshots import (SnapshotError, policy_body, policy_name
                                          trigger_body, trigger_progress)
 
 WS = "gpu-notebook"
+RBAC = DEPLOY / "rbac.yaml"
 
 
 @pytest.fixture
@@ -30,16 +33,16 @@ def backend(fake, tmp_path, lifecycle_state=None, **traits) -> GkeBackend:
     parent = Configurable()
     if lifecycle_state is not None:
         parent.lifecycle = SimpleNamespace(state=lifecycle_state)
-    return GkeBackend(parent=parent, kubeconfig=fake.kubeconfig(tmp_path / "kubeconfig"), namespace="team-a",
-                      pod_name=f"{WS}-0", **traits)
+    return GkeBackend(parent=parent, kubeconfig=fake.pod_kubeconfig(tmp_path / "kubeconfig"), namespace="team-a",
+                      pod_name=fake.pod, **traits)
 
 
 def take_snapshots(fake, kube: Kube, n: int) -> list[str]:
     """n snapshots through triggers, as the server takes them; their names, oldest first."""
-    kube.create("podsnapshotpolicies", policy_body(policy_name(WS), WS, "gkews-snapshots", "stop", "7d"))
+    kube.create("podsnapshotpolicies", policy_body(policy_name(WS), WS, "gkews-snapshots", "7d"))
     names = []
     for _ in range(n):
-        trigger = trigger_body(WS, f"{WS}-0")
+        trigger = trigger_body(WS, fake.pod)
         kube.create("podsnapshotmanualtriggers", trigger)
         for _ in range(200):
             found = fake.get(TRIGGERS, trigger["metadata"]["name"])
@@ -110,15 +113,71 @@ def test_gke_shapes():
     uploading = {"metadata": {"name": "s"}, "status": {"conditions": [
         {"type": "Checkpoint", "status": "True"}, {"type": "Ready", "status": "False", "reason": "AwaitingCheckpoint"}]}}
     assert snapshot_progress(uploading) == ("pending", "AwaitingCheckpoint")
+    for kind in ("Checkpoint", "StorageReplicated", "Ready"):  # each one can end the snapshot
+        for reason in ("Failed", "Error"):
+            failed = {"metadata": {"name": "s"}, "status": {"conditions": [
+                {"type": kind, "status": "False", "reason": reason, "message": "boom"}]}}
+            with pytest.raises(SnapshotError, match=f"PodSnapshot s failed .{kind}=False.: {reason}: boom"):
+                snapshot_progress(failed)
+
+
+ON = "podsnapshot.gke.kubeflow.org/enabled"
+
+
+@pytest.mark.parametrize("case,cluster,mode", [
+    ("kind annotated true", dict(addon=True), "workspace"),
+    ("kind annotated True (the add-on compares case-insensitively)", dict(kind_annotations={ON: "True"}), "workspace"),
+    ("Workspace FALSE overrides the kind's true", dict(addon=True, workspace_annotations={ON: "FALSE"}), "trigger"),
+    ("Workspace opts in with pod-migration.gke.io/enabled",
+     dict(workspace_annotations={"pod-migration.gke.io/enabled": "true"}), "workspace"),
+    ("kind pod-migration.gke.io/enabled TRUE", dict(kind_annotations={"pod-migration.gke.io/enabled": "TRUE"}),
+     "workspace"),
+    ("a TPU podConfig is never snapshotted by the add-on", dict(addon=True, tpu=True), "trigger"),
+    ("no annotation anywhere", dict(), "trigger"),
+])
+def test_auto_mode_follows_the_addons_own_rules(tmp_path, case, cluster, mode):
+    """auto picks `workspace` exactly when the add-on (played by the fixture from its own rules) snapshots the
+    Workspace on pause, reading only the Workspace and this Pod: the Pod's service account is granted
+    deploy/rbac.yaml through the WorkspaceKind's clusterRoles, a RoleBinding, which cannot cover the
+    cluster-scoped WorkspaceKind."""
+    fake = FakeGke(rbac=list(yaml.safe_load_all(RBAC.read_text())), **cluster).start()
+    try:
+        assert asyncio.run(backend(fake, tmp_path).mode()) == mode, case
+        assert ("get", "workspacekinds", "jupyterlab-gpu") not in fake.calls()
+    finally:
+        fake.stop()
+
+
+def test_trigger_mode_refuses_a_pod_outside_gvisor_by_name(tmp_path):
+    """Without the add-on nothing sets runtimeClassName: gvisor (a WorkspaceKind cannot); GKE cannot snapshot it."""
+    fake = FakeGke(sandbox_admission=False).start()
+    try:
+        with pytest.raises(SnapshotFailed, match=f"the Pod {fake.pod} does not run in GKE Sandbox .spec.runtimeClassName "
+                                                 "is not set, not gvisor."):
+            asyncio.run(backend(fake, tmp_path, snapshot_mode="trigger").snapshot([]))
+        assert fake.all(TRIGGERS) == []  # nothing asked of GKE
+    finally:
+        fake.stop()
+
+
+def test_a_policy_left_with_postcheckpoint_stop_is_named(fake, tmp_path):
+    kube = Kube("team-a", fake.kubeconfig(tmp_path / "kc"))
+    old = policy_body(policy_name(WS), WS, "gkews-snapshots", "7d")
+    old["spec"]["triggerConfig"]["postCheckpoint"] = "stop"  # what an earlier version created
+    kube.create("podsnapshotpolicies", old)
+    with pytest.raises(SnapshotFailed, match="PodSnapshotPolicy gkews-gpu-notebook says postCheckpoint: stop"):
+        asyncio.run(backend(fake, tmp_path).snapshot([]))
+    assert fake.all(TRIGGERS) == []
 
 
 def test_identity_from_the_downward_api_and_the_pod_label(fake, tmp_path, monkeypatch):
-    monkeypatch.setenv("POD_NAME", f"{WS}-0")
+    monkeypatch.setenv("POD_NAME", fake.pod)
     monkeypatch.setenv("POD_NAMESPACE", "team-a")
-    assert own_namespace_and_pod() == ("team-a", f"{WS}-0")
-    b = GkeBackend(kubeconfig=fake.kubeconfig(tmp_path / "kc"))
+    assert own_namespace_and_pod() == ("team-a", fake.pod)
+    b = GkeBackend(kubeconfig=fake.pod_kubeconfig(tmp_path / "kc"))
     kube, me = asyncio.run(b.connect())
-    assert (me.namespace, me.pod, me.workspace) == ("team-a", f"{WS}-0", WS)
+    assert (me.namespace, me.pod, me.workspace) == ("team-a", fake.pod, WS)
+    assert fake.pod.startswith(f"ws-{WS}-") and fake.pod != f"{WS}-0"  # ws-<workspace>-<random>-0, never guessed
     assert asyncio.run(b.mode()) == "trigger"  # no add-on annotation on the Workspace or its kind
     monkeypatch.delenv("POD_NAMESPACE")
     monkeypatch.setattr("jupyter_gkews.k8s.identity.SA_NAMESPACE_FILE", str(tmp_path / "missing"))
@@ -142,7 +201,7 @@ def test_cleanup_command_keeps_the_snapshot_the_paused_server_needs(fake, tmp_pa
     r = jupyter_gkews("cleanup", f"--checkpoint-root={tmp_path / 'ckpt'}", "--json",
                       "--GkewsApp.backend_class=jupyter_gkews.backends.gke.GkeBackend",
                       f"--GkewsApp.state_dir={state_dir}", f"--GkeBackend.kubeconfig={tmp_path / 'kc'}",
-                      "--GkeBackend.namespace=team-a", f"--GkeBackend.pod_name={WS}-0",
+                      "--GkeBackend.namespace=team-a", f"--GkeBackend.pod_name={fake.pod}",
                       "--GkeBackend.keep_snapshots=1", home=tmp_path)
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)

@@ -12,7 +12,7 @@ import pytest
 from gke_controller import POLICIES, TRIGGERS, WORKSPACES, FakeGke
 from serverkit import events, open_notebook, post, run_cell, status, wait_for
 
-WS, NS, POD = "gpu-notebook", "team-a", "gpu-notebook-0"
+WS, NS = "gpu-notebook", "team-a"
 SESSION = r'''
 import numpy as np
 weights = np.random.default_rng(3).standard_normal((256, 256)).astype("float32")
@@ -23,8 +23,13 @@ CHECK = 'import json as _j, os as _o; print(_j.dumps({"sum": float(weights.sum()
 
 
 @pytest.fixture
-def fake(tmp_path):
-    cluster = FakeGke(namespace=NS, workspace=WS)
+def cluster_options():
+    return {}
+
+
+@pytest.fixture
+def fake(tmp_path, cluster_options):
+    cluster = FakeGke(namespace=NS, workspace=WS, **cluster_options)
     yield cluster
     cluster.stop()
 
@@ -38,13 +43,13 @@ def backend_traits():
 def jp_server_config(tmp_path, fake, monkeypatch, backend_traits):
     if not fake.url:
         fake.start()
-    monkeypatch.setenv("POD_NAME", POD)  # the downward API
+    monkeypatch.setenv("POD_NAME", fake.pod)  # the downward API: ws-<workspace>-<random>-0
     monkeypatch.setenv("POD_NAMESPACE", NS)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     return {"ServerApp": {"jpserver_extensions": {"jupyter_gkews": True}, "allow_unauthenticated_access": False},
             "GkewsApp": {"checkpoint_root": str(tmp_path / "ckpt"), "state_dir": str(tmp_path / "state"),
                          "backend_class": "jupyter_gkews.backends.gke.GkeBackend"},
-            "GkeBackend": {"kubeconfig": fake.kubeconfig(tmp_path / "kubeconfig"), "poll_interval": 0.1,
+            "GkeBackend": {"kubeconfig": fake.pod_kubeconfig(tmp_path / "kubeconfig"), "poll_interval": 0.1,
                            **backend_traits}}
 
 
@@ -77,10 +82,10 @@ async def test_snapshot_then_restored_pod_is_live_verified(fake, jp_fetch, jp_se
 
     policy = fake.get(POLICIES, f"gkews-{WS}")
     assert policy["spec"]["selector"] == {"matchLabels": {"notebooks.kubeflow.org/workspace-name": WS}}
-    assert policy["spec"]["triggerConfig"] == {"type": "manual", "postCheckpoint": "stop"}
+    assert policy["spec"]["triggerConfig"] == {"type": "manual", "postCheckpoint": "resume"}
     assert policy["spec"]["retentionConfig"] == {"lastAccessTimeout": "7d"}
     assert policy["spec"]["storageConfigName"] == "gkews-snapshots"
-    assert [t["spec"]["targetPod"] for t in fake.all(TRIGGERS)] == [POD]
+    assert [t["spec"]["targetPod"] for t in fake.all(TRIGGERS)] == [fake.pod]
     names = [e["event"] for e in await events(jp_fetch)]
     assert names.index("snapshotting") < names.index("restored-detected") < names.index("resumed")
     assert "paused" not in names and "releasing" not in names  # the restored copy never finished the pause
@@ -114,20 +119,39 @@ async def test_restored_pod_falls_back_for_the_kernel_that_changed(fake, jp_fetc
     assert json.loads(await run_cell(jp_serverapp, kid_a, CHECK)) == before_a
 
 
-@pytest.mark.parametrize("backend_traits", [{"snapshot_mode": "auto"}])
+async def test_trigger_pause_completes_because_the_pod_lives_on_after_its_checkpoint(fake, jp_fetch, jp_serverapp,
+                                                                                     jp_root_dir):
+    """The fixture plays postCheckpoint as GKE documents it: `stop` completes the Pod right after its checkpoint
+    and its processes send nothing more. Our policy says `resume`, so the server sees the snapshot Ready and
+    pauses the Workspace itself."""
+    await start_session(jp_fetch, jp_serverapp, jp_root_dir)
+    s = await pause_and_wait(jp_fetch)
+    assert s["state"] == "paused", s["message"]
+    assert s["snapshot"]["status"] == "ready" and s["snapshot"]["mode"] == "trigger"
+    assert fake.get(POLICIES, f"gkews-{WS}")["spec"]["triggerConfig"]["postCheckpoint"] == "resume"
+    ws = fake.get(WORKSPACES, WS)
+    assert ws["spec"]["paused"] is True and ws["status"]["state"] == "Paused"
+    assert not any(c == ("patch", "workspaces", WS) for c in fake.calls(user="system:admin"))  # the Pod paused it
+
+
+@pytest.mark.parametrize("cluster_options,backend_traits", [({"addon": True}, {"snapshot_mode": "auto"})])
 async def test_workspace_addon_snapshots_on_pause_and_the_resumed_pod_is_verified(fake, jp_fetch, jp_serverapp,
                                                                                  jp_root_dir):
-    fake.call(lambda: fake.emu.objects[__import__("gke_controller").KINDS, None, fake.kind].patch(
-        {"metadata": {"annotations": {"podsnapshot.gke.kubeflow.org/enabled": "true"}}}))
     kid, before = await start_session(jp_fetch, jp_serverapp, jp_root_dir)
 
     s = await pause_and_wait(jp_fetch)
     assert s["state"] == "paused", s["message"]
     assert s["snapshot"]["mode"] == "workspace"
-    assert fake.all(TRIGGERS) == [] and fake.get(POLICIES, f"gkews-{WS}") is None  # the add-on's job, not ours
-    ws = fake.get(WORKSPACES, WS)
+    assert [t["metadata"]["name"] for t in fake.all(TRIGGERS)] == [f"ws-{WS}-trigger"]  # the add-on's, not ours
+    assert fake.get(POLICIES, f"gkews-{WS}") is None
+    for _ in range(600):  # the add-on held the pause until its snapshot was Ready, then let it through
+        ws = fake.get(WORKSPACES, WS)
+        if ws["status"]["state"] == "Paused":
+            break
+        await __import__("asyncio").sleep(0.05)
     assert ws["spec"]["paused"] is True and ws["status"]["state"] == "Paused"
     assert ws["metadata"]["annotations"]["podsnapshot.gke.kubeflow.org/checkpoint-state"] == "Ready"
+    assert fake.addon_intercepts == 1  # one pause asked once
 
     fake.restore_on = "resume"
     fake.set_paused(False)  # someone resumes the Workspace; GKE restores the Pod from the add-on's snapshot
@@ -140,7 +164,10 @@ async def test_workspace_addon_snapshots_on_pause_and_the_resumed_pod_is_verifie
 
 @pytest.mark.parametrize("cause,expected,backend_traits", [
     ("trigger-failed", "failed: Failed: context deadline exceeded", {}),
-    ("checkpoint-failed", "failed its checkpoint: Failed: gVisor checkpoint failed", {}),
+    ("checkpoint-failed", "failed (Checkpoint=False): Failed: gVisor checkpoint failed", {}),
+    ("storage-failed", "failed (StorageReplicated=False): Failed: upload to gs://snapshots failed",
+     {"snapshot_timeout": 120.0}),
+    ("ready-failed", "failed (Ready=False): Error: snapshot metadata could not be recorded", {"snapshot_timeout": 120.0}),
     ("rbac", 'may not create podsnapshotmanualtriggers (apiGroup "podsnapshot.gke.io") in namespace team-a: '
              'add the verb "create" on "podsnapshotmanualtriggers"', {}),
     ("hang", "no Ready PodSnapshot 1 s after the trigger gkews-gpu-notebook-", {"snapshot_timeout": 1.0}),
@@ -187,6 +214,6 @@ async def test_api_unreachable_is_named_and_the_kernels_keep_running(fake, jp_fe
     assert s["state"] == "failed", s["message"]
     assert s["error"]["reason"].startswith("The pause stopped at releasing: KubeError: the Kubernetes API server "
                                            f"{fake.url} is unreachable (connection refused) while trying to get "
-                                           f"pods/{POD} in namespace {NS}; check the network and the API address")
+                                           f"pods/{fake.pod} in namespace {NS}; check the network and the API address")
     assert "is unreachable" in s["snapshot"]["error"]  # the snapshot failed first, for the same reason
     assert json.loads(await run_cell(jp_serverapp, kid, CHECK)) == before

@@ -1,9 +1,14 @@
 """The GKE backend: inside a GKE Workspace Pod, through the official `kubernetes` client.
 
 Pause: after the application checkpoints, take a Pod snapshot (mode `trigger`: our own manual
-PodSnapshotPolicy and a PodSnapshotManualTrigger for this Pod; mode `workspace`: the GKE Workspaces
-snapshot add-on snapshots the Pod when the Workspace pauses), then release by `spec.paused: true` on the
-Workspace, which stops the Pod and gives its GPU node back.
+PodSnapshotPolicy, `postCheckpoint: resume`, and a PodSnapshotManualTrigger for this Pod; mode `workspace`:
+the GKE Workspaces snapshot add-on snapshots the Pod when the Workspace pauses), then release by
+`spec.paused: true` on the Workspace, which stops the Pod and gives its GPU node back.
+
+Why `resume`: the request comes from inside the Pod that is snapshotted. With `stop` GKE completes the Pod
+right after its checkpoint, so this server could never see the snapshot Ready and pause the Workspace (the
+add-on can use `stop` because it drives the pause from outside). With `resume` the Pod goes on, this server
+sees Ready and sets spec.paused itself; the restored copy wakes up inside that wait and takes the resume path.
 
 The process that asks for the snapshot is inside it. While it waits, and before each later step, it asks
 "do I now run in a restored Pod?" (PodRestored, a new Pod uid/name/hostname, the gVisor checkpoint file);
@@ -20,7 +25,7 @@ import time
 
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
 
-from ..k8s import POLICIES, SNAPSHOTS, TRIGGERS
+from ..k8s import GVISOR_RUNTIME_CLASS, POLICIES, SNAPSHOTS, TRIGGERS
 from ..k8s import cleanup as cleanup_plan
 from ..k8s.api import Kube
 from ..k8s.client import KubeError
@@ -28,7 +33,7 @@ from ..k8s.identity import PodIdentity, own_namespace_and_pod, workspace_of
 from ..k8s.restore import Baseline, baseline, evidence, read_checkpoint_file
 from ..k8s.snapshots import (SnapshotError, policy_body, policy_name, snapshot_progress, trigger_body,
                              trigger_progress, snapshot_created)
-from ..k8s.workspace import addon_enabled, set_paused
+from ..k8s.workspace import PauseInProgress, addon_enabled, set_paused
 from ..state import StateStore
 from .base import SnapshotFailed
 from .local import LocalBackend
@@ -45,8 +50,9 @@ class GkeBackend(LocalBackend):
         help="How the Pod snapshot is taken. trigger: this server creates a manual PodSnapshotPolicy for its "
         "Workspace and a PodSnapshotManualTrigger for its Pod, waits for the PodSnapshot to be Ready, then pauses "
         "the Workspace. workspace: the GKE Workspaces snapshot add-on snapshots the Pod when the Workspace "
-        "pauses; the server only pauses it. auto: workspace when the annotation "
-        "podsnapshot.gke.kubeflow.org/enabled=\"true\" is on the Workspace or its WorkspaceKind, else trigger.")
+        "pauses; the server only pauses it. auto: workspace when the add-on is on for this Workspace by its own "
+        "rules (docs/gke.md), else trigger; it reads only this Pod and its Workspace, never the cluster-scoped "
+        "WorkspaceKind.")
     kubeconfig = Unicode("", config=True, help="A kubeconfig to use instead of the Pod's service account "
                          "(default: the service account in a Pod, else $KUBECONFIG or ~/.kube/config).")
     kube_context = Unicode("", config=True, help="The kubeconfig context (default: its current context).")
@@ -57,9 +63,6 @@ class GkeBackend(LocalBackend):
                         "notebooks.kubeflow.org/workspace-name).")
     storage_config = Unicode("gkews-snapshots", config=True,
                              help="The PodSnapshotStorageConfig (cluster-scoped) our PodSnapshotPolicy uses.")
-    post_checkpoint = CaselessStrEnum(("stop", "resume"), "stop", config=True,
-                                      help="The policy's triggerConfig.postCheckpoint: what GKE does with the "
-                                      "Pod after its checkpoint.")
     retention = Unicode("7d", config=True, help="The policy's retentionConfig.lastAccessTimeout (units y, mo, d, "
                         "h, min); empty for none.")
     snapshot_timeout = Float(1200.0, config=True, help="Seconds to wait for the trigger and a Ready PodSnapshot "
@@ -102,12 +105,13 @@ class GkeBackend(LocalBackend):
         if lifecycle is not None and lifecycle.state.get("phase") == "snapshotting":
             lifecycle.note(message)
 
-    async def mode(self) -> str:
+    async def mode(self, pod: dict | None = None) -> str:
         if self.snapshot_mode != "auto":
             return self.snapshot_mode
         kube, me = await self.connect()
         ws = await self._io(kube.workspace, me.workspace)
-        return "workspace" if await self._io(addon_enabled, kube, ws) else "trigger"
+        pod = pod or await self._io(kube.get_pod, me.pod)
+        return "workspace" if addon_enabled(ws, pod) else "trigger"
 
     # -- pause ----------------------------------------------------------------------------------------
     async def snapshot(self, notebooks: list[dict]) -> dict | None:
@@ -120,15 +124,30 @@ class GkeBackend(LocalBackend):
         kube, me = await self.connect()
         pod = await self._io(kube.get_pod, me.pod)
         self._baseline = baseline(pod)  # what "not restored" looks like, from before the request
-        mode = await self.mode()
+        mode = await self.mode(pod)
         if mode == "workspace":
             return {"mode": "workspace", "status": "on-pause", "workspace": me.workspace,
                     "message": "the GKE Workspaces snapshot add-on snapshots the Pod when the Workspace pauses"}
+        runtime = (pod.get("spec") or {}).get("runtimeClassName")
+        if runtime != GVISOR_RUNTIME_CLASS:
+            raise SnapshotError(
+                f"the Pod {me.pod} does not run in GKE Sandbox (spec.runtimeClassName is {runtime or 'not set'}, not "
+                f"{GVISOR_RUNTIME_CLASS}) and GKE snapshots only gVisor Pods. A WorkspaceKind cannot set it: enable the "
+                "GKE Workspaces snapshot add-on for this Workspace (its Pod webhook sets it; snapshot_mode auto then "
+                "lets the add-on snapshot) or have your cluster's admission set it on Workspace Pods, then restart "
+                "the Workspace")
         started = time.monotonic()
         policy = policy_name(me.workspace)
-        if await self._io(kube.find, POLICIES, policy) is None:
-            body = policy_body(policy, me.workspace, self.storage_config, self.post_checkpoint, self.retention)
+        found = await self._io(kube.find, POLICIES, policy)
+        if found is None:
+            body = policy_body(policy, me.workspace, self.storage_config, self.retention)
             await self._io(kube.create, POLICIES, body)
+        elif ((found.get("spec") or {}).get("triggerConfig") or {}).get("postCheckpoint", "resume") != "resume":
+            raise SnapshotError(
+                f"the PodSnapshotPolicy {policy} says postCheckpoint: stop, so GKE would stop this Pod right after its "
+                "checkpoint and this server could never pause the Workspace; delete it (`jupyter gkews cleanup` "
+                "removes it once its snapshots are gone, or kubectl delete podsnapshotpolicy) and pause again: "
+                "the next pause creates it with postCheckpoint: resume")
         body = trigger_body(me.workspace, me.pod)
         await self._io(kube.create, TRIGGERS, body)
         name = body["metadata"]["name"]
@@ -163,7 +182,11 @@ class GkeBackend(LocalBackend):
     async def release(self, notebooks: list[dict]) -> None:
         """Pause the Workspace: its controller stops the Pod and the GPU node is released."""
         kube, me = await self.connect()
-        changed = await self._io(set_paused, kube, me.workspace, True)
+        try:
+            changed = await self._io(set_paused, kube, me.workspace, True)
+        except PauseInProgress as exc:  # the add-on already holds a pause: asking again would restart its snapshot
+            self.log.info("gkews: %s", exc)
+            return
         self.log.info("gkews: Workspace %s/%s %s", me.namespace, me.workspace,
                       "paused" if changed else "was already paused")
 

@@ -1,10 +1,11 @@
 """`jupyter gkews status|pause|resume --workspace NAME [--namespace NS]`: a GKE Workspace seen and driven
 from outside its Pod (a laptop with a kubeconfig), for the platform team and the user.
 
-status says whether the Workspace is paused, pausing, waiting for capacity (its Pod Pending and
-Unschedulable, with the scheduler's message), starting, restoring or ready, and its last Pod snapshot
-with its age. pause and resume set spec.paused; both are idempotent, and resume refuses to start a second
-restore while one is pending.
+status says whether the Workspace is paused, pausing (with "snapshot in progress" while the GKE Workspaces
+snapshot add-on holds the pause), waiting for capacity (its Pod Pending and Unschedulable, with the
+scheduler's message), starting, restoring or ready, and its last Pod snapshot with its age. pause and resume
+set spec.paused; both are idempotent, pause refuses while the add-on is still snapshotting an earlier pause,
+and resume refuses to start a second restore while one is pending.
 """
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ class WorkspaceCommand(JupyterApp):
 
 
 def describe_text(d: dict) -> str:
-    lines = [f"Workspace {d['namespace']}/{d['workspace']}: {d['state']}", f"  {d['message']}"]
+    state = d["state"] + (" (snapshot in progress)" if d.get("snapshot_in_progress") else "")
+    lines = [f"Workspace {d['namespace']}/{d['workspace']}: {state}", f"  {d['message']}"]
     if d.get("pod"):
         lines.append(f"  Pod: {d['pod']}")
     snap = d.get("last_snapshot")
@@ -92,12 +94,17 @@ class StatusCommand(WorkspaceCommand):
 class PauseCommand(WorkspaceCommand):
     name = "jupyter-gkews-pause"
     description = ("Pause the Workspace (spec.paused: true): its Pod stops and the GPU node is released. "
-                   "Inside the Pod, the server's Pause button also checkpoints the kernels first.")
+                   "Inside the Pod, the server's Pause button also checkpoints the kernels first. Refused while "
+                   "the snapshot add-on is still snapshotting an earlier pause.")
 
     def run(self) -> None:
-        from ..k8s.workspace import set_paused
+        from ..k8s.workspace import PauseInProgress, set_paused
         kube = self.kube()
-        changed = set_paused(kube, self.workspace, True)
+        try:
+            changed = set_paused(kube, self.workspace, True)
+        except PauseInProgress as exc:
+            self.fail(f"{exc}; not asking again. Follow it with `jupyter gkews status`", EXIT_REFUSED)
+            return
         self.show({"workspace": self.workspace, "paused": True, "changed": changed},
                   f"Workspace {kube.namespace}/{self.workspace}: "
                   + ("pause requested" if changed else "already paused; nothing to do"))

@@ -1,5 +1,6 @@
-"""The Kubernetes side of the GKE backend: names and shapes from GKE's Pod snapshot CRDs and the
-GKE Workspaces API (see the project's reference/gke-pod-snapshots.md), one small module per job.
+"""The Kubernetes side of the GKE backend: names and shapes from GKE's Pod snapshot CRDs, the Kubeflow
+Notebooks v2 Workspace API and the GKE Workspaces snapshot add-on (docs/gke.md, "Where each assumption
+comes from", names the source of each), one small module per job.
 
 Everything here is synchronous (the official ``kubernetes`` client blocks); callers on the server's
 event loop run it through ``asyncio.to_thread``.
@@ -18,6 +19,13 @@ PINNED_SNAPSHOT_ANNOTATION = "podsnapshot.gke.io/ps-name"
 ADDON_ENABLED_ANNOTATION = "podsnapshot.gke.kubeflow.org/enabled"
 ADDON_STATE_ANNOTATION = "podsnapshot.gke.kubeflow.org/checkpoint-state"
 ADDON_LAST_ANNOTATION = "podsnapshot.gke.kubeflow.org/last-checkpoint-name"
+ADDON_STARTED_ANNOTATION = "podsnapshot.gke.kubeflow.org/checkpoint-started-at"
+MIGRATION_ENABLED_ANNOTATION = "pod-migration.gke.io/enabled"
+#: The readiness gate the add-on's Pod webhook adds to every Pod it configures for snapshots.
+ADDON_READINESS_GATE = "podsnapshot.gke.kubeflow.org/active"
+#: The extended resource of TPU chips: gVisor cannot host them, so the add-on never snapshots such Pods.
+TPU_RESOURCE = "google.com/tpu"
+GVISOR_RUNTIME_CLASS = "gvisor"
 #: Our own mark on the objects we create, so cleanup never touches anyone else's.
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "jupyter-gkews"
@@ -29,6 +37,11 @@ def condition(obj: dict | None, kind: str) -> dict | None:
         if c.get("type") == kind:
             return c
     return None
+
+
+def addon_trigger_name(workspace: str) -> str:
+    """The add-on's one PodSnapshotManualTrigger per Workspace; GKE labels its snapshots with this name."""
+    return f"ws-{workspace}-trigger"
 
 
 def labels(obj: dict) -> dict:

@@ -10,7 +10,7 @@ from .snapshots import is_ready, of_workspace, policy_name, snapshot_created, tr
 
 def plan(kube: Kube, workspace: str, keep: int, needed: set[str]) -> list[dict]:
     """What to delete, in order: [{kind, name, bytes, why}]."""
-    snaps = of_workspace(kube.list(SNAPSHOTS), workspace)
+    snaps = of_workspace(kube.list(SNAPSHOTS), workspace, ours_only=True)
     ready = [name_of(s) for s in snaps if is_ready(s)]  # newest first
     kept = set(ready[:max(keep, 0)]) | (needed & {name_of(s) for s in snaps})
     out = [{"kind": "PodSnapshot", "name": name_of(s), "bytes": 0,

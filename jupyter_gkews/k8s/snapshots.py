@@ -22,9 +22,11 @@ def trigger_prefix(workspace: str) -> str:
     return dns_name("gkews", workspace) + "-"
 
 
-def policy_body(name: str, workspace: str, storage_config: str, post_checkpoint: str, retention: str) -> dict:
+def policy_body(name: str, workspace: str, storage_config: str, retention: str) -> dict:
+    """Manual triggers, and `resume`: the Pod that asks for its own snapshot must live on to pause its
+    Workspace once the snapshot is Ready (with `stop` GKE completes it right after the checkpoint)."""
     spec = {"selector": {"matchLabels": {WORKSPACE_LABEL: workspace}}, "storageConfigName": storage_config,
-            "triggerConfig": {"type": "manual", "postCheckpoint": post_checkpoint}}
+            "triggerConfig": {"type": "manual", "postCheckpoint": "resume"}}
     if retention:
         spec["retentionConfig"] = {"lastAccessTimeout": retention}
     return {"apiVersion": f"{SNAPSHOT_GROUP}/{SNAPSHOT_VERSION}", "kind": "PodSnapshotPolicy",
@@ -65,13 +67,19 @@ def trigger_progress(trigger: dict) -> tuple[str, str]:
     return "pending", f"{c.get('reason') or 'Triggered False'}: {c.get('message') or ''}".strip(": ")
 
 
+#: The PodSnapshot conditions GKE sets; any of them False with one of FAILED_REASONS ends the snapshot.
+SNAPSHOT_CONDITIONS = ("Checkpoint", "StorageReplicated", "Ready")
+FAILED_REASONS = ("Failed", "Error")
+
+
 def snapshot_progress(snapshot: dict) -> tuple[str, str]:
-    """('ready'|'pending', detail); raises SnapshotError when the checkpoint failed."""
+    """('ready'|'pending', detail); raises SnapshotError when the checkpoint, its upload or the snapshot failed."""
     name = snapshot["metadata"]["name"]
-    checkpoint = condition(snapshot, "Checkpoint")
-    if checkpoint is not None and checkpoint.get("status") == "False" and checkpoint.get("reason") in ("Failed", "Error"):
-        raise SnapshotError(f"the PodSnapshot {name} failed its checkpoint: {checkpoint.get('reason')}: "
-                            f"{checkpoint.get('message') or 'no message'}")
+    for kind in SNAPSHOT_CONDITIONS:
+        c = condition(snapshot, kind)
+        if c is not None and c.get("status") == "False" and c.get("reason") in FAILED_REASONS:
+            raise SnapshotError(f"the PodSnapshot {name} failed ({kind}=False): {c.get('reason')}: "
+                                f"{c.get('message') or 'no message'}")
     ready = condition(snapshot, "Ready")
     if ready is not None and ready.get("status") == "True":
         return "ready", ready.get("reason") or "Ready"
@@ -83,11 +91,19 @@ def is_ready(snapshot: dict) -> bool:
     return bool(c and c.get("status") == "True")
 
 
-def of_workspace(snapshots: list[dict], workspace: str, pods: set[str] = frozenset()) -> list[dict]:
-    """This Workspace's PodSnapshots: triggered by one of our triggers for it, or taken of one of its Pods
-    (the add-on's). Newest first."""
-    from . import ORIGIN_POD_ANNOTATION, annotations
-    prefix = trigger_prefix(workspace)
-    mine = [s for s in snapshots if labels(s).get(TRIGGERED_BY_LABEL, "").startswith(prefix)
-            or (pods and annotations(s).get(ORIGIN_POD_ANNOTATION, "").rsplit("/", 1)[-1] in pods)]
-    return sorted(mine, key=lambda s: s["metadata"].get("creationTimestamp") or "", reverse=True)
+def of_workspace(snapshots: list[dict], workspace: str, pods: set[str] = frozenset(),
+                 names: set[str] = frozenset(), *, ours_only: bool = False) -> list[dict]:
+    """This Workspace's PodSnapshots, newest first: triggered by one of our triggers for it or by the add-on's
+    trigger for it (GKE labels each snapshot with its trigger's name), taken of one of its Pods (the
+    origin-pod annotation), or named in `names` (the add-on's last-checkpoint-name). ours_only: only those
+    of our own triggers (cleanup never deletes the add-on's: it retires them itself after a restore)."""
+    from . import ORIGIN_POD_ANNOTATION, addon_trigger_name, annotations, name_of
+    prefix, addon = trigger_prefix(workspace), addon_trigger_name(workspace)
+
+    def mine(s: dict) -> bool:
+        by = labels(s).get(TRIGGERED_BY_LABEL, "")
+        if ours_only:
+            return by.startswith(prefix)
+        return (by.startswith(prefix) or by == addon or name_of(s) in names
+                or annotations(s).get(ORIGIN_POD_ANNOTATION, "").rsplit("/", 1)[-1] in pods)
+    return sorted(filter(mine, snapshots), key=lambda s: s["metadata"].get("creationTimestamp") or "", reverse=True)

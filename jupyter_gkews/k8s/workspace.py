@@ -4,21 +4,41 @@ from __future__ import annotations
 
 import time
 
-from . import (ADDON_ENABLED_ANNOTATION, ADDON_LAST_ANNOTATION, ADDON_STATE_ANNOTATION, SNAPSHOTS, WORKSPACE_KINDS,
-               WORKSPACE_LABEL, WORKSPACES, annotations, condition, name_of)
+from . import (ADDON_ENABLED_ANNOTATION, ADDON_LAST_ANNOTATION, ADDON_READINESS_GATE, ADDON_STARTED_ANNOTATION,
+               ADDON_STATE_ANNOTATION, MIGRATION_ENABLED_ANNOTATION, SNAPSHOTS, TPU_RESOURCE, WORKSPACE_LABEL,
+               WORKSPACES, annotations, condition, name_of)
 from .api import Kube
 from .client import KubeError
 from .snapshots import is_ready, of_workspace
 
 
+class PauseInProgress(Exception):
+    """The snapshot add-on is taking the snapshot of a pause already asked for; asking again would restart it."""
+
+
+def addon_checkpointing(ws: dict) -> str | None:
+    """When the add-on holds a pause (spec.paused kept false, checkpoint-state Checkpointing): since when."""
+    found = annotations(ws)
+    if found.get(ADDON_STATE_ANNOTATION) != "Checkpointing" or (ws.get("spec") or {}).get("paused"):
+        return None
+    return found.get(ADDON_STARTED_ANNOTATION) or "an unknown time"
+
+
 def set_paused(kube: Kube, workspace: str, paused: bool) -> bool:
     """JSON Patch with a `test` op, as the Workspaces backend does: True when this call changed it,
-    False when it already was so. A concurrent change makes the test fail and the call is retried."""
+    False when it already was so. A concurrent change makes the test fail and the call is retried.
+    A pause while the snapshot add-on is still taking the snapshot of an earlier one raises PauseInProgress:
+    its webhook would stamp a new checkpoint-started-at, and its reconciler would delete and redo the trigger."""
     for _ in range(3):
         ws = kube.workspace(workspace)
         current = bool((ws.get("spec") or {}).get("paused", False))
         if current == paused:
             return False
+        since = addon_checkpointing(ws)
+        if paused and since:
+            raise PauseInProgress(f"the Workspace {workspace} is already pausing: the GKE Workspaces snapshot add-on "
+                                  f"has been taking its Pod snapshot since {since} and pauses it once the snapshot "
+                                  "is Ready; a second pause would restart the snapshot")
         # test-then-set: a concurrent writer makes the test fail, and we read again
         ops = [{"op": "test", "path": "/spec/paused", "value": current}] if "paused" in (ws.get("spec") or {}) else []
         try:
@@ -30,15 +50,34 @@ def set_paused(kube: Kube, workspace: str, paused: bool) -> bool:
     raise KubeError(f"the Workspace {workspace} kept changing while we tried to set spec.paused={paused}; try again")
 
 
-def addon_enabled(kube: Kube, workspace: dict) -> bool:
-    """The GKE Workspaces snapshot add-on is on for this Workspace (its annotation, or its WorkspaceKind's)."""
-    if annotations(workspace).get(ADDON_ENABLED_ANNOTATION) == "true":
-        return True
-    kind = (workspace.get("spec") or {}).get("kind")
-    if not kind:
+def _is(value: str | None, expected: str) -> bool:
+    return (value or "").lower() == expected  # the add-on compares with strings.EqualFold
+
+
+def requests_tpu(pod: dict) -> bool:
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        if any(TPU_RESOURCE in (resources.get(key) or {}) for key in ("limits", "requests")):
+            return True
+    return False
+
+
+def addon_enabled(workspace: dict, pod: dict) -> bool:
+    """Does the GKE Workspaces snapshot add-on snapshot this Workspace when it pauses? Its own rules, in its
+    order: the Workspace's `enabled` annotation "false" (any case) wins; a Pod that requests TPUs is never
+    snapshotted (gVisor cannot host them); the Workspace's `enabled` or `pod-migration.gke.io/enabled`
+    "true" (any case) turns it on; else the WorkspaceKind's annotations decide. The kind is cluster-scoped,
+    and a Workspace's service account cannot be granted a read of it, so its verdict is read from this Pod:
+    the add-on's Pod webhook adds its readiness gate to exactly the Pods its rules enabled at creation."""
+    found = annotations(workspace)
+    if _is(found.get(ADDON_ENABLED_ANNOTATION), "false"):
         return False
-    found = kube.find(WORKSPACE_KINDS, kind, namespaced=False)
-    return bool(found and annotations(found).get(ADDON_ENABLED_ANNOTATION) == "true")
+    if requests_tpu(pod):
+        return False
+    if _is(found.get(ADDON_ENABLED_ANNOTATION), "true") or _is(found.get(MIGRATION_ENABLED_ANNOTATION), "true"):
+        return True
+    gates = (pod.get("spec") or {}).get("readinessGates") or []
+    return any(g.get("conditionType") == ADDON_READINESS_GATE for g in gates)
 
 
 def age(timestamp: str | None, now: float | None = None) -> str:
@@ -55,18 +94,32 @@ def age(timestamp: str | None, now: float | None = None) -> str:
     return f"{seconds}s ago"
 
 
+def current_pod(ws: dict, pods: list[dict]) -> dict | None:
+    """The Workspace's Pod: the one its status.podTemplatePod.name names (the controller's StatefulSet names it
+    ws-<workspace>-<random>-0), else the labelled one that is not being deleted."""
+    recorded = ((ws.get("status") or {}).get("podTemplatePod") or {}).get("name")
+    named = [p for p in pods if recorded and name_of(p) == recorded]
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    return (named or live or pods or [None])[0]
+
+
 def describe(kube: Kube, workspace: str) -> dict:
     """What a person outside the Pod wants to know: paused / pausing / waiting-for-capacity / starting /
     restoring / ready, why, and the last snapshot with its age."""
     ws = kube.workspace(workspace)
     spec, status = ws.get("spec") or {}, ws.get("status") or {}
     pods = kube.list_pods(WORKSPACE_LABEL, workspace)
-    pod = pods[0] if pods else None
+    pod = current_pod(ws, pods)
     paused = bool(spec.get("paused"))
+    checkpointing_since = addon_checkpointing(ws)
     out = {"workspace": workspace, "namespace": kube.namespace, "paused": paused,
            "workspace_state": status.get("state"), "pod": name_of(pod) if pod else None,
-           "addon_state": annotations(ws).get(ADDON_STATE_ANNOTATION)}
-    if paused:
+           "addon_state": annotations(ws).get(ADDON_STATE_ANNOTATION), "snapshot_in_progress": False}
+    if checkpointing_since:  # the add-on holds spec.paused false (and the Pod unready) until its snapshot is Ready
+        out.update(state="pausing", snapshot_in_progress=True,
+                   message=f"the snapshot add-on has been taking a Pod snapshot since {checkpointing_since}; "
+                           "the Workspace pauses once it is Ready")
+    elif paused:
         out.update(state="pausing" if pod and not _terminated(pod) else "paused",
                    message=status.get("stateMessage") or ("the Pod is stopping" if pod else "the Workspace is paused"))
     elif pod is None:
@@ -87,8 +140,9 @@ def describe(kube: Kube, workspace: str) -> dict:
             out.update(state="restoring", message=f"the Pod is {phase} and not ready yet")
         if out["state"] != "ready" and out["addon_state"] == "Restoring":
             out["message"] += "; the snapshot add-on is restoring"
-    snaps = of_workspace(kube.list(SNAPSHOTS), workspace, {name_of(p) for p in pods} | {f"{workspace}-0"})
     last_addon = annotations(ws).get(ADDON_LAST_ANNOTATION)
+    pod_names = {name_of(p) for p in pods} | {((status.get("podTemplatePod") or {}).get("name") or "")} - {""}
+    snaps = of_workspace(kube.list(SNAPSHOTS), workspace, pod_names, {last_addon} if last_addon else set())
     last = next((s for s in snaps if is_ready(s)), snaps[0] if snaps else None)
     if last is None and last_addon:
         last = {"metadata": {"name": last_addon}}
