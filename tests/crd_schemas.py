@@ -113,7 +113,7 @@ def _cel(value, old, node, path: str, errors: list[str]) -> None:
     if isinstance(value, dict) and node.get("type") == "object":
         for key, sub in (node.get("properties") or {}).items():
             if key in value:
-                _cel(value[key], old.get(key) if isinstance(old, dict) else None, sub, f"{path}.{key}", errors)
+                _cel(value[key], old.get(key) if isinstance(old, dict) else None, sub, f"{path}.{key}".lstrip("."), errors)
     elif isinstance(value, list) and node.get("items"):
         for i, item in enumerate(value):
             _cel(item, None, node["items"], f"{path}[{i}]", errors)

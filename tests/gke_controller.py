@@ -159,10 +159,15 @@ class Cluster(kmock.KubernetesEmulator):
                 return request
             if plural == "workspaces":
                 mutated = gke.workspace_webhook(old, copy.deepcopy(new))
-                if mutated != new:
+                if mutated != new:  # the webhook's changes go into the request (kmock keeps the same request object)
                     new = mutated
-                    request = attrs.evolve(request, data=[{"op": "replace", "path": "/spec", "value": new["spec"]},
-                                                          {"op": "replace", "path": "/metadata", "value": new["metadata"]}])
+                    whole = [{"op": "replace", "path": "/spec", "value": new["spec"]},
+                             {"op": "replace", "path": "/metadata", "value": new["metadata"]}]
+                    if isinstance(request.data, list):
+                        request.data[:] = whole
+                    else:
+                        request.data.clear()
+                        request.data.update(spec=new["spec"], metadata=new["metadata"])
         problems = crd_schemas.errors(new, old if verb == "patch" else None, plural)
         if problems:
             raise kmock.KubernetesError(status=422, reason="Invalid",

@@ -10,17 +10,22 @@ import sys
 from pathlib import Path
 
 import pytest
-from gke_controller import TRIGGERS, UNSCHEDULABLE, WORKSPACES, FakeGke
+from gke_controller import PODS, TRIGGERS, UNSCHEDULABLE, WORKSPACES, FakeGke
 
 from jupyter_gkews.k8s.api import Kube
-from jupyter_gkews.k8s.snapshots import trigger_body
+from jupyter_gkews.k8s.snapshots import policy_body, policy_name, trigger_body
 
 COMMAND = shutil.which("jupyter-gkews", path=str(Path(sys.executable).parent)) or "jupyter-gkews"
 
 
 @pytest.fixture
-def fake():
-    cluster = FakeGke().start()
+def cluster_options():
+    return {}
+
+
+@pytest.fixture
+def fake(cluster_options):
+    cluster = FakeGke(**cluster_options).start()
     yield cluster
     cluster.stop()
 
@@ -59,7 +64,8 @@ def test_status_pause_resume_and_capacity(fake, gkews):
 
     # a snapshot, as the server in the Pod would take one
     kube = Kube("team-a", gkews.kubeconfig)
-    kube.create("podsnapshotmanualtriggers", trigger_body("gpu-notebook", "gpu-notebook-0"))
+    kube.create("podsnapshotpolicies", policy_body(policy_name("gpu-notebook"), "gpu-notebook", "gkews-snapshots", "7d"))
+    kube.create("podsnapshotmanualtriggers", trigger_body("gpu-notebook", fake.pod))
     for _ in range(200):
         if fake.all(TRIGGERS)[0].get("status"):
             break
@@ -91,12 +97,44 @@ def test_status_pause_resume_and_capacity(fake, gkews):
 
 
 def test_restoring_is_shown_while_the_pod_is_not_ready(fake, gkews):
-    fake.call(lambda: fake.emu.objects[__import__("gke_controller").PODS, "team-a", "gpu-notebook-0"].patch(
+    fake.call(lambda: fake.emu.objects[PODS, "team-a", fake.pod].patch(
         {"status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"},
                                                       {"type": "Ready", "status": "False"}]}}))
     d = status(gkews)
     assert d["state"] == "restoring" and d["message"] == "the Pod is Running and not ready yet"
     assert "already pending (restoring" in gkews("resume", "--workspace", "gpu-notebook", code=3).stderr
+
+
+@pytest.mark.parametrize("cluster_options", [{"addon": True}])
+def test_the_addons_checkpointing_is_shown_and_a_second_pause_is_refused(fake, gkews):
+    """The add-on's webhook keeps spec.paused false and marks the Workspace Checkpointing until its snapshot is
+    Ready (and takes the Pod out of Ready meanwhile): that is a pause in progress, not a Pod restoring, and a
+    second pause would restamp it and make the add-on delete and redo its trigger."""
+    fake.addon_hold.set()  # the snapshot takes a while
+    assert "pause requested" in gkews("pause", "--workspace", "gpu-notebook").stdout
+    ws = fake.get(WORKSPACES, "gpu-notebook")
+    assert ws["spec"]["paused"] is False  # held by the add-on
+    started = ws["metadata"]["annotations"]["podsnapshot.gke.kubeflow.org/checkpoint-started-at"]
+
+    text = gkews("status", "--workspace", "gpu-notebook").stdout
+    assert text.splitlines()[0] == "Workspace team-a/gpu-notebook: pausing (snapshot in progress)", text
+    d = status(gkews)
+    assert d["state"] == "pausing" and d["snapshot_in_progress"] is True and d["pod"] == fake.pod
+    assert f"taking a Pod snapshot since {started}" in d["message"]
+
+    second = gkews("pause", "--workspace", "gpu-notebook", code=3)
+    assert "is already pausing: the GKE Workspaces snapshot add-on has been taking its Pod snapshot since " \
+        f"{started}" in second.stderr and "not asking again" in second.stderr
+    assert fake.addon_intercepts == 1
+    assert fake.get(WORKSPACES, "gpu-notebook")["metadata"]["annotations"][
+        "podsnapshot.gke.kubeflow.org/checkpoint-started-at"] == started
+
+    fake.addon_hold.clear()  # the add-on takes its snapshot and lets the pause through
+    d = wait_status(gkews, "paused")
+    snap = d["last_snapshot"]  # the add-on's, matched by its trigger's label although the Pod is gone
+    assert snap["name"] == fake.get(WORKSPACES, "gpu-notebook")["metadata"]["annotations"][
+        "podsnapshot.gke.kubeflow.org/last-checkpoint-name"]
+    assert snap["ready"] is True and snap["age"].endswith("s ago"), d
 
 
 def test_errors_are_named(fake, gkews, tmp_path):

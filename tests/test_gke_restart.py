@@ -23,7 +23,7 @@ def gke_server(tmp_path, fake: FakeGke, monkeypatch) -> Server:
     config = {"GkewsApp": {"backend_class": "jupyter_gkews.backends.gke.GkeBackend"},
               "GkeBackend": {"poll_interval": 0.1}}
     (tmp_path / "config" / "jupyter_server_config.json").write_text(json.dumps(config))
-    monkeypatch.setenv("KUBECONFIG", fake.kubeconfig(tmp_path / "kubeconfig"))
+    monkeypatch.setenv("KUBECONFIG", fake.pod_kubeconfig(tmp_path / "kubeconfig"))  # as ws-<workspace>
     monkeypatch.setenv("POD_NAME", fake.pod)
     monkeypatch.setenv("POD_NAMESPACE", fake.namespace)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
