@@ -37,19 +37,24 @@ def backend(fake, tmp_path, lifecycle_state=None, **traits) -> GkeBackend:
                       pod_name=fake.pod, **traits)
 
 
+def fire_trigger(fake, kube: Kube) -> dict:
+    """A trigger for the Workspace's Pod, as the server creates one; returned once GKE has answered it."""
+    trigger = trigger_body(WS, fake.pod)
+    kube.create("podsnapshotmanualtriggers", trigger)
+    for _ in range(200):
+        found = fake.get(TRIGGERS, trigger["metadata"]["name"])
+        if found.get("status"):
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"GKE (the fixture) never answered the trigger {trigger['metadata']['name']}")
+
+
 def take_snapshots(fake, kube: Kube, n: int) -> list[str]:
     """n snapshots through triggers, as the server takes them; their names, oldest first."""
     kube.create("podsnapshotpolicies", policy_body(policy_name(WS), WS, "gkews-snapshots", "7d"))
     names = []
     for _ in range(n):
-        trigger = trigger_body(WS, fake.pod)
-        kube.create("podsnapshotmanualtriggers", trigger)
-        for _ in range(200):
-            found = fake.get(TRIGGERS, trigger["metadata"]["name"])
-            if found.get("status"):
-                break
-            time.sleep(0.05)
-        names.append(snapshot_created(found))
+        names.append(snapshot_created(fire_trigger(fake, kube)))
         time.sleep(1.1)  # creationTimestamp has one-second resolution: keep the order visible
     return names
 

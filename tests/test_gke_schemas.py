@@ -9,13 +9,13 @@ every GKE test; here each is also checked directly, and each check is shown to b
 from __future__ import annotations
 
 import copy
-import time
 
 import crd_schemas
 import pytest
 import yaml
-from gke_controller import DEPLOY, SNAPSHOTS, TRIGGERS, WORKSPACES, FakeGke
+from gke_controller import DEPLOY, SNAPSHOTS, WORKSPACES, FakeGke
 from kmock._internal.dicts import patch_dict
+from test_gke_k8s import fire_trigger
 
 from jupyter_gkews.k8s.api import Kube
 from jupyter_gkews.k8s.client import KubeError
@@ -162,14 +162,7 @@ def test_the_status_gke_plays_has_the_crds_shape(fake, tmp_path, outcome):
     fake.outcome = outcome
     kube = Kube("team-a", fake.kubeconfig(tmp_path / "kc"))
     kube.create("podsnapshotpolicies", policy_body(policy_name(WS), WS, "gkews-snapshots", "7d"))
-    trigger = trigger_body(WS, fake.pod)
-    kube.create("podsnapshotmanualtriggers", trigger)
-    for _ in range(200):
-        found = fake.get(TRIGGERS, trigger["metadata"]["name"])
-        if found.get("status"):
-            break
-        time.sleep(0.05)
-    assert crd_schemas.status_errors(found, "podsnapshotmanualtriggers") == []
+    assert crd_schemas.status_errors(fire_trigger(fake, kube), "podsnapshotmanualtriggers") == []
     for snap in fake.all(SNAPSHOTS):
         assert crd_schemas.status_errors(snap, "podsnapshots") == []
 
