@@ -216,3 +216,17 @@ def test_cleanup_command_keeps_the_snapshot_the_paused_server_needs(fake, tmp_pa
             break
         time.sleep(0.05)
     assert {s["metadata"]["name"] for s in fake.all(SNAPSHOTS)} == {oldest, newest}
+
+
+def test_the_pod_is_the_one_the_workspace_names_never_a_guessed_name():
+    """Two labelled Pods (a leftover one still terminating, the current one): status.podTemplatePod.name decides."""
+    from jupyter_gkews.k8s.workspace import current_pod
+
+    def pod(name, deleting=False):
+        meta = {"name": name, "labels": {"notebooks.kubeflow.org/workspace-name": WS}}
+        return {"metadata": {**meta, "deletionTimestamp": "2026-11-30T10:00:00Z"} if deleting else meta}
+    old, new = pod(f"ws-{WS}-b4k2z-0", deleting=True), pod(f"ws-{WS}-x7k2p-0")
+    ws = {"status": {"podTemplatePod": {"name": f"ws-{WS}-x7k2p-0"}}}
+    assert current_pod(ws, [old, new]) is new
+    assert current_pod({"status": {"podTemplatePod": {"name": ""}}}, [old, new]) is new  # paused: not recorded
+    assert current_pod(ws, []) is None
