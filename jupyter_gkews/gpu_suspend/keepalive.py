@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 
 # run inside the kernel as a user expression: pure Python, so it works while CUDA calls are locked
 _APP = "__import__('ipykernel.kernelapp', fromlist=['IPKernelApp']).IPKernelApp.instance()"
@@ -59,6 +60,7 @@ def forget(km, kernel_id: str) -> None:
     kernel = km.remove_kernel(kernel_id)
     if kernel is not None:
         kernel.stop_restarter()
+        kernel._connection_file_written = False  # else its __del__ removes the file the next server adopts from
 
 
 def adopt(km, kernel_id: str, connection_file: str, kernel_name: str, pid: int) -> None:
@@ -73,6 +75,13 @@ def adopt(km, kernel_id: str, connection_file: str, kernel_name: str, pid: int) 
     kernel._ready = ready  # started long ago: nothing to wait for
     kernel.gkews_pid = pid  # no provisioner knows it: kill and signal go through this pid
     kernel.execution_state, kernel.reason, kernel.last_activity = "idle", "", utcnow()
+
+    async def shutdown_kernel(now: bool = False, restart: bool = False) -> None:
+        kill(pid)  # not our child: no provisioner can stop it, its pid can
+
+    async def interrupt_kernel() -> None:
+        os.kill(pid, signal.SIGINT)
+    kernel.shutdown_kernel, kernel.interrupt_kernel = shutdown_kernel, interrupt_kernel
     km._kernels[kernel_id] = kernel
     km._kernel_connections[kernel_id] = 0
     km._kernel_ports[kernel_id] = kernel.ports
@@ -81,6 +90,6 @@ def adopt(km, kernel_id: str, connection_file: str, kernel_name: str, pid: int) 
 
 def kill(pid: int) -> None:
     try:
-        os.kill(pid, 9)
+        os.kill(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
