@@ -175,3 +175,19 @@ async def test_capacity_limit_falls_back_without_trying(jp_fetch, jp_serverapp, 
     assert ["restore", pid] not in fake.read(fake_gpu)["calls"]  # a restore that cannot fit is never tried
     after = (await run_cell(jp_serverapp, kid, CHECK)).split()
     assert after[:2] == ["332833500", "live"] and after[2] != str(pid)
+
+
+async def test_auto_without_the_extra_shuts_down_and_says_why(jp_fetch, jp_serverapp, jp_root_dir, monkeypatch):
+    """The default (auto, the real driver) on a machine without the gpu extra: the pause works as before."""
+    import sys
+    monkeypatch.setitem(sys.modules, "cuda", None)  # as if cuda-bindings were not installed
+    backend = jp_serverapp.web_app.settings["gkews_lifecycle"].backend
+    backend.release_mode, backend.gpu_api = "auto", "nvidia"
+    kid, _ = await start(jp_fetch, jp_serverapp, jp_root_dir, "nb.ipynb")
+    paused = await pause(jp_fetch)
+    nb = paused["nb.ipynb"]
+    assert nb["status"] == "released" and kid not in jp_serverapp.kernel_manager
+    assert nb["message"].startswith("released (checkpoint on disk); not suspended: GPU suspend is not available: "
+                                    "the NVIDIA driver bindings are not installed"), nb["message"]
+    assert 'pip install "jupyter-gkews[gpu]"' in nb["message"]
+    assert paused[""]["message"] == "paused 1 notebook(s)"  # as before: nothing lives on
