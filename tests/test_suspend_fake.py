@@ -46,20 +46,21 @@ async def start(jp_fetch, jp_serverapp, jp_root_dir, path: str) -> tuple[str, in
     return kid, pid
 
 
-async def pause(jp_fetch) -> dict:
-    r = await post(jp_fetch, "pause")
+async def transition(jp_fetch, action: str, done: str) -> dict:
+    """POST the action, wait until it is done; the notebooks by path, and the whole status under ""."""
+    r = await post(jp_fetch, action)
     assert r.code == 202, r.body
-    s = await wait_for(jp_fetch, ("paused", "failed"))
-    assert s["state"] == "paused", s["message"]
+    s = await wait_for(jp_fetch, (done, "failed"))
+    assert s["state"] == done, s["message"]
     return {nb["path"]: nb for nb in s["notebooks"]} | {"": s}
+
+
+async def pause(jp_fetch) -> dict:
+    return await transition(jp_fetch, "pause", "paused")
 
 
 async def resume(jp_fetch) -> dict:
-    r = await post(jp_fetch, "resume")
-    assert r.code == 202, r.body
-    s = await wait_for(jp_fetch, ("active", "failed"))
-    assert s["state"] == "active", s["message"]
-    return {nb["path"]: nb for nb in s["notebooks"]} | {"": s}
+    return await transition(jp_fetch, "resume", "active")
 
 
 async def test_suspend_and_resume_live(jp_fetch, jp_serverapp, jp_root_dir, fake_gpu):
