@@ -19,7 +19,8 @@ CELL = 'import os\nweights = [i * i for i in range(1000)]\nlabel = "live"\nprint
 CHECK = 'import json; print(json.dumps([sum(weights), label, os.getpid()]))'
 
 
-def test_server_restart_while_suspended(tmp_path, monkeypatch):
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["clean-stop", "crash"])
+def test_server_restart_while_suspended(tmp_path, monkeypatch, stop):
     gpu_file = str(tmp_path / "fake-gpu.json")
     with fake.edit(gpu_file) as data:
         data["devices"] = {"0": 4096 * MIB}
@@ -44,7 +45,8 @@ def test_server_restart_while_suspended(tmp_path, monkeypatch):
         assert s["state"] == "paused", s["message"]
         assert [nb["status"] for nb in s["notebooks"]] == ["suspended", "suspended"], s["notebooks"]
 
-        assert server.signal(signal.SIGTERM) is not None  # a clean stop: it would shut its kernels down
+        # a clean stop would shut its kernels down; after a crash they would exit on losing their parent
+        assert server.signal(stop) is not None
         assert alive(a_pid) and alive(b_pid), "a stopping server killed its suspended kernels"
         os.kill(b_pid, signal.SIGKILL)  # b's process does not live to see the next server
         assert wait_gone([b_pid], 15)
