@@ -70,7 +70,8 @@ def test_suspend_gives_the_gpu_back_and_resumes_live(tmp_path):
         nb = s["notebooks"][0]
         assert nb["status"] == "suspended", nb
         assert nb["message"].startswith("suspended in host memory ("), nb["message"]
-        assert nvml_used_by(pid) == 0, "NVML still shows the suspended kernel on the GPU"
+        left = nvml_used_by(pid)
+        assert left < 64 * 1024 ** 2, f"NVML still shows the suspended kernel holding {left} bytes on the GPU"
         print(f"suspended {nb['gpu']['bytes'] / GIB:.2f} GiB in {nb['gpu']['seconds']:.2f} s")
 
         code, r = server.post("gkews/resume")

@@ -4,7 +4,6 @@ kernel "holds" device memory and what other users hold. The same path on a real 
 """
 from __future__ import annotations
 
-import json
 import os
 
 import pytest

@@ -42,11 +42,14 @@ class NvmlMemory:
             raise GpuUnavailable("NVML sees no GPU")
 
     def processes(self) -> list[GpuProcess]:
-        out = []
-        for i, h in enumerate(self._handles):
-            for p in self._n.nvmlDeviceGetComputeRunningProcesses(h):
-                out.append(GpuProcess(int(p.pid), i, int(p.usedGpuMemory or 0)))
-        return out
+        try:
+            return [GpuProcess(int(p.pid), i, int(p.usedGpuMemory or 0)) for i, h in enumerate(self._handles)
+                    for p in self._n.nvmlDeviceGetComputeRunningProcesses(h)]
+        except self._n.NVMLError as exc:
+            raise GpuUnavailable(f"NVML cannot list the GPU's processes: {exc}") from None
 
     def free(self) -> dict[int, int]:
-        return {i: int(self._n.nvmlDeviceGetMemoryInfo(h).free) for i, h in enumerate(self._handles)}
+        try:
+            return {i: int(self._n.nvmlDeviceGetMemoryInfo(h).free) for i, h in enumerate(self._handles)}
+        except self._n.NVMLError as exc:
+            raise GpuUnavailable(f"NVML cannot read the GPU's free memory: {exc}") from None
