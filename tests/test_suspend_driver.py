@@ -72,3 +72,13 @@ def test_refused_and_failed_calls(monkeypatch):
     assert str(oom.value) == "cuCheckpointProcessRestore for pid 1234 returned CUDA_ERROR_OUT_OF_MEMORY (2)"
     driver.checkpoint(1234)
     driver.unlock(1234)
+
+
+def test_driver_without_the_symbols(monkeypatch):
+    fake_bindings(monkeypatch)
+
+    def missing(pid):
+        raise RuntimeError('Function "cuCheckpointProcessGetState" not found')
+    sys.modules["cuda.bindings.driver"].cuCheckpointProcessGetState = missing
+    with pytest.raises(GpuUnavailable, match="not in this NVIDIA driver .* needs driver 550 or later"):
+        CudaCheckpointDriver()

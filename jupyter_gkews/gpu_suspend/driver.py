@@ -6,6 +6,7 @@ callers check free memory first and, on any restore error, give the process up.
 """
 from __future__ import annotations
 
+import os
 from typing import Protocol
 
 #: CUresult codes we name in messages (the driver's own names come from cuGetErrorName when it is there)
@@ -69,6 +70,10 @@ class CudaCheckpointDriver:
         if self.version and self.version < 12040:
             raise GpuUnavailable(f"the NVIDIA driver supports CUDA {self.version // 1000}.{self.version % 1000 // 10}; "
                                  "the checkpoint API needs driver 550 (CUDA 12.4) or later, 570+ for process trees")
+        try:  # a driver without the API lacks the symbol (GpuUnavailable); any answer about our own pid is fine
+            self.state(os.getpid())
+        except DriverError:
+            pass
 
     def _name(self, err) -> str:
         try:
