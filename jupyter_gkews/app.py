@@ -198,6 +198,7 @@ class GkewsApp(ExtensionApp):
         self._stop_operations()
         lifecycle = getattr(self, "lifecycle", None)
         if lifecycle is not None:
+            await lifecycle.backend.server_stopping(lifecycle)  # before the server shuts its kernels down
             await lifecycle.shutdown()
         if getattr(self, "_exported_root", False):  # leave the environment as we found it
             os.environ.pop(CHECKPOINT_ROOT_ENV, None)

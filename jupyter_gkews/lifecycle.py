@@ -15,7 +15,7 @@ import copy
 import posixpath
 import time
 
-from .backends.base import SnapshotFailed
+from .backends.base import LIVE_STATUSES, SnapshotFailed
 from .bridge import KernelCallError
 from .state import StateStore, initial_state, now
 
@@ -230,16 +230,19 @@ class Lifecycle:
             if await self._resume_if_restored(done):
                 return
             await self._enter("pausing", "releasing", "releasing the kernels", "releasing", snapshot=snapshot)
-            await self.backend.release(done)
+            released = await self.backend.release(done) or {}
             if await self._resume_if_restored(done):
                 return
             for nb in done:
                 nb["status"] = "released"
+                nb.update(released.get(nb["path"], {}))  # a kernel may live on (GPU suspend): its status, message
             self.state["timeline"]["environment_stopped"] = now()
             message = f"paused {len(done)} notebook(s)"
             if snapshot and snapshot.get("status") == "failed":
                 message += f"; the snapshot failed ({snapshot['error']}), so the resume will restore the " \
                            "kernels from their application checkpoints"
+            if any(nb["status"] in LIVE_STATUSES for nb in done):
+                message += "; " + "; ".join(f"{nb['path']}: {nb['message']}" for nb in done)
             if left:
                 message += "; still running, not paused: " + "; ".join(f"{nb['path']} ({nb['error']})" for nb in left)
             await self._enter("paused", None, message, "paused", final=True, timeline=dict(self.state["timeline"]))
@@ -316,7 +319,8 @@ class Lifecycle:
         wanted = clean_notebook_paths(notebooks)
         self._claim("resume", ("paused", "failed"))
         # released by a pause, or left failed by an earlier resume: both come back from their checkpoint
-        paused = [nb for nb in self.state["notebooks"] if nb["status"] in ("released", "failed") and nb.get("checkpoint")]
+        paused = [nb for nb in self.state["notebooks"]
+                  if nb["status"] in ("released", "failed", *LIVE_STATUSES) and nb.get("checkpoint")]
         if wanted is not None:
             unknown = [p for p in wanted if p not in {nb["path"] for nb in paused}]
             if unknown:
@@ -392,8 +396,9 @@ class Lifecycle:
                 nb.update(status="resumed", verdict="live-verified", restored=[], failed={},
                           skipped_at_save=verdict["skipped_at_save"], same_process=True)
                 return
-            reason = ("a new process: the live state did not survive" if not verdict["same_process"]
-                      else "the same process, but its state differs from the checkpoint")
+            reason = nb.pop("fallback", None) or (
+                "a new process: the live state did not survive" if not verdict["same_process"]
+                else "the same process, but its state differs from the checkpoint")
             result = await self.bridge.call(nb["kernel_id"], {"op": "restore", **request}, label=nb["path"])
         except KernelCallError as exc:
             nb.update(status="failed", verdict="failed", error=str(exc),
@@ -449,7 +454,7 @@ class Lifecycle:
             self._finish_interrupted_pause()
         elif saved["state"] == "resuming":
             for nb in self.state["notebooks"]:
-                if nb.get("status") != "resumed" and nb.get("checkpoint"):
+                if nb.get("status") not in ("resumed", *LIVE_STATUSES) and nb.get("checkpoint"):
                     nb.update(status="released", verdict=None)
             self.state.update(state="paused", phase=None, message="the server stopped during a resume; resume "
                               "again to restore the notebooks from their checkpoints")

@@ -5,6 +5,14 @@ from __future__ import annotations
 from traitlets.config import LoggingConfigurable
 
 
+#: Per-notebook statuses of a pause whose kernel process lives on (local GPU suspend): "suspended" (its GPU
+#: state is in host memory, the GPU is free) and "kept-running" (it held no CUDA context: nothing to release).
+#: A resume brings them back live and verifies them; "released" notebooks come back from their checkpoints.
+SUSPENDED = "suspended"
+KEPT_RUNNING = "kept-running"
+LIVE_STATUSES = (SUSPENDED, KEPT_RUNNING)
+
+
 class SnapshotFailed(Exception):
     """The backend could not take its snapshot; the message names the cause (the pause then completes on the
     application checkpoint unless the backend's abort_on_snapshot_failure says otherwise)."""
@@ -23,15 +31,18 @@ class Backend(LoggingConfigurable):
         """Take a snapshot of the environment after the checkpoints; None when the backend has none."""
         return None
 
-    async def release(self, notebooks: list[dict]) -> None:
-        """Give the resources back (kernels, the GPU, the Pod)."""
+    async def release(self, notebooks: list[dict]) -> dict | None:
+        """Give the resources back (kernels, the GPU, the Pod). May return, per notebook path, what to record
+        on that notebook: {"status": "released" or one of LIVE_STATUSES, "message": what the user reads, ...};
+        None: every notebook was released."""
         raise NotImplementedError(f"{type(self).__name__} must define release(): a backend has to free something")
 
     async def acquire(self, notebooks: list[dict]) -> None:
         """Wait until the environment can run again (capacity); raise with the reason if it cannot."""
 
     async def start_kernel(self, notebook: dict) -> str:
-        """Return the id of a kernel running for this notebook after a resume."""
+        """Return the id of a kernel running for this notebook after a resume. A backend that had to give up
+        the notebook's live kernel sets notebook["fallback"] to why; the verdict then carries that reason."""
         raise NotImplementedError(f"{type(self).__name__} must define start_kernel()")
 
     async def cleanup(self, *, dry_run: bool = False) -> list[dict]:
@@ -42,6 +53,9 @@ class Backend(LoggingConfigurable):
 
     async def recover_paused(self, lifecycle) -> None:
         """The server started and found the state `paused`: do what this backend's users expect."""
+
+    async def server_stopping(self, lifecycle) -> None:
+        """The server is stopping (before it shuts its kernels down)."""
 
     async def restored(self) -> dict | None:
         """Asked after the snapshot request and before each later step of a pause: does this process now

@@ -1,32 +1,255 @@
 """The embedded default: no cluster, no Pod snapshot.
 
-Release shuts the checkpointed kernels down, which frees their GPU memory and RAM while the server
-stays up; resume starts a kernel for the same notebook (same session id and kernel id, so the session
-table and reconnecting clients find it again) and the lifecycle restores it from its checkpoint.
+Release (after the application checkpoints) either suspends the kernels' GPU state in place or shuts the
+kernels down (c.LocalBackend.release_mode):
+
+- suspend: each kernel process (and each child) that holds a CUDA context is locked and checkpointed by
+  NVIDIA's driver: its device memory moves to host memory and the GPU is free, while the process lives on
+  with everything in it. Resume waits until the GPU has room again, restores and unlocks it, and the
+  lifecycle verifies it (live-verified). Kernels without a CUDA context are left running.
+- shutdown: the kernels stop, which frees their GPU memory and RAM while the server stays up; resume starts a
+  kernel for the same notebook (same session id and kernel id, so the session table and reconnecting clients
+  find it again) and the lifecycle restores it from its checkpoint.
+- auto (default): suspend when the driver API and NVML work and the host has the memory, else shutdown.
+
+Whenever the suspend or its restore cannot be used for a kernel, that kernel falls back to the shutdown path
+and its checkpoint, with the reason in its per-notebook message.
 """
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 
-from .base import Backend
+from traitlets import CaselessStrEnum, Float, Int
+
+from ..gpu_suspend import GIB, DriverError, GpuUnavailable, gib, keepalive, procs
+from ..gpu_suspend.driver import refusal
+from .base import KEPT_RUNNING, LIVE_STATUSES, SUSPENDED, Backend
+
+RELEASED_MESSAGE = "released (checkpoint on disk)"
+#: what NVML may still show for a suspended process: the driver may keep a few MiB of its own (4 MiB measured
+#: on an H200 with driver 580); more than this means the memory did not move
+RESIDUE = 64 * 1024 ** 2
 
 
 class LocalBackend(Backend):
     name = "local"
 
-    async def release(self, notebooks: list[dict]) -> None:
+    release_mode = CaselessStrEnum(
+        ("auto", "suspend", "shutdown"), "auto", config=True,
+        help="What a pause does with each kernel after its checkpoint. suspend: NVIDIA's driver moves the GPU "
+        "state of the kernel (and of its children holding a CUDA context) to host memory and frees the GPU; the "
+        "process lives on and resumes live-verified. shutdown: the kernel stops; resume restores a fresh one "
+        "from the checkpoint. auto: suspend when the driver supports it and the host has the memory, else "
+        "shutdown. Needs the gpu extra (pip install \"jupyter-gkews[gpu]\") for suspend.")
+    gpu_api = CaselessStrEnum(
+        ("nvidia", "fake"), "nvidia", config=True,
+        help="nvidia: the driver through cuda-bindings and NVML through nvidia-ml-py. fake: a simulated GPU in "
+        "the JSON file $GKEWS_FAKE_GPU (tests and benchmark smoke runs on machines without a GPU).")
+    capacity_timeout = Float(
+        600.0, config=True,
+        help="Seconds a resume waits for the GPU to have room for the suspended kernels' memory (while another "
+        "process holds it). Then the kernels that do not fit are restarted from their checkpoints.")
+    capacity_poll_interval = Float(2.0, config=True, help="Seconds between two looks at the GPU's free memory.")
+    lock_timeout = Float(
+        300.0, config=True,
+        help="Seconds the driver waits for a kernel's running GPU work to finish before a suspend gives up "
+        "(that kernel is then shut down).")
+    release_check_timeout = Float(
+        30.0, config=True, help="Seconds to wait for NVML to show a suspended process's device memory freed.")
+    host_memory_reserve = Int(
+        2 * GIB, config=True,
+        help="Bytes of host memory (MemAvailable) a suspend leaves free; a kernel whose GPU memory does not fit "
+        "in the rest is shut down instead.")
+
+    _gpu = None  # (driver, memory), opened on first use
+
+    # -- the GPU -------------------------------------------------------------------------------------
+    def _open_gpu(self):
+        """Blocking: the driver and NVML, or GpuUnavailable saying why not."""
+        if self._gpu is None:
+            if self.gpu_api == "fake":
+                from ..gpu_suspend.fake import FakeGpu
+                fake = FakeGpu()
+                self._gpu = (fake, fake)
+            else:
+                from ..gpu_suspend.driver import CudaCheckpointDriver
+                from ..gpu_suspend.nvml import NvmlMemory
+                self._gpu = (CudaCheckpointDriver(), NvmlMemory())
+        return self._gpu
+
+    def _say(self, message: str) -> None:
+        self.log.info("gkews: %s", message)
+        lifecycle = getattr(self.parent, "lifecycle", None)
+        if lifecycle is not None:
+            lifecycle.note(message)
+
+    # -- pause ---------------------------------------------------------------------------------------
+    async def release(self, notebooks: list[dict]) -> dict:
+        """Suspend or shut down each notebook's kernel; per path: its status, message and suspend record."""
         km = self.serverapp.kernel_manager
+        kernels = {nb["path"]: (km.get_kernel(nb["kernel_id"]) if nb["kernel_id"] in km else None) for nb in notebooks}
+        pids = {path: keepalive.kernel_pid(k) if k is not None else None for path, k in kernels.items()}
+        if self.release_mode == "shutdown":
+            plan = {nb["path"]: ("shutdown", "") for nb in notebooks}
+        else:
+            plan = await asyncio.to_thread(self._plan, notebooks, pids)
+        results: dict[str, dict] = {}
+        for nb in notebooks:
+            kind, detail = plan[nb["path"]]
+            if kind != "shutdown":
+                kernel = kernels[nb["path"]]
+                if not await keepalive.run_expression(kernel, keepalive.DETACH):
+                    plan[nb["path"]] = kind, detail = ("shutdown", "the kernel did not answer the detach request")
+            if kind == "suspend":
+                started = time.monotonic()
+                why = await asyncio.to_thread(self._suspend, detail)
+                if why:
+                    plan[nb["path"]] = kind, detail = ("shutdown", why)
+                else:
+                    detail["seconds"] = round(time.monotonic() - started, 3)
+            if kind == "shutdown":
+                message = RELEASED_MESSAGE + (f"; not suspended: {detail}" if detail else "")
+                results[nb["path"]] = {"status": "released", "message": message, "gpu": None}
+                if detail and self.release_mode == "suspend":
+                    self.log.warning("gkews: %s: %s", nb["path"], message)
+                continue
+            record = {"kernel_pid": pids[nb["path"]], "kernel_start": procs.start_time(pids[nb["path"]]),
+                      "connection_file": kernels[nb["path"]].connection_file, **(detail or {})}
+            if kind == "suspend":
+                results[nb["path"]] = {"status": SUSPENDED, "gpu": record,
+                                       "message": f"suspended in host memory ({gib(record['bytes'])})"}
+            else:
+                results[nb["path"]] = {"status": KEPT_RUNNING, "gpu": record,
+                                       "message": "left running: it holds no CUDA context, nothing to release"}
         # all at once: each shutdown waits for its process to exit
-        await asyncio.gather(*(km.shutdown_kernel(nb["kernel_id"]) for nb in notebooks if nb["kernel_id"] in km))
+        await asyncio.gather(*(km.shutdown_kernel(nb["kernel_id"]) for nb in notebooks
+                               if plan[nb["path"]][0] == "shutdown" and nb["kernel_id"] in km))
+        return results
+
+    def _plan(self, notebooks: list[dict], pids: dict) -> dict:
+        """Blocking: per path ("suspend", {held processes}), ("keep", None) or ("shutdown", why)."""
+        try:
+            _, memory = self._open_gpu()
+            on_gpu = memory.processes()
+        except GpuUnavailable as exc:
+            why = f"GPU suspend is not available: {exc}"
+            log = self.log.warning if self.release_mode == "suspend" else self.log.info
+            log("gkews: %s; the kernels are shut down (release_mode=%s)", why, self.release_mode)
+            return {nb["path"]: ("shutdown", why) for nb in notebooks}
+        budget = procs.mem_available() - self.host_memory_reserve
+        plan = {}
+        for nb in notebooks:
+            pid = pids[nb["path"]]
+            if pid is None:
+                plan[nb["path"]] = ("shutdown", "the server does not know this kernel's process id")
+                continue
+            family = set(procs.tree(pid))
+            held = [{"pid": p.pid, "device": p.device, "bytes": p.used, "start": procs.start_time(p.pid)}
+                    for p in on_gpu if p.pid in family]
+            if not held:
+                plan[nb["path"]] = ("keep", None)
+                continue
+            total = sum(h["bytes"] for h in held)
+            if total > budget:
+                plan[nb["path"]] = ("shutdown", f"the host has {gib(max(budget, 0))} of memory to spare "
+                                    f"(MemAvailable less {gib(self.host_memory_reserve)}), this kernel holds "
+                                    f"{gib(total)} on the GPU")
+                continue
+            budget -= total
+            plan[nb["path"]] = ("suspend", {"held": held, "bytes": total})
+        return plan
+
+    def _suspend(self, detail: dict) -> str | None:
+        """Blocking: lock and checkpoint each process, then check with NVML that its memory is free. None when
+        it worked, else why not (the caller shuts the kernel down: its checkpoint is on disk)."""
+        driver, memory = self._open_gpu()
+        pids = sorted({h["pid"] for h in detail["held"]})
+        try:
+            for pid in pids:
+                driver.lock(pid, self.lock_timeout)
+            for pid in pids:
+                driver.checkpoint(pid)
+        except DriverError as exc:
+            return refusal(exc) or f"the driver could not suspend it: {exc}"
+        except GpuUnavailable as exc:
+            return str(exc)
+        deadline = time.monotonic() + self.release_check_timeout
+        while True:
+            try:
+                still = [p for p in memory.processes() if p.pid in pids and p.used > RESIDUE]
+            except GpuUnavailable as exc:
+                return f"its release could not be checked: {exc}"
+            if not still:
+                return None
+            if time.monotonic() > deadline:
+                return (f"NVML still shows {', '.join(f'pid {p.pid} holding {gib(p.used)}' for p in still)} "
+                        f"{self.release_check_timeout:.0f} s after the checkpoint")
+            time.sleep(0.5)
+
+    # -- resume --------------------------------------------------------------------------------------
+    async def acquire(self, notebooks: list[dict]) -> None:
+        """Wait until the GPU has room for every suspended kernel's memory, saying who holds it; after
+        capacity_timeout, the kernels that do not fit are marked to restart from their checkpoints."""
+        waiting = [nb for nb in notebooks if nb.get("status") == SUSPENDED and nb.get("gpu")
+                   and not nb.get("gpu_fallback")]
+        if not waiting:
+            return
+        try:
+            _, memory = await asyncio.to_thread(self._open_gpu)
+        except GpuUnavailable as exc:
+            for nb in waiting:
+                nb["gpu_fallback"] = f"the GPU cannot be reached to restore it: {exc}"
+            return
+        deadline = time.monotonic() + self.capacity_timeout
+        while True:
+            try:
+                free, on_gpu = await asyncio.to_thread(lambda: (memory.free(), memory.processes()))
+            except GpuUnavailable as exc:
+                for nb in waiting:
+                    nb["gpu_fallback"] = f"the GPU's free memory cannot be read to restore it: {exc}"
+                return
+            short = _shortfall(waiting, free)
+            if not short:
+                return
+            ours = {h["pid"] for nb in waiting for h in nb["gpu"]["held"]}
+            holders = await asyncio.to_thread(_describe_holders, [p for p in on_gpu if p.pid not in ours])
+            need = ", ".join(f"GPU {d} needs {gib(n)} more" for d, n in sorted(short.items()))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                for nb in _without_room(waiting, free):
+                    nb["gpu_fallback"] = (f"the GPU stayed taken for {self.capacity_timeout:.0f} s ({need}; "
+                                          f"held by {holders})")
+                return
+            for nb in waiting:
+                nb["message"] = f"waiting for capacity: {need}; held by {holders}"
+            self._say(f"waiting for capacity: {need} to restore the suspended kernels; held by {holders}; "
+                      f"restarting them from their checkpoints in {left:.0f} s otherwise")
+            await asyncio.sleep(min(self.capacity_poll_interval, max(left, 0.05)))
 
     async def start_kernel(self, notebook: dict) -> str:
         km = self.serverapp.kernel_manager
-        sm = self.serverapp.session_manager
+        notebook.pop("message", None)  # what the pause said ("suspended in host memory") is over
+        if notebook.get("status") in LIVE_STATUSES and notebook.get("gpu"):
+            why = notebook.pop("gpu_fallback", None) or await self._bring_back(notebook)
+            if why is None:
+                kernel = km.get_kernel(notebook["kernel_id"])
+                await keepalive.run_expression(kernel, keepalive.attach_expression(os.getpid()))
+                return await self._bind_session(notebook, notebook["kernel_id"])
+            self.log.warning("gkews: %s: %s; restarting it from its checkpoint", notebook["path"], why)
+            notebook["fallback"] = why
+            await self._kill(notebook)
+        notebook.pop("gpu", None)
         kernel_id = notebook["kernel_id"]
         if kernel_id not in km:
-            kernel_id = await sm.start_kernel_for_session(
+            kernel_id = await self.serverapp.session_manager.start_kernel_for_session(
                 notebook["session_id"], notebook["path"], notebook["name"], notebook["type"],
                 notebook["kernel_name"], kernel_id=kernel_id)
+        return await self._bind_session(notebook, kernel_id)
+
+    async def _bind_session(self, notebook: dict, kernel_id: str) -> str:
+        sm = self.serverapp.session_manager
         if await sm.session_exists(notebook["path"]):
             await sm.update_session(notebook["session_id"], kernel_id=kernel_id)
         else:  # the session table dropped it when its kernel stopped: put it back under its old id
@@ -34,5 +257,116 @@ class LocalBackend(Backend):
                                   type=notebook["type"], kernel_id=kernel_id)
         return kernel_id
 
+    async def _bring_back(self, nb: dict) -> str | None:
+        """Make the kernel usable again: adopt it when a restarted server does not know it, then restore and
+        unlock its processes. None when it worked, else why it cannot (the caller falls back)."""
+        gpu = nb["gpu"]
+        if not procs.same_process(gpu["kernel_pid"], gpu["kernel_start"]):
+            return f"its kernel process {gpu['kernel_pid']} is gone"
+        km = self.serverapp.kernel_manager
+        if nb["kernel_id"] not in km:
+            try:
+                keepalive.adopt(km, nb["kernel_id"], gpu["connection_file"], nb["kernel_name"], gpu["kernel_pid"])
+            except Exception as exc:
+                return f"the restarted server could not reconnect to its kernel: {type(exc).__name__}: {exc}"
+        if nb.get("status") != SUSPENDED:
+            return None
+        return await asyncio.to_thread(self._restore, gpu)
+
+    def _restore(self, gpu: dict) -> str | None:
+        """Blocking. Never retries a failed restore: on this driver a restore that failed once leaves the
+        process unusable, so the kernel falls back to its checkpoint instead."""
+        try:
+            driver, memory = self._open_gpu()
+            for h in gpu["held"]:
+                if not procs.same_process(h["pid"], h["start"]):
+                    return f"its GPU process {h['pid']} is gone"
+            todo = [h for h in gpu["held"] if driver.state(h["pid"]) == "checkpointed"]
+            short = _shortfall([{"gpu": {"held": todo}}], memory.free())
+            if short:  # taken since the wait: a restore now would fail for memory, and for good
+                return ("the GPU is full again: " + ", ".join(f"GPU {d} needs {gib(n)} more" for d, n in short.items()))
+            for pid in sorted({h["pid"] for h in todo}):
+                driver.restore(pid)
+            for pid in sorted({h["pid"] for h in gpu["held"]}):
+                if driver.state(pid) == "locked":
+                    driver.unlock(pid)
+        except DriverError as exc:
+            return refusal(exc) or f"the driver could not restore its GPU state: {exc}"
+        except GpuUnavailable as exc:
+            return f"the GPU cannot be reached to restore it: {exc}"
+        return None
+
+    async def _kill(self, nb: dict) -> None:
+        """Stop a kernel that cannot come back live, whoever started it; its checkpoint brings it back."""
+        gpu = nb.get("gpu") or {}
+        for pid, start in [(gpu.get("kernel_pid"), gpu.get("kernel_start"))] + \
+                [(h["pid"], h["start"]) for h in gpu.get("held", [])]:
+            if pid and procs.same_process(pid, start):
+                keepalive.kill(pid)
+        km = self.serverapp.kernel_manager
+        if nb["kernel_id"] in km:
+            await km.shutdown_kernel(nb["kernel_id"], now=True)
+
+    # -- server start and stop --------------------------------------------------------------------------
     async def recover_paused(self, lifecycle) -> None:
-        lifecycle.note("paused; the kernels are stopped: resume to restore them from their checkpoints")
+        live = [nb for nb in lifecycle.state["notebooks"] if nb.get("status") in LIVE_STATUSES and nb.get("gpu")]
+        km = self.serverapp.kernel_manager
+        gone = []
+        for nb in live:
+            gpu = nb["gpu"]
+            if not procs.same_process(gpu["kernel_pid"], gpu["kernel_start"]):
+                nb["gpu_fallback"] = f"its kernel process {gpu['kernel_pid']} is gone (the server restarted meanwhile)"
+                gone.append(nb["path"])
+            elif nb["kernel_id"] not in km:
+                try:
+                    keepalive.adopt(km, nb["kernel_id"], gpu["connection_file"], nb["kernel_name"], gpu["kernel_pid"])
+                except Exception as exc:
+                    nb["gpu_fallback"] = f"the restarted server could not reconnect to its kernel: {exc}"
+                    gone.append(nb["path"])
+        if not live:
+            lifecycle.note("paused; the kernels are stopped: resume to restore them from their checkpoints")
+            return
+        message = (f"paused; {len(live) - len(gone)} kernel(s) still suspended or running: resume brings them "
+                   "back live")
+        if gone:
+            message += f"; gone, resume restores them from their checkpoints: {', '.join(gone)}"
+        lifecycle.note(message)
+
+    async def server_stopping(self, lifecycle) -> None:
+        """Leave suspended kernels alive: forget them, so the stopping server does not shut them down."""
+        km = self.serverapp.kernel_manager
+        for nb in lifecycle.state.get("notebooks", []):
+            if nb.get("status") in LIVE_STATUSES and nb.get("gpu"):
+                keepalive.forget(km, nb["kernel_id"])
+
+
+def _shortfall(notebooks: list[dict], free: dict[int, int]) -> dict[int, int]:
+    """Bytes missing per device for all these notebooks' suspended memory to fit."""
+    need: dict[int, int] = {}
+    for nb in notebooks:
+        for h in nb["gpu"]["held"]:
+            need[h["device"]] = need.get(h["device"], 0) + h["bytes"]
+    return {d: n - free.get(d, 0) for d, n in need.items() if n > free.get(d, 0)}
+
+
+def _without_room(notebooks: list[dict], free: dict[int, int]) -> list[dict]:
+    """Those that do not fit after the ones before them took their room (in order)."""
+    left, out = dict(free), []
+    for nb in notebooks:
+        if _shortfall([nb], left):
+            out.append(nb)
+            continue
+        for h in nb["gpu"]["held"]:
+            left[h["device"]] = left.get(h["device"], 0) - h["bytes"]
+    return out
+
+
+def _describe_holders(on_gpu) -> str:
+    if not on_gpu:
+        return "no process NVML can see (another container or VM)"
+    parts = []
+    for p in sorted(on_gpu, key=lambda p: -p.used):
+        user = procs.user_of(p.pid)
+        parts.append(f"pid {p.pid}" + (f" ({user}, {gib(p.used)})" if user else f" ({gib(p.used)})")
+                     + f" on GPU {p.device}")
+    return ", ".join(parts)

@@ -1,0 +1,95 @@
+"""Keep a suspended kernel alive across a server restart, and take it back afterwards.
+
+A kernel normally dies with its server: ipykernel's parent poller exits the kernel once its parent process
+changes, and a stopping server shuts its kernels down. A suspended kernel is the only copy of its live state
+(the application checkpoint is the fallback), so while paused it is detached: the poller is told to ignore
+its parent, and a stopping server forgets it instead of shutting it down. A new server adopts it again
+from its connection file; its pid and start time in the state file say whether it is still the same process.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+# run inside the kernel as a user expression: pure Python, so it works while CUDA calls are locked
+_APP = "__import__('ipykernel.kernelapp', fromlist=['IPKernelApp']).IPKernelApp.instance()"
+# a parent pid that equals every pid: the poller's "has my parent changed?" is never true
+DETACH = (f"(lambda app: setattr(app.poller, 'parent_pid', type('AnyParent', (int,), "
+          "{'__ne__': lambda s, o: False, '__eq__': lambda s, o: True, '__hash__': int.__hash__})(1)) "
+          f"if getattr(app, 'poller', None) is not None else None)({_APP})")
+
+
+def attach_expression(server_pid: int) -> str:
+    """Watch the server again, when it is still the kernel's parent (not after an adoption)."""
+    return (f"(lambda app, os: setattr(app.poller, 'parent_pid', {server_pid}) if getattr(app, 'poller', None) "
+            f"is not None and os.getppid() == {server_pid} else None)({_APP}, __import__('os'))")
+
+
+async def run_expression(kernel, expr: str, timeout: float = 30.0) -> bool:
+    """Evaluate expr silently in the kernel; True when it ran. The kernel's activity stamp is put back: our
+    call is not the user's activity."""
+    before = getattr(kernel, "last_activity", None)
+    client = kernel.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=timeout)
+        reply = await client.execute_interactive("", silent=True, store_history=False,
+                                                 user_expressions={"gkews": expr}, timeout=timeout)
+        return reply["content"].get("user_expressions", {}).get("gkews", {}).get("status") == "ok"
+    except (TimeoutError, asyncio.TimeoutError, RuntimeError):
+        return False
+    finally:
+        client.stop_channels()
+        if before is not None:
+            kernel.last_activity = before
+
+
+def kernel_pid(kernel) -> int | None:
+    provisioner = getattr(kernel, "provisioner", None)
+    return getattr(provisioner, "pid", None) or getattr(kernel, "gkews_pid", None)
+
+
+def forget(km, kernel_id: str) -> None:
+    """Drop a kernel from the server's kernel manager without stopping the process."""
+    if kernel_id not in km:
+        return
+    km.stop_watching_activity(kernel_id)
+    km._kernel_connections.pop(kernel_id, None)
+    km._kernel_ports.pop(kernel_id, None)
+    kernel = km.remove_kernel(kernel_id)
+    if kernel is not None:
+        kernel.stop_restarter()
+        kernel._connection_file_written = False  # else its __del__ removes the file the next server adopts from
+
+
+def adopt(km, kernel_id: str, connection_file: str, kernel_name: str, pid: int) -> None:
+    """Register a running kernel process the server did not start (the previous server did)."""
+    from jupyter_server._tz import utcnow
+
+    kernel = km.kernel_manager_factory(connection_file=connection_file, parent=km, log=km.log,
+                                       kernel_name=kernel_name, owns_kernel=False)
+    kernel.load_connection_file(connection_file)
+    ready = asyncio.get_running_loop().create_future()
+    ready.set_result(None)
+    kernel._ready = ready  # started long ago: nothing to wait for
+    kernel.gkews_pid = pid  # no provisioner knows it: kill and signal go through this pid
+    kernel.execution_state, kernel.reason, kernel.last_activity = "idle", "", utcnow()
+
+    async def shutdown_kernel(now: bool = False, restart: bool = False) -> None:
+        kill(pid)  # not our child: no provisioner can stop it, its pid can
+
+    async def interrupt_kernel() -> None:
+        os.kill(pid, signal.SIGINT)
+    kernel.shutdown_kernel, kernel.interrupt_kernel = shutdown_kernel, interrupt_kernel
+    km._kernels[kernel_id] = kernel
+    km._kernel_connections[kernel_id] = 0
+    km._kernel_ports[kernel_id] = kernel.ports
+    km.start_watching_activity(kernel_id)
+
+
+def kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

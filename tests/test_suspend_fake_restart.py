@@ -1,0 +1,82 @@
+"""A real `jupyter server` process stopped while its kernels are suspended (simulated GPU, see
+tests/test_suspend_fake.py) and started again: the suspended kernels live through it and resume live; one
+whose process is gone meanwhile comes back from its checkpoint."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+from serverproc import Server
+from test_lifecycle_restart import alive, kill_pids, wait_gone
+
+from jupyter_gkews.gpu_suspend import fake
+
+pytestmark = pytest.mark.timeout(600)
+MIB = 1024 ** 2
+CELL = 'import os\nweights = [i * i for i in range(1000)]\nlabel = "live"\nprint(os.getpid())'
+CHECK = 'import json; print(json.dumps([sum(weights), label, os.getpid()]))'
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["clean-stop", "crash"])
+def test_server_restart_while_suspended(tmp_path, monkeypatch, stop):
+    gpu_file = str(tmp_path / "fake-gpu.json")
+    with fake.edit(gpu_file) as data:
+        data["devices"] = {"0": 4096 * MIB}
+    monkeypatch.setenv(fake.ENV, gpu_file)
+    server = Server(tmp_path)
+    server.extra_args = ["--LocalBackend.release_mode=suspend", "--LocalBackend.gpu_api=fake",
+                         "--LocalBackend.host_memory_reserve=0"]
+    pids: list[int] = []
+    try:
+        server.start()
+        kids = {}
+        for name in ("a", "b"):
+            kids[name] = server.open_notebook(f"{name}.ipynb")["kernel"]["id"]
+            pid = int(server.run_cell(kids[name], CELL).strip())
+            pids.append(pid)
+            with fake.edit(gpu_file) as data:
+                data["processes"][str(pid)] = {"device": 0, "bytes": 1024 * MIB, "state": "running"}
+        a_pid, b_pid = pids
+        code, _ = server.post("gkews/pause")
+        assert code == 202
+        s = server.wait_for(("paused", "failed"))
+        assert s["state"] == "paused", s["message"]
+        assert [nb["status"] for nb in s["notebooks"]] == ["suspended", "suspended"], s["notebooks"]
+
+        # a clean stop would shut its kernels down; after a crash they would exit on losing their parent
+        assert server.signal(stop) is not None
+        assert alive(a_pid) and alive(b_pid), "a stopping server killed its suspended kernels"
+        os.kill(b_pid, signal.SIGKILL)  # b's process does not live to see the next server
+        assert wait_gone([b_pid], 15)
+
+        server.start()  # takes seconds: a kernel still watching its old parent would have exited by now
+        s = server.status()
+        assert s["state"] == "paused", s
+        assert s["message"] == ("paused; 1 kernel(s) still suspended or running: resume brings them back live; "
+                                "gone, resume restores them from their checkpoints: b.ipynb"), s["message"]
+        assert [nb["status"] for nb in s["notebooks"]] == ["suspended", "suspended"]
+        assert [k["id"] for k in server.get("api/kernels")] == [kids["a"]]  # the live one, adopted
+        assert alive(a_pid)
+
+        code, r = server.post("gkews/resume")
+        assert code == 202, r
+        s = server.wait_for(("active", "failed"))
+        assert s["state"] == "active", s["message"]
+        a, b = s["notebooks"]
+        assert a["verdict"] == "live-verified" and a["kernel_id"] == kids["a"], a
+        assert b["verdict"] == "restored-from-checkpoint", b
+        assert b["why_restored"] == f"its kernel process {b_pid} is gone (the server restarted meanwhile)"
+        assert json.loads(server.run_cell(kids["a"], CHECK)) == [332833500, "live", a_pid]
+        b_after = json.loads(server.run_cell(kids["b"], CHECK))
+        pids.append(b_after[2])
+        assert b_after[:2] == [332833500, "live"] and b_after[2] != b_pid
+        assert fake.read(gpu_file)["processes"][str(a_pid)]["state"] == "running"
+
+        server.signal(signal.SIGTERM)  # the adopted kernel is the server's again: a clean stop ends it
+        assert wait_gone([a_pid, b_after[2]], 30), "a kernel outlived the server after its resume"
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.signal(signal.SIGKILL)
+        kill_pids(pids)
