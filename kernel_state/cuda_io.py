@@ -154,6 +154,7 @@ BACKENDS: dict = {"cuda": CudaDevice}
 _devices: dict = {}
 _rings: dict = {}
 _lock = threading.Lock()
+_ring_lock = threading.RLock()
 
 
 def device_for(device_type: str):
@@ -176,8 +177,8 @@ def ring_shape(staging: int) -> tuple[int, int]:
 
 
 def ring(device) -> list[HostBuffer]:
-    """The device's ring, made on first use and kept (pinning memory is slow); one save or restore at a
-    time uses it."""
+    """The device's ring, made on first use and kept (pinning memory is slow). Callers hold _ring_lock:
+    one transfer at a time uses it."""
     size, count = ring_shape(config.staging_bytes())
     key = (id(device), size, count)
     buffers = _rings.get(key)
@@ -238,6 +239,11 @@ def write_piece(fd: int, direct: int, view, address: int, offset: int) -> None:
 
 def stream_to_file(device, storage, fd: int, offset: int, hasher, progress=None) -> int:
     """Copy the storage to the file at `offset` through the ring; returns the offset after it."""
+    with _ring_lock:
+        return _stream_to_file(device, storage, fd, offset, hasher, progress)
+
+
+def _stream_to_file(device, storage, fd, offset, hasher, progress):
     buffers = ring(device)
     size, count, nbytes = buffers[0].nbytes, len(buffers), storage.nbytes()
     spans = [(start, min(size, nbytes - start)) for start in range(0, nbytes, size)]
@@ -338,6 +344,11 @@ def _read_chunk(fd: int, direct: int, buf: HostBuffer, position: int, n: int) ->
 def stream_from_file(device, path: str, digest: str, nbytes: int, target: str):
     """Read a single-tensor blob into a new storage on the device: reads run ahead into the ring while
     each chunk read is hashed and copied to the device; the storage is dropped unless the hash matches."""
+    with _ring_lock:
+        return _stream_from_file(device, path, digest, nbytes, target)
+
+
+def _stream_from_file(device, path, digest, nbytes, target):
     what = f"blob {digest[:12]}"
     fd, start, hasher = _open_blob(path, digest, nbytes)
     direct = _direct_fd(fd, os.O_RDONLY) if config.direct_io() in ("read", "both") else -1
