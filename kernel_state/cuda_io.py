@@ -227,14 +227,19 @@ def _aligned(address: int, offset: int, nbytes: int) -> bool:
 
 
 def write_piece(fd: int, direct: int, view, address: int, offset: int) -> None:
-    if direct >= 0 and _aligned(address, offset, len(view)):
+    """Write through the page cache, or around it where `direct` is open and the piece is aligned: then
+    all of its whole blocks in one request (the block layer splits it and keeps the disk's queue full),
+    the partial block at the end of a tensor through the page cache."""
+    whole = len(view) // ALIGN * ALIGN
+    if direct >= 0 and whole and _aligned(address, offset, whole):
         try:
-            _pwrite_all(direct, view, offset)
-            return
+            _pwrite_all(direct, view[:whole], offset)
+            view, offset = view[whole:], offset + whole
         except OSError as exc:
             if exc.errno != errno.EINVAL:  # EINVAL: this file system wants other alignment
                 raise
-    _pwrite_all(fd, view, offset)
+    if len(view):
+        _pwrite_all(fd, view, offset)
 
 
 def stream_to_file(device, storage, fd: int, offset: int, hasher, progress=None) -> int:
@@ -270,8 +275,9 @@ def _stream_to_file(device, storage, fd, offset, hasher, progress):
         for i, (start, n) in enumerate(spans):
             buf = buffers[i % count]
             device.wait(copies.pop(i))
-            for p in range(0, n, WRITE_PIECE):
-                piece = buf.view[p:min(n, p + WRITE_PIECE)]
+            step = n if direct >= 0 else WRITE_PIECE  # page-cache writes go in parallel pieces
+            for p in range(0, n, step):
+                piece = buf.view[p:min(n, p + step)]
                 writes[i % count].append((_io_pool.submit(
                     write_piece, fd, direct, piece, buf.address + p, offset + start + p), len(piece)))
             if i + 1 < len(spans):
