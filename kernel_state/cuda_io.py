@@ -338,9 +338,14 @@ def _open_blob(path: str, digest: str, nbytes: int):
 
 def _read_chunk(fd: int, direct: int, buf: HostBuffer, position: int, n: int) -> int:
     if direct >= 0 and position % ALIGN == 0:
-        try:  # O_DIRECT reads whole blocks: the last one may be short, never past the buffer
-            want = min(buf.nbytes, -(-n // ALIGN) * ALIGN)
-            return min(n, _pread_into(direct, buf.view[:want], position))
+        try:  # O_DIRECT reads whole blocks: the file's last one comes back short
+            view, total = buf.view[:min(buf.nbytes, -(-n // ALIGN) * ALIGN)], 0
+            while total < n:
+                got = os.preadv(direct, [view[total:]], position + total)
+                if got == 0:
+                    break
+                total += got
+            return min(total, n)
         except OSError as exc:
             if exc.errno != errno.EINVAL:
                 raise
@@ -429,10 +434,13 @@ def _load_with_safetensors(path: str, record: dict, target: str):
     try:
         with safe_open(path, framework="pt", device=target) as f:
             storage = f.get_tensor("t").untyped_storage()
-    finally:
-        actual = hashed.result()
-    if actual != digest:
+        failure = None
+    except Exception as exc:  # the library's own errors: a damaged header, a short file
+        storage, failure = None, exc
+    if hashed.result() != digest:
         raise CorruptBlob(f"blob {digest[:12]} does not match its hash: the file {path} was modified or damaged")
+    if failure is not None:
+        raise CorruptBlob(f"blob {digest[:12]} cannot be loaded by safetensors: {failure}")
     if storage.nbytes() != record["nbytes"]:
         raise CorruptBlob(f"blob {digest[:12]} holds {storage.nbytes()} bytes, the manifest expects {record['nbytes']}")
     return storage
