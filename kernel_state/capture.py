@@ -22,6 +22,7 @@ import weakref
 
 import dill
 
+from . import cuda_io
 from .errors import CheckpointWriteError
 from .fingerprint import cpu_fingerprint, memory_view, storage_fingerprint
 from .hashing import digest_bytes
@@ -229,8 +230,10 @@ class Capture:
             record.update({k: previous[k] for k in ("blob", "name", "fingerprint")})
             self._account(previous["blob"], previous["blob_bytes"], False)
             return record
-        cpu = ust if ust.device.type == "cpu" else ust.cpu()
-        data = memory_view(cpu.data_ptr(), nbytes)
+        data = cuda_io.source_for(ust) if nbytes >= PACK_LIMIT else None  # via pinned buffers
+        if data is None:
+            cpu = ust if ust.device.type == "cpu" else ust.cpu()
+            data = memory_view(cpu.data_ptr(), nbytes)
         if ust.device.type == "cpu":
             fingerprint = None
         else:

@@ -52,3 +52,36 @@ def max_bytes(value: int | None = None) -> int:
     if n < 0:
         raise ValueError(f"max_bytes must be 0 (no budget) or positive (got {n})")
     return n
+
+
+DEFAULT_STAGING_MB = 256
+CUDA_LOADERS = ("pinned", "safetensors")
+DIRECT_IO_MODES = ("write", "read", "both", "none")
+
+
+def staging_bytes(value: int | None = None) -> int:
+    """Host memory a save or restore of device tensors may use for its pinned buffers, whatever the
+    tensors' size (GKEWS_DEVICE_STAGING_MB)."""
+    mb = value if value is not None else _int_env("GKEWS_DEVICE_STAGING_MB", DEFAULT_STAGING_MB)
+    if mb < 8:
+        raise ValueError(f"GKEWS_DEVICE_STAGING_MB must be at least 8 (got {mb}): the pipeline needs "
+                         f"several buffers of at least 2 MiB; the default is {DEFAULT_STAGING_MB}")
+    return mb << 20
+
+
+def _choice(name: str, default: str, choices) -> str:
+    value = os.environ.get(name) or default
+    if value not in choices:
+        raise ValueError(f"{name}={value!r} is not one of {', '.join(choices)}; unset it for {default!r}")
+    return value
+
+
+def cuda_loader() -> str:
+    """How large tensors come back to a GPU: `pinned` (our ring of pinned buffers) or `safetensors`
+    (the safetensors library's CUDA loader, with our hash check beside it)."""
+    return _choice("GKEWS_CUDA_LOADER", "pinned", CUDA_LOADERS)
+
+
+def direct_io() -> str:
+    """Which device-streamed transfers bypass the page cache (O_DIRECT): write, read, both or none."""
+    return _choice("GKEWS_DIRECT_IO", "write", DIRECT_IO_MODES)

@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import dill
 
+from . import cuda_io
 from .errors import CheckpointError, CorruptBlob
 from .safetensors_io import read_blob
 
@@ -142,11 +143,14 @@ class Restorer:
         record = self.manifest["variables"][name]
         self._loading.add(name)
         try:
-            storages = [self.manifest["storages"][skey] for skey in record.get("storages", [])]
+            streamed = [k for k in record.get("storages", []) if self._streamed(k)]
+            storages = [self.manifest["storages"][k] for k in record.get("storages", []) if k not in streamed]
             digests = [s["blob"] for s in storages if "chunks" not in s]
             self.prefetch(digests)
             for digest in digests:  # every blob checked against its hash before anything is unpickled
                 self.blob(digest)
+            for skey in streamed:  # read, hashed and copied to the device through pinned buffers
+                self._storage(skey)
             for skey in record.get("storages", []):
                 if "chunks" in self.manifest["storages"][skey]:
                     self._assemble(skey)
@@ -198,6 +202,10 @@ class Restorer:
         if skey in self._storages:
             return self._storages[skey]
         import torch
+        if self._streamed(skey):
+            record = self.manifest["storages"][skey]
+            ust = self._storages[skey] = cuda_io.load_storage(self.store, record, self._target(record["device"], torch))
+            return ust
         record, buf, begin, end = self._raw(skey)
         if end > begin:
             ust = torch.frombuffer(buf, dtype=torch.uint8, offset=begin, count=end - begin).untyped_storage()
@@ -208,6 +216,13 @@ class Restorer:
             ust = ust.to(device=target) if hasattr(ust, "to") else ust.cuda(torch.device(target).index)
         self._storages[skey] = ust
         return ust
+
+    def _streamed(self, skey: str) -> bool:
+        record = self.manifest["storages"][skey]
+        if record.get("kind") != "torch":
+            return False
+        import torch
+        return cuda_io.streams(record, self._target(record["device"], torch))
 
     def _target(self, saved: str, torch) -> str:
         if self.device == "cpu" or saved == "cpu":

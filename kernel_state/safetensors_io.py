@@ -76,6 +76,9 @@ def write_blob(entries, tmp_dir: str, progress=None) -> tuple[str, str, int]:
         hasher.update(header)
         offset = len(header)
         for _name, _dtype, _shape, mv in entries:
+            if hasattr(mv, "write_to"):  # device memory: it streams itself through pinned buffers (cuda_io)
+                offset = mv.write_to(fd, offset, hasher, progress)
+                continue
             mv = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
             for start in range(0, len(mv), CHUNK):
                 piece = mv[start:start + CHUNK]

@@ -1,38 +1,131 @@
-"""CUDA paths: run where a GPU is present (the device machine); the CPU-side logic is in test_checkpoint_store."""
+"""CUDA paths, asserting what the devices promise: weights and buffers bit-identical after a restore (on
+the GPU and with device="cpu"), and forward outputs equal on the same device (never CPU against GPU,
+which no two devices promise). Run where a GPU is present (benchmarks/gpu/check.sh); the same pipeline
+runs on the CPU through a stand-in device in test_cuda_path_cpu.py."""
 from __future__ import annotations
 
+import copy
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 import kernel_state
+from kernel_state import cuda_io
+from kernel_state.fingerprint import DEVICE_ALGORITHM
 
 torch = pytest.importorskip("torch", reason="the torch extra is installed by make test")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the device machine)")
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NB = "gpu.ipynb"
 
-def test_cuda_model_round_trip_and_fingerprints_on_the_gpu(tmp_path):
+
+def raw(t):
+    """A tensor's bytes as integers: bit-for-bit comparable for every dtype, float8 included."""
+    t = t.detach().contiguous()
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def same_bytes(a, b) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(raw(a).cpu(), raw(b).cpu())
+
+
+def storages(value):
+    tensors = value.state_dict().values() if isinstance(value, torch.nn.Module) else [value]
+    return [t.untyped_storage() for t in tensors]
+
+
+def test_a_cuda_model_comes_back_bit_identical_and_computes_the_same_on_the_same_device(tmp_path):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(2048, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 10)).cuda()
+    model = torch.nn.Sequential(torch.nn.Linear(2048, 2048), torch.nn.BatchNorm1d(2048), torch.nn.GELU(),
+                                torch.nn.Linear(2048, 10)).cuda().eval()
     x = torch.randn(4, 2048, device="cuda")
-    expected = model(x)
+    with torch.no_grad():
+        expected_gpu = model(x)
+        expected_cpu = copy.deepcopy(model).cpu()(x.cpu())  # the reference for the CPU is the CPU's own
+    reference = {k: v.clone() for k, v in model.state_dict().items()}
     ns = {"model": model, "x": x}
-    kernel_state.save(ns, notebook="gpu.ipynb", root=tmp_path)
+    kernel_state.save(ns, notebook=NB, root=tmp_path)
     manifest = json.loads(next(tmp_path.glob("notebooks/*/manifests/*.json")).read_text())
     assert {r["device"] for r in manifest["storages"].values()} == {"cuda:0"}
-    assert {r["fingerprint"]["algorithm"] for r in manifest["storages"].values()} == {"sum64"}
-    assert kernel_state.verify(ns, notebook="gpu.ipynb", root=tmp_path)["verified"]
+    assert {r["fingerprint"]["algorithm"] for r in manifest["storages"].values()} == {DEVICE_ALGORITHM}
+    assert kernel_state.verify(ns, notebook=NB, root=tmp_path)["verified"]
     with torch.no_grad():
         model[0].weight[0, 0] += 1e-3  # one weight, on the GPU
-    verdict = kernel_state.verify(ns, notebook="gpu.ipynb", root=tmp_path)
-    assert verdict["variables"]["model"]["verdict"] == "changed"
+    assert kernel_state.verify(ns, notebook=NB, root=tmp_path)["variables"]["model"]["verdict"] == "changed"
+    with torch.no_grad():
+        model[0].weight[0, 0] = reference["0.weight"][0, 0]
 
+    for device in (None, "cpu"):
+        back = {}
+        result = kernel_state.restore(back, notebook=NB, root=tmp_path, device=device)
+        assert result["failed"] == {} and result["warnings"] == []
+        want = "cpu" if device == "cpu" else "cuda"
+        assert back["model"][0].weight.device.type == want and back["x"].device.type == want
+        for name, value in back["model"].state_dict().items():  # weights and buffers, bit for bit
+            assert same_bytes(value, reference[name]), name
+        with torch.no_grad():
+            out = back["model"].eval()(back["x"])
+        assert torch.equal(out, expected_cpu if device == "cpu" else expected_gpu)
+
+
+@pytest.mark.parametrize("loader", ["pinned", "safetensors"])
+def test_dtypes_buffers_tied_weights_and_views_round_trip_on_the_gpu(tmp_path, monkeypatch, loader):
+    monkeypatch.setenv("GKEWS_CUDA_LOADER", loader)
+    torch.manual_seed(1)
+    base = torch.randn(3_000_001, device="cuda")
+    emb = torch.nn.Embedding(4096, 512).cuda()
+    head = torch.nn.Linear(512, 4096, bias=False).cuda()
+    head.weight = emb.weight  # tied
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.BatchNorm1d(512)).cuda()
+    model.register_buffer("table", torch.randn(1024, 1024, device="cuda"))
+    ns = {"base": base, "view": base[100:100 + 3 * 500_000].view(3, -1), "emb": emb, "head": head, "model": model,
+          "bf16": base.to(torch.bfloat16), "f16": base.to(torch.float16),
+          "e4m3": base.to(torch.float8_e4m3fn), "e5m2": base.to(torch.float8_e5m2),
+          "small_e4m3": base[:1000].to(torch.float8_e4m3fn)}
+    kernel_state.save(ns, notebook=NB, root=tmp_path)
+    for device in (None, "cpu"):
+        back = {}
+        result = kernel_state.restore(back, notebook=NB, root=tmp_path, device=device)
+        assert result["failed"] == {} and result["warnings"] == []
+        want = "cpu" if device == "cpu" else "cuda"
+        for name in ("base", "view", "bf16", "f16", "e4m3", "e5m2", "small_e4m3"):
+            assert back[name].device.type == want and same_bytes(back[name], ns[name]), name
+        for name, value in model.state_dict().items():
+            assert same_bytes(back["model"].state_dict()[name], value), name
+        assert back["head"].weight is back["emb"].weight
+        assert back["view"].untyped_storage().data_ptr() == back["base"].untyped_storage().data_ptr()
+        if device is None:
+            for value in back.values():
+                for storage in storages(value):
+                    assert storage.data_ptr() % 64 == 0
+    assert all(v.is_pinned() for v in (b.tensor for b in cuda_io.ring(cuda_io.device_for("cuda"))))
+
+
+def test_a_save_sees_work_still_queued_on_the_gpu(tmp_path):
+    """The side stream waits for the current stream: a save right after an in-place update (no
+    synchronize) stores the updated values."""
+    w = torch.ones(64 << 20, device="cuda")
+    for _ in range(20):
+        w.mul_(1.5).add_(1.0)
+    expected = w.clone()
+    kernel_state.save({"w": w}, notebook=NB, root=tmp_path)
     back = {}
-    result = kernel_state.restore(back, notebook="gpu.ipynb", root=tmp_path)
-    assert result["failed"] == {} and result["warnings"] == []
-    assert back["model"][0].weight.device.type == "cuda"
-    assert torch.equal(back["model"](back["x"]), expected)
-    cpu = {}
-    kernel_state.restore(cpu, notebook="gpu.ipynb", root=tmp_path, device="cpu")
-    assert cpu["model"][0].weight.device.type == "cpu"
-    assert torch.equal(cpu["model"](cpu["x"]), expected.cpu())
+    kernel_state.restore(back, notebook=NB, root=tmp_path)
+    assert torch.equal(back["w"] * 2, expected * 2)  # used at once, on the current stream
+
+
+def test_peak_host_memory_of_a_gpu_save_and_restore_stays_within_the_staging_bound(tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               GKEWS_DEVICE_STAGING_MB="256")
+    for phase in ("save", "restore"):
+        out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "gpu", "peak_memory.py"), phase,
+                              "--device", "cuda", "--mib", "3072", "--root", str(tmp_path)],
+                             env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        figures = json.loads(out.stdout.strip().splitlines()[-1])
+        assert figures["ok"] and figures["tensor_bytes"] == 3072 << 20
+        assert figures["extra_bytes"] <= (256 + 64) << 20, figures
