@@ -193,6 +193,8 @@ class GkewsApp(ExtensionApp):
             self._disable(store, exc)
             return
         self.settings.update(gkews_lifecycle=self.lifecycle, gkews_catalog=CheckpointCatalog(os.environ[CHECKPOINT_ROOT_ENV]))
+        if getattr(self.serverapp, "event_logger", None) is not None:
+            self.serverapp.event_logger.add_listener(schema_id=CONTENTS_EVENTS, listener=self._contents_changed)
 
     def _disable(self, store: StateStore, exc: Exception) -> None:
         """Pause and resume are off: say so loudly, and let every route answer 503 with the reason."""
@@ -215,7 +217,6 @@ class GkewsApp(ExtensionApp):
         if getattr(self, "lifecycle", None) is None:
             return  # _disable said why (or constructed alone)
         await self.lifecycle.recover()
-        serverapp.event_logger.add_listener(schema_id=CONTENTS_EVENTS, listener=self._contents_changed)
         self._start_operations()
         self.log.info("jupyter_gkews: %s backend, state %s", self.lifecycle.backend.name,
                       self.lifecycle.state["state"])

@@ -15,6 +15,7 @@ import ast
 import asyncio
 import json
 import os
+import uuid
 
 SAVED_LINE = '{"gkews_saved"'
 
@@ -142,7 +143,11 @@ class KernelBridge:
             raise KernelCallError(f"no running kernel {kernel_id} for {label}")
         kernel = km.get_kernel(kernel_id)
         before = (getattr(kernel, "last_activity", None), getattr(km, "last_kernel_activity", None))
-        client = kernel.client()
+        # A session of its own: the kernel routes replies by the client's session id, and every
+        # kernel.client() shares the manager's; a hold's client stays connected while others come and go.
+        session = kernel.session.clone()
+        session.session = uuid.uuid4().hex
+        client = kernel.client(session=session)
         client.start_channels()
         return kernel, client, before
 

@@ -1,15 +1,19 @@
 """Save, then hold the kernel: the pause's checkpoint and the wait for its release in one shell request.
 
 A kernel runs its shell requests one at a time, so while this request holds it no cell can run: a cell a
-user starts meanwhile waits behind it. The server removes the hold file when it is done with the kernel
-(released: the kernel is shut down while held, and the waiting cell never ran; or the pause failed: the
-kernel goes on, and the waiting cell runs then). The result of the save is printed as one line at once,
-so the server need not wait for the hold to end to read it.
+user starts meanwhile waits behind it. Interrupts are ignored while held (Jupyter interrupts a kernel
+before shutting it down, which would otherwise let the waiting cell run in the last moment). The hold ends
+when the server removes the hold file (the pause failed or was undone: the kernel goes on and the waiting
+cell runs then), when the kernel is shut down (released: the process exits here, the waiting cell never
+ran), or when its bound runs out (the server sees that and checkpoints again). The save's result is
+printed as one line at once, so the server need not wait for the hold to end to read it.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import time
 
 from . import api
@@ -19,7 +23,33 @@ def save_then_hold(request: str, hold_file: str, seconds: float) -> str:
     answer = api.call(request)
     print(json.dumps({"gkews_saved": json.loads(answer)}), flush=True)
     if json.loads(answer)["ok"]:
-        deadline = time.monotonic() + seconds  # bounded: a server that vanished does not hold us forever
-        while os.path.exists(hold_file) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        with _interrupts_ignored():
+            _hold(hold_file, seconds)
     return answer
+
+
+def _hold(hold_file: str, seconds: float) -> None:
+    try:
+        from IPython import get_ipython
+        shell = get_ipython()
+    except ImportError:
+        shell = None
+    deadline = time.monotonic() + seconds  # bounded: a server that vanished does not hold us forever
+    while os.path.exists(hold_file) and time.monotonic() < deadline:
+        if getattr(shell, "exit_now", False):  # a shutdown request arrived (ipykernel's do_shutdown)
+            time.sleep(0.2)  # its reply goes out from the control thread meanwhile
+            os._exit(0)
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def _interrupts_ignored():
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: nothing to ignore here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
