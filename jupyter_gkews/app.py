@@ -200,9 +200,10 @@ class GkewsApp(ExtensionApp):
         """Pause and resume are off: say so loudly, and let every route answer 503 with the reason."""
         store.release_claim()
         if isinstance(exc, OSError):
-            why = (f"the state directory {store.directory} cannot be written ({exc.strerror or exc}); fix it "
-                   f"(free space, permissions) or point c.GkewsApp.state_dir at a writable directory, then "
-                   f"restart the server")
+            why = (f"the state directory {store.directory} cannot be written ({exc.strerror or exc}"
+                   f"{': ' + exc.filename if exc.filename else ''}); fix it (free space, permissions) or point "
+                   f"c.GkewsApp.state_dir (and checkpoint_root, which holds the pins) at a writable directory, "
+                   f"then restart the server")
         else:
             why = str(exc)
         message = f"jupyter-gkews is off: pause and resume are unavailable: {why}"

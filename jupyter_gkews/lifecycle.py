@@ -152,8 +152,9 @@ class Lifecycle:
         except OSError as exc:
             self._busy = False
             raise StateNotWritable(
-                f"the state directory {self.store.directory} cannot be written ({exc.strerror or exc}); free "
-                f"space there or fix its permissions, then try again. Nothing was changed.") from None
+                f"the state directory {self.store.directory} cannot be written ({exc.strerror or exc}"
+                f"{': ' + exc.filename if exc.filename else ''}); free space there or fix its permissions, "
+                f"then try again. Nothing was changed.") from None
 
     async def _fail(self, reason: str, next_step: str) -> None:
         self.state["error"] = {"reason": reason, "next_step": next_step}
@@ -436,8 +437,9 @@ class Lifecycle:
                 if self.state["state"] != "paused":
                     raise Conflict("nothing to resume: no notebook is paused")
                 # paused, but every notebook was lost (a server stopped before their checkpoints)
-                await self._enter("active", None, "resumed: no notebook had a checkpoint to restore", "resumed",
-                                  final=True)
+                await self._begin(lambda state: state.update(state="active", phase=None, progress=None, error=None,
+                                                             message="resumed: no notebook had a checkpoint to restore"),
+                                  "resumed", message="resumed: no notebook had a checkpoint to restore")
                 return self.status()
             finally:
                 self._busy = False
@@ -628,7 +630,7 @@ class Lifecycle:
             await self._persist("notebook-renamed", old=old, new=new, notebooks=moved)
 
     async def shutdown(self) -> None:
-        await self._release_holds()
+        # held kernels stay held: the server stopping shuts them down, and a restart rolls the pause forward
         if self._watch:
             self._watch.cancel()
         if self._restore_watch:
