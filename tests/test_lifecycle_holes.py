@@ -229,7 +229,7 @@ async def test_a_full_state_volume_refuses_the_pause_and_frees_the_claim(jp_fetc
 
 
 # -- problem 5: a kernel that dies during its checkpoint ---------------------------------------------------
-@pytest.mark.parametrize("death", ["sigkill", "rest-delete"])
+@pytest.mark.parametrize("death", ["sigkill", "rest-delete", "sigstop"])
 async def test_a_kernel_dying_during_its_checkpoint_fails_the_pause_within_seconds(
         jp_fetch, jp_serverapp, jp_root_dir, gate, death):
     a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
@@ -238,6 +238,8 @@ async def test_a_kernel_dying_during_its_checkpoint_fails_the_pause_within_secon
     await until(jp_fetch, lambda s: (s.get("progress") or {}).get("notebook") == "a.ipynb")
     if death == "sigkill":
         os.kill(pid, signal.SIGKILL)
+    elif death == "sigstop":  # the process lives, but answers nothing, not even its heartbeat
+        os.kill(pid, signal.SIGSTOP)
     else:
         await jp_fetch("api", "kernels", a, method="DELETE")
     # kernel_call_timeout is 600 s: the death is seen by the process, restart or heartbeat watch instead
@@ -247,6 +249,9 @@ async def test_a_kernel_dying_during_its_checkpoint_fails_the_pause_within_secon
     if death == "rest-delete":
         assert "the kernel of a.ipynb is gone" in failed["message"], failed["message"]
         assert "every kernel is still running" not in failed["message"]
+    elif death == "sigstop":
+        os.kill(pid, signal.SIGKILL)
+        assert "stopped answering its heartbeat" in failed["message"], failed["message"]
     else:
         assert "died" in failed["message"] or "restarted" in failed["message"], failed["message"]
 
