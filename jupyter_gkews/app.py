@@ -70,7 +70,9 @@ class GkewsApp(ExtensionApp):
 
     kernel_call_timeout = Float(
         1800.0, config=True,
-        help="Seconds one call into a kernel (checkpoint, verify, restore) may take before it is reported as failed.",
+        help="Seconds one call into a kernel (checkpoint, verify, restore) may take before it is reported as "
+        "failed, and the longest a checkpointed kernel is held during a pause. A kernel that dies ends its call "
+        "within seconds, whatever this says.",
     )
 
     keep_last = Int(5, config=True, help="Checkpoints kept per notebook (the newest are kept; at least 1).")
