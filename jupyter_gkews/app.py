@@ -18,11 +18,14 @@ from .metrics import MetricsRecorder
 from .periodic import Periodic
 from .handlers import handlers
 from .lifecycle import Lifecycle
-from .state import StateStore
+from .state import StateDirInUse, StateStore
 
 #: Environment variable through which kernels started by this server learn
 #: where to keep their checkpoints (read by ``kernel_state``).
 CHECKPOINT_ROOT_ENV = "GKEWS_CHECKPOINT_ROOT"
+
+#: The contents service's events (jupyter_server): a rename moves a paused notebook.
+CONTENTS_EVENTS = "https://events.jupyter.org/jupyter_server/contents_service/v1"
 
 
 class GkewsApp(ExtensionApp):
@@ -67,7 +70,9 @@ class GkewsApp(ExtensionApp):
 
     kernel_call_timeout = Float(
         1800.0, config=True,
-        help="Seconds one call into a kernel (checkpoint, verify, restore) may take before it is reported as failed.",
+        help="Seconds one call into a kernel (checkpoint, verify, restore) may take before it is reported as "
+        "failed, and the longest a checkpointed kernel is held during a pause. A kernel that dies ends its call "
+        "within seconds, whatever this says.",
     )
 
     keep_last = Int(5, config=True, help="Checkpoints kept per notebook (the newest are kept; at least 1).")
@@ -175,24 +180,53 @@ class GkewsApp(ExtensionApp):
             return
         backend = self.backend_class(parent=self)
         backend.bind(self.serverapp)
+        store = StateStore(self.state_dir)
         self.lifecycle = Lifecycle(
             serverapp=self.serverapp, backend=backend,
             bridge=KernelBridge(self.serverapp.kernel_manager, self.kernel_call_timeout, self.log),
-            store=StateStore(self.state_dir), checkpoint_root=os.environ[CHECKPOINT_ROOT_ENV],
+            store=store, checkpoint_root=os.environ[CHECKPOINT_ROOT_ENV],
             busy_timeout=self.busy_timeout, keep_last=self.keep_last, max_bytes=self.max_bytes, log=self.log,
             gpu_count=self.gpu_count)
         self.lifecycle.listeners.append(MetricsRecorder(self.gpu_count))
-        self.lifecycle.load()  # before the server answers requests: nobody sees a half-recovered state
+        try:
+            store.claim()  # one server per state directory
+            self.lifecycle.load()  # before the server answers requests: nobody sees a half-recovered state
+        except (OSError, StateDirInUse) as exc:
+            self._disable(store, exc)
+            return
         self.settings.update(gkews_lifecycle=self.lifecycle, gkews_catalog=CheckpointCatalog(os.environ[CHECKPOINT_ROOT_ENV]))
+        if getattr(self.serverapp, "event_logger", None) is not None:
+            self.serverapp.event_logger.add_listener(schema_id=CONTENTS_EVENTS, listener=self._contents_changed)
+
+    def _disable(self, store: StateStore, exc: Exception) -> None:
+        """Pause and resume are off: say so loudly, and let every route answer 503 with the reason."""
+        store.release_claim()
+        if isinstance(exc, OSError):
+            why = (f"the state directory {store.directory} cannot be written ({exc.strerror or exc}"
+                   f"{': ' + exc.filename if exc.filename else ''}); fix it (free space, permissions) or point "
+                   f"c.GkewsApp.state_dir (and checkpoint_root, which holds the pins) at a writable directory, "
+                   f"then restart the server")
+        else:
+            why = str(exc)
+        message = f"jupyter-gkews is off: pause and resume are unavailable: {why}"
+        self.log.critical("jupyter_gkews: %s", message)
+        self.lifecycle = None
+        self.settings["gkews_unavailable"] = message
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(handlers(""))
 
     async def _start_jupyter_server_extension(self, serverapp) -> None:
+        if getattr(self, "lifecycle", None) is None:
+            return  # _disable said why (or constructed alone)
         await self.lifecycle.recover()
         self._start_operations()
         self.log.info("jupyter_gkews: %s backend, state %s", self.lifecycle.backend.name,
                       self.lifecycle.state["state"])
+
+    async def _contents_changed(self, logger, schema_id: str, data: dict) -> None:
+        if data.get("action") == "rename" and getattr(self, "lifecycle", None) is not None:
+            await self.lifecycle.notebook_renamed(data["source_path"].strip("/"), data["path"].strip("/"))
 
     async def stop_extension(self) -> None:
         self._stop_operations()
@@ -200,5 +234,6 @@ class GkewsApp(ExtensionApp):
         if lifecycle is not None:
             await lifecycle.backend.server_stopping(lifecycle)  # before the server shuts its kernels down
             await lifecycle.shutdown()
+            lifecycle.store.release_claim()
         if getattr(self, "_exported_root", False):  # leave the environment as we found it
             os.environ.pop(CHECKPOINT_ROOT_ENV, None)

@@ -4,12 +4,20 @@ The request travels as a user_expression of an empty, silent execute request, so
 user's history or output. The server's activity tracker counts every IOPub message as activity, so the
 kernel's and the server's last_activity are put back afterwards: our own calls never keep a session
 looking busy, nor reset an idle timer.
+
+Every call races a watch on the kernel itself: a kernel that is shut down, restarted (a new process, on
+new ports) or whose process is gone ends the call within a second, and one whose heartbeat stays silent
+for heartbeat_grace seconds too; only a kernel that lives and works waits for the call's timeout.
 """
 from __future__ import annotations
 
 import ast
 import asyncio
 import json
+import os
+import uuid
+
+SAVED_LINE = '{"gkews_saved"'
 
 
 class KernelCallError(Exception):
@@ -20,49 +28,187 @@ class KernelStateMissing(KernelCallError):
     pass
 
 
+class KernelDied(KernelCallError):
+    """The kernel went away during the call (shut down, restarted, process gone, heartbeat silent)."""
+
+
+class Hold:
+    """A kernel held after its checkpoint (kernel_state.hold): no cell runs in it until release().
+
+    ended: the kernel left the hold on its own (the user interrupted it, or its bound ran out), so a cell
+    may have run since the checkpoint."""
+
+    def __init__(self, bridge: "KernelBridge", kernel_id: str, path: str, task: asyncio.Task, client, kernel,
+                 before):
+        self.bridge, self.kernel_id, self.path = bridge, kernel_id, path
+        self._task, self._client, self._kernel, self._before = task, client, kernel, before
+
+    @property
+    def ended(self) -> bool:
+        return self._task.done()
+
+    async def release(self) -> None:
+        """Let the kernel go (a no-op on a kernel already shut down); idempotent."""
+        _remove(self.path)
+        if self._client is None:
+            return
+        client, self._client = self._client, None
+        if self.kernel_id in self.bridge.kernel_manager:  # it leaves the hold within 50 ms; bounded all the same
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), 5.0)
+            except BaseException:
+                pass
+        self._task.cancel()
+        client.stop_channels()
+        await self.bridge._restore_activity(self._kernel, self._before)
+
+
 class KernelBridge:
+    #: seconds between two looks at a kernel during a call; seconds of silent heartbeat that mean dead
+    liveness_interval = 0.5
+    heartbeat_grace = 10.0
+
     def __init__(self, kernel_manager, timeout: float = 1800.0, log=None):
         self.kernel_manager, self.timeout, self.log = kernel_manager, timeout, log
 
     async def call(self, kernel_id: str, request: dict, *, label: str = "", on_progress=None,
                    timeout: float | None = None) -> dict:
         """Run kernel_state.api.call(request) in the kernel; returns its result or raises KernelCallError."""
-        km = self.kernel_manager
-        if kernel_id not in km:
-            raise KernelCallError(f"no running kernel {kernel_id} for {label or 'this notebook'}")
-        kernel = km.get_kernel(kernel_id)
-        before = (getattr(kernel, "last_activity", None), getattr(km, "last_kernel_activity", None))
-        expr = f"__import__('kernel_state.api').api.call({json.dumps(json.dumps(request))})"
-        client = kernel.client()
-        client.start_channels()
-
-        def hook(msg):
-            if on_progress and msg["msg_type"] == "stream":
-                for line in msg["content"]["text"].splitlines():
-                    if line.startswith('{"gkews_progress"'):
-                        on_progress(json.loads(line)["gkews_progress"])
+        label = label or kernel_id
+        timeout = timeout or self.timeout
+        kernel, client, before = self._open(kernel_id, label)
         try:
-            await client.wait_for_ready(timeout=60)
-            reply = await client.execute_interactive(
-                "", silent=True, store_history=False, user_expressions={"gkews": expr},
-                timeout=timeout or self.timeout, output_hook=hook)
+            reply = await self._unless_dead(kernel_id, kernel, client, label, self._execute(
+                client, _expression("api", "call", json.dumps(request)), timeout, _progress_hook(on_progress)))
         except (TimeoutError, asyncio.TimeoutError):
-            raise KernelCallError(f"the kernel of {label or kernel_id} did not answer within "
-                                  f"{timeout or self.timeout:.0f} s") from None
+            raise KernelCallError(f"the kernel of {label} did not answer within {timeout:.0f} s") from None
         except RuntimeError as exc:  # wait_for_ready: the kernel died
-            raise KernelCallError(f"the kernel of {label or kernel_id} is not responding: {exc}") from None
+            raise KernelCallError(f"the kernel of {label} is not responding: {exc}") from None
         finally:
             client.stop_channels()
             await self._restore_activity(kernel, before)
+        return self._answer(kernel, label, reply)
+
+    async def save_and_hold(self, kernel_id: str, request: dict, hold_file: str, *, label: str = "",
+                            on_progress=None, hold_seconds: float | None = None) -> tuple[dict, Hold]:
+        """Checkpoint the kernel and keep it held (see kernel_state.hold); the save's result and the Hold.
+        On any failure the kernel is not held."""
+        label = label or kernel_id
+        kernel, client, before = self._open(kernel_id, label)
+        try:
+            with open(hold_file, "w"):
+                pass
+        except OSError:
+            client.stop_channels()
+            raise
+        saved = asyncio.get_running_loop().create_future()
+
+        def hook(msg):
+            _progress_hook(on_progress)(msg)
+            if msg["msg_type"] == "stream" and not saved.done():
+                for line in msg["content"]["text"].splitlines():
+                    if line.startswith(SAVED_LINE):
+                        saved.set_result(json.loads(line)["gkews_saved"])
+        expr = _expression("hold", "save_then_hold", json.dumps(request), hold_file,
+                           hold_seconds or self.timeout)
+        task = asyncio.create_task(self._execute(client, expr, self.timeout + (hold_seconds or self.timeout), hook))
+        hold = Hold(self, kernel_id, hold_file, task, client, kernel, before)
+
+        async def until_saved():
+            await asyncio.wait({saved, task}, return_when=asyncio.FIRST_COMPLETED)
+            if saved.done():
+                return saved.result()
+            return json.loads(self._answer_text(kernel, label, task.result()))
+        try:
+            result = await asyncio.wait_for(
+                self._unless_dead(kernel_id, kernel, client, label, until_saved()), self.timeout)
+        except (TimeoutError, asyncio.TimeoutError):
+            await hold.release()
+            raise KernelCallError(f"the kernel of {label} did not answer within {self.timeout:.0f} s") from None
+        except RuntimeError as exc:
+            await hold.release()
+            raise KernelCallError(f"the kernel of {label} is not responding: {exc}") from None
+        except BaseException:
+            await hold.release()
+            raise
+        if not result["ok"]:
+            await hold.release()
+            raise KernelCallError(result["error"])
+        return result["result"], hold
+
+    # -- parts ----------------------------------------------------------------------------------------
+    def _open(self, kernel_id: str, label: str):
+        km = self.kernel_manager
+        if kernel_id not in km:
+            raise KernelCallError(f"no running kernel {kernel_id} for {label}")
+        kernel = km.get_kernel(kernel_id)
+        before = (getattr(kernel, "last_activity", None), getattr(km, "last_kernel_activity", None))
+        # A session of its own: the kernel routes replies by the client's session id, and every
+        # kernel.client() shares the manager's; a hold's client stays connected while others come and go.
+        session = kernel.session.clone()
+        session.session = uuid.uuid4().hex
+        client = kernel.client(session=session)
+        client.start_channels()
+        return kernel, client, before
+
+    @staticmethod
+    async def _execute(client, expr: str, timeout: float, hook):
+        await client.wait_for_ready(timeout=60)
+        return await client.execute_interactive("", silent=True, store_history=False,
+                                                user_expressions={"gkews": expr}, timeout=timeout,
+                                                output_hook=hook)
+
+    async def _unless_dead(self, kernel_id: str, kernel, client, label: str, work):
+        """Await work, unless the kernel dies first: then KernelDied, within about a second."""
+        task = asyncio.ensure_future(work)
+        watch = asyncio.create_task(self._death(kernel_id, kernel, client))
+        try:
+            done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            task.cancel()
+            raise
+        finally:
+            watch.cancel()
+        if task in done:
+            return task.result()
+        task.cancel()
+        raise KernelDied(f"the kernel of {label} {watch.result()} during the call; its notebook keeps "
+                         f"what the kernel holds now (nothing, if it restarted)")
+
+    async def _death(self, kernel_id: str, kernel, client) -> str:
+        """Return how the kernel went away; never returns while it lives."""
+        km = self.kernel_manager
+        process = _process_of(kernel)
+        silent = 0.0
+        while True:
+            await asyncio.sleep(self.liveness_interval)
+            if kernel_id not in km or km.get_kernel(kernel_id) is not kernel:
+                return "was shut down"
+            if _process_of(kernel) != process:
+                return "was restarted (a new process on new ports)"
+            try:
+                alive = await kernel.is_alive()
+            except Exception:  # a provisioner that cannot tell: the other signs still count
+                alive = True
+            if not alive:
+                return "died (its process is gone)"
+            hb = getattr(client, "hb_channel", None)
+            silent = 0.0 if hb is None or hb.is_beating() else silent + self.liveness_interval
+            if silent >= self.heartbeat_grace:
+                return f"stopped answering its heartbeat for {self.heartbeat_grace:.0f} s"
+
+    def _answer_text(self, kernel, label: str, reply) -> str:
         answer = reply["content"].get("user_expressions", {}).get("gkews", {})
         if answer.get("status") != "ok":
             if answer.get("ename") in ("ModuleNotFoundError", "ImportError"):
                 raise KernelStateMissing(
-                    f"the kernel of {label or kernel_id} ({kernel.kernel_name}) cannot import kernel_state: "
+                    f"the kernel of {label} ({kernel.kernel_name}) cannot import kernel_state: "
                     f"install jupyter-gkews in that kernel's environment")
-            raise KernelCallError(f"kernel_state failed in {label or kernel_id}: "
-                                  f"{answer.get('ename')}: {answer.get('evalue')}")
-        result = json.loads(ast.literal_eval(answer["data"]["text/plain"]))
+            raise KernelCallError(f"kernel_state failed in {label}: {answer.get('ename')}: {answer.get('evalue')}")
+        return ast.literal_eval(answer["data"]["text/plain"])
+
+    def _answer(self, kernel, label: str, reply) -> dict:
+        result = json.loads(self._answer_text(kernel, label, reply))
         if not result["ok"]:
             raise KernelCallError(result["error"])
         return result["result"]
@@ -82,3 +228,35 @@ class KernelBridge:
             others = [getattr(self.kernel_manager.get_kernel(k), "last_activity", None)
                       for k in self.kernel_manager.list_kernel_ids()]
             self.kernel_manager.last_kernel_activity = max([server_last] + [t for t in others if t])
+
+
+def _expression(module: str, function: str, *args) -> str:
+    return f"__import__('kernel_state.{module}').{module}.{function}({', '.join(json.dumps(a) for a in args)})"
+
+
+def _progress_hook(on_progress):
+    def hook(msg):
+        if on_progress and msg["msg_type"] == "stream":
+            for line in msg["content"]["text"].splitlines():
+                if line.startswith('{"gkews_progress"'):
+                    on_progress(json.loads(line)["gkews_progress"])
+    return hook
+
+
+def _process_of(kernel):
+    """What changes when a kernel restarts: its process id and its ports."""
+    provisioner = getattr(kernel, "provisioner", None)
+    return (getattr(provisioner, "pid", None), getattr(kernel, "shell_port", None),
+            getattr(kernel, "hb_port", None))
+
+
+def hold_file(runtime_dir: str, kernel_id: str) -> str:
+    """While this file exists, the kernel held after its pause checkpoint runs nothing else."""
+    return os.path.join(runtime_dir, f"gkews-hold-{kernel_id}")
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -5,6 +5,7 @@ import json
 import os
 
 from kernel_state.errors import CheckpointNotFound
+from kernel_state.pins import CheckpointPinned
 from kernel_state.store import Store
 
 from .lifecycle import Conflict, NotFound
@@ -45,5 +46,7 @@ class CheckpointCatalog:
                     self.store.delete(name, checkpoint_id)
                 except CheckpointNotFound:
                     break
+                except CheckpointPinned as exc:  # pinned by a pause of this server or of another one
+                    raise Conflict(str(exc)) from None
                 return
         raise NotFound(f"no checkpoint {checkpoint_id}; GET gkews/checkpoints lists them")

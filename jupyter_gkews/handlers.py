@@ -54,9 +54,14 @@ class GkewsHandler(APIHandler):
 
 
 def answers_errors(method):
-    """A LifecycleError becomes its status code with a JSON message (and, on 409, the current status)."""
+    """A LifecycleError becomes its status code with a JSON message (and, on 409, the current status);
+    every route answers 503 with the reason when the extension could not start."""
     @functools.wraps(method)
     async def wrapper(self, *args, **kwargs):
+        unavailable = self.settings.get("gkews_unavailable")
+        if unavailable:  # the extension could not start: every route says why, not 404
+            self.reply(503, {"message": unavailable, "reason": "ExtensionUnavailable"})
+            return
         try:
             return await method(self, *args, **kwargs)
         except LifecycleError as exc:
@@ -132,8 +137,11 @@ class CheckpointHandler(GkewsHandler):
     @authorized
     @answers_errors
     async def delete(self, checkpoint_id):
-        needed = {nb.get("checkpoint"): nb["path"] for nb in self.lifecycle.status()["notebooks"]
-                  if nb.get("status") == "released"}
+        lifecycle = self.lifecycle.status()
+        # what a pause in progress already took counts too (the store's pins say the same, for everyone)
+        needed = {} if lifecycle["state"] == "active" else {
+            nb["checkpoint"]: nb["path"] for nb in lifecycle["notebooks"]
+            if nb.get("checkpoint") and nb.get("status") != "resumed"}
         await asyncio.to_thread(self.catalog.delete, checkpoint_id, needed)
         self.set_status(204)
         self.finish()

@@ -11,12 +11,16 @@ appended to the event log (blocking file work runs in a thread, off the event lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+import os
 import posixpath
 import time
 
+from kernel_state.pins import write_pins
+
 from .backends.base import LIVE_STATUSES, SnapshotFailed
-from .bridge import KernelCallError
+from .bridge import KernelCallError, hold_file
 from .state import StateStore, initial_state, now
 
 
@@ -36,6 +40,11 @@ class NotFound(LifecycleError):
     status_code = 404
 
 
+class StateNotWritable(LifecycleError):
+    """The state directory cannot be written (a full or read-only volume): nothing was started."""
+    status_code = 507
+
+
 def clean_notebook_paths(paths) -> list[str] | None:
     """Paths relative to the contents root, normalised; anything that could leave the root is refused."""
     if paths is None:
@@ -44,10 +53,13 @@ def clean_notebook_paths(paths) -> list[str] | None:
         raise BadRequest('"notebooks" must be a list of notebook paths relative to the contents root')
     out = []
     for p in paths:
-        norm = posixpath.normpath(p.replace("\\", "/"))
-        if p.startswith(("/", "~")) or norm == ".." or norm.startswith("../") or "\0" in p:
+        # a backslash is an ordinary character of a POSIX file name (run\1.ipynb), but never a way out
+        escape = posixpath.normpath(p.replace("\\", "/"))
+        if p.startswith(("/", "~", "\\")) or escape == ".." or escape.startswith("../") or "\0" in p:
             raise BadRequest(f"notebook path {p!r} is outside the contents root; give a path relative to it")
-        out.append(norm)
+        norm = posixpath.normpath(p)
+        if norm not in out:  # a notebook named twice is paused (and resumed) once
+            out.append(norm)
     return out
 
 
@@ -67,6 +79,8 @@ class Lifecycle:
         self._restore_watch: asyncio.Task | None = None  # a paused process that may wake in a restored Pod
         self._found: str | None = None  # the state a starting server found on disk
         self._write_lock = asyncio.Lock()  # state.json is replaced in the order the changes happened
+        self._holds: dict[str, object] = {}  # kernel id -> bridge.Hold: checkpointed, no cell runs until released
+        self._pins: dict | None = None  # the checkpoints last pinned in the store (kernel_state.pins)
 
     # -- status and persistence ---------------------------------------------------------------------
     def status(self) -> dict:
@@ -94,6 +108,7 @@ class Lifecycle:
         self.state["updated"] = pending["updated"]
 
     def _write(self, snapshot: dict, record: dict) -> None:
+        self._write_pins(snapshot)  # before the state: a paused state on disk always has its pins
         self.store.save(snapshot)
         self.store.append_event(record)
         for listener in self.listeners:
@@ -117,12 +132,52 @@ class Lifecycle:
         self.state.update(changes)
         await self._persist(event, message=message, **details)
 
+    def _write_pins(self, snapshot: dict) -> None:
+        """Pin in the checkpoint store every checkpoint a notebook of this state would resume from, so that
+        no delete, retention or cleanup (server or kernel) removes it; unpin them once active again."""
+        needed = {} if snapshot["state"] == "active" else {
+            nb["checkpoint"]: nb["path"] for nb in snapshot["notebooks"]
+            if nb.get("checkpoint") and nb.get("status") != "resumed"}
+        if needed != self._pins:
+            write_pins(self.checkpoint_root, self.store.directory, needed)
+            self._pins = needed
+
     def note(self, message: str) -> None:
         self.state["message"] = message
 
+    async def _begin(self, apply, event: str, **details) -> None:
+        """The first step of a transition, on disk before it shows in status. When the state cannot be
+        written (a full volume), nothing changed: the claim is freed and the caller hears why."""
+        try:
+            await self._write_then_publish(apply, event, **details)
+        except OSError as exc:
+            self._busy = False
+            raise StateNotWritable(
+                f"the state directory {self.store.directory} cannot be written ({exc.strerror or exc}"
+                f"{': ' + exc.filename if exc.filename else ''}); free space there or fix its permissions, "
+                f"then try again. Nothing was changed.") from None
+
     async def _fail(self, reason: str, next_step: str) -> None:
         self.state["error"] = {"reason": reason, "next_step": next_step}
-        await self._enter("failed", None, f"{reason} {next_step}", "failed", final=True, reason=reason)
+        try:
+            await self._enter("failed", None, f"{reason} {next_step}", "failed", final=True, reason=reason)
+        except OSError as exc:  # not even this could be written (a full volume): status still tells
+            if self.log:
+                self.log.error("gkews: cannot record the failure in %s: %s", self.store.directory, exc)
+            self.state.update(state="failed", phase=None, progress=None, message=(
+                f"{reason} {next_step} (This failure could not be recorded: the state directory "
+                f"{self.store.directory} cannot be written: {exc.strerror or exc}.)"))
+        finally:
+            self._busy = False
+
+    def _still_running(self, notebooks: list[dict]) -> str:
+        """What a failed pause left running, said truthfully (a kernel may have died meanwhile)."""
+        km = self.serverapp.kernel_manager
+        gone = [nb["path"] for nb in notebooks if nb["kernel_id"] not in km]
+        if not gone:
+            return "every kernel is still running"
+        return (f"the kernel of {', '.join(gone)} is gone (open the notebook again and re-run its cells)"
+                + ("; the others are still running" if len(gone) < len(notebooks) else ""))
 
     # -- claims: one transition at a time ------------------------------------------------------------
     def _claim(self, action: str, allowed: tuple[str, ...]) -> None:
@@ -162,11 +217,15 @@ class Lifecycle:
         if last_activity is None:
             last_activity = self._last_activity(targets)
         self._take_snapshot = snapshot
-        self.state.update(cycle=self.state["cycle"] + 1, notebooks=targets, progress=None,
-                          timeline={"last_activity": last_activity, "pause_requested": now()})
-        await self._enter("pausing", "checkpointing", f"checkpointing {len(targets)} notebook(s)",
-                          "pause-requested", notebooks=[nb["path"] for nb in targets], interrupt=interrupt,
-                          reason=reason, last_activity=last_activity, gpus=self.gpu_count, snapshot=snapshot)
+        message, requested = f"checkpointing {len(targets)} notebook(s)", now()
+
+        def begin(state):
+            state.update(cycle=state["cycle"] + 1, notebooks=targets, progress=None, state="pausing",
+                         phase="checkpointing", message=message, error=None,
+                         timeline={"last_activity": last_activity, "pause_requested": requested})
+        await self._begin(begin, "pause-requested", message=message, notebooks=[nb["path"] for nb in targets],
+                          interrupt=interrupt, reason=reason, last_activity=last_activity, gpus=self.gpu_count,
+                          snapshot=snapshot)
         self._spawn(self._pause(interrupt))
         return self.status()
 
@@ -204,13 +263,14 @@ class Lifecycle:
                                     else "notebook-not-checkpointed", path=nb["path"], error=nb.get("error"),
                                     bytes=nb.get("bytes"), seconds=nb.get("seconds"))
             self.state["progress"] = None
+            await self._renew_broken_holds(notebooks, interrupt)
             self.state["timeline"]["checkpoint_done"] = now()
             done = [nb for nb in notebooks if nb["status"] == "checkpointed"]
             left = [nb for nb in notebooks if nb["status"] != "checkpointed"]
             if notebooks and not done:
                 await self._fail("No notebook could be checkpointed, so nothing was released: "
                                  + "; ".join(f"{nb['path']}: {nb['error']}" for nb in left) + ".",
-                                 "Fix the cause above and pause again; every kernel is still running.")
+                                 f"Fix the cause above and pause again; {self._still_running(notebooks)}.")
                 return
             snapshot = None
             if self._take_snapshot:  # an idle policy may ask for the checkpoint only
@@ -230,7 +290,12 @@ class Lifecycle:
             if await self._resume_if_restored(done):
                 return
             await self._enter("pausing", "releasing", "releasing the kernels", "releasing", snapshot=snapshot)
+            await self._renew_broken_holds(done, interrupt)  # the snapshot took a while: look once more
+            left += [nb for nb in done if nb["status"] != "checkpointed"]
+            done = [nb for nb in done if nb["status"] == "checkpointed"]
+            # a kernel that lives on (GPU suspend) stays held while paused: no cell runs in it unnoticed
             released = await self.backend.release(done) or {}
+            await self._release_holds(only_stopped=True)
             if await self._resume_if_restored(done):
                 return
             for nb in done:
@@ -253,7 +318,42 @@ class Lifecycle:
             await self._fail(f"The pause stopped at {self.state['phase']}: {type(exc).__name__}: {exc}.",
                              "Check the server log; the checkpoints already written are kept. Pause again.")
         finally:
+            if self.state["state"] != "paused":  # the kernels go on: let them run the cells waiting
+                await self._release_holds()
             self._busy = False
+
+    async def _renew_broken_holds(self, notebooks: list[dict], interrupt: bool) -> None:
+        """A checkpointed kernel that left its hold (its user interrupted it) may have run a cell since its
+        checkpoint: take that checkpoint again, so that no cell's effect is lost."""
+        for nb in notebooks:
+            hold = self._holds.get(nb["kernel_id"])
+            if nb["status"] != "checkpointed" or (hold is not None and not hold.ended):
+                continue
+            await self._release_hold(nb["kernel_id"])
+            await self._checkpoint(nb, interrupt)
+            await self._persist("notebook-checkpointed-again" if nb["status"] == "checkpointed"
+                                else "notebook-not-checkpointed", path=nb["path"], error=nb.get("error"),
+                                why="a cell ran after its checkpoint")
+
+    async def _release_hold(self, kernel_id: str) -> None:
+        hold = self._holds.pop(kernel_id, None)
+        if hold is not None:
+            await hold.release()
+
+    async def _unhold(self, notebooks: list[dict]) -> None:
+        """Before a resume talks to a kernel that lived on (GPU suspend): end its hold, also one a previous
+        server left behind (its hold file), or every request would wait behind it."""
+        await self._release_holds()
+        for nb in notebooks:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self._hold_file(nb["kernel_id"]))
+
+    async def _release_holds(self, *, only_stopped: bool = False) -> None:
+        """Let held kernels run again (all, or only those already stopped: their clients are closed)."""
+        km = self.serverapp.kernel_manager
+        for kernel_id in list(self._holds):
+            if not only_stopped or kernel_id not in km:
+                await self._release_hold(kernel_id)
 
     async def _resume_if_restored(self, notebooks: list[dict]) -> bool:
         """Ask the backend whether this process now runs in a restored environment; if so, take the resume
@@ -265,6 +365,7 @@ class Lifecycle:
         return True
 
     async def _resume_restored(self, notebooks: list[dict], found: dict) -> None:
+        await self._release_holds()  # a restored kernel wakes up held: it must answer the verification
         self.state["timeline"].update(resume_requested=now(), capacity_obtained=now())
         self.state["restored_from"] = found
         await self._enter("resuming", "restoring", f"this process was restored from a snapshot ({found['reason']}): "
@@ -285,7 +386,9 @@ class Lifecycle:
             self._restore_watch.cancel()
         self._restore_watch = asyncio.create_task(watch())
 
-    async def _checkpoint(self, nb: dict, interrupt: bool) -> None:
+    async def _wait_idle(self, nb: dict, interrupt: bool) -> bool:
+        """Wait (bounded) for the kernel to finish its cell; with interrupt, interrupt it once and wait
+        once more. False, with the reason in nb, when it is still busy."""
         km = self.serverapp.kernel_manager
         deadline = time.monotonic() + self.busy_timeout
         while nb["kernel_id"] in km and km.get_kernel(nb["kernel_id"]).execution_state == "busy":
@@ -294,22 +397,37 @@ class Lifecycle:
                     nb.update(status="busy", error=f"its kernel was still running a cell after "
                               f"{self.busy_timeout:.0f} s; let it finish and pause again, or pause with "
                               f"interrupt to stop the cell")
-                    return
+                    return False
+                if nb.get("interrupted"):
+                    nb.update(status="busy", error=f"its cell ignored the interrupt for {self.busy_timeout:.0f} s "
+                              f"and is still running; stop it by hand (or restart the kernel) and pause again")
+                    return False
                 await km.interrupt_kernel(nb["kernel_id"])
                 nb["interrupted"] = True
                 deadline = time.monotonic() + self.busy_timeout
             await asyncio.sleep(0.2)
+        return True
+
+    def _hold_file(self, kernel_id: str) -> str:
+        return hold_file(self.serverapp.runtime_dir, kernel_id)
+
+    async def _checkpoint(self, nb: dict, interrupt: bool) -> None:
+        """Checkpoint one notebook and hold its kernel until it is released (or the pause ends)."""
+        if not await self._wait_idle(nb, interrupt):
+            return
 
         def progress(p):
-            self.state["progress"].update(p)
+            if self.state["progress"] is not None:
+                self.state["progress"].update(p)
+        request = {"op": "save", "notebook": nb["path"], "root": self.checkpoint_root,
+                   "keep_last": self.keep_last, "max_bytes": self.max_bytes, "progress": True}
         try:
-            result = await self.bridge.call(
-                nb["kernel_id"], {"op": "save", "notebook": nb["path"], "root": self.checkpoint_root,
-                                  "keep_last": self.keep_last, "max_bytes": self.max_bytes, "progress": True},
-                label=nb["path"], on_progress=progress)
-        except KernelCallError as exc:
+            result, hold = await self.bridge.save_and_hold(nb["kernel_id"], request, self._hold_file(nb["kernel_id"]),
+                                                           label=nb["path"], on_progress=progress)
+        except (KernelCallError, OSError) as exc:
             nb.update(status="not-checkpointed", error=str(exc))
             return
+        self._holds[nb["kernel_id"]] = hold
         nb.update(status="checkpointed", checkpoint=result["id"], bytes=result["bytes"],
                   bytes_written=result["bytes_written"], saved=result["saved"], skipped=result["skipped"],
                   seconds=result["seconds"])
@@ -333,15 +451,21 @@ class Lifecycle:
                 if self.state["state"] != "paused":
                     raise Conflict("nothing to resume: no notebook is paused")
                 # paused, but every notebook was lost (a server stopped before their checkpoints)
-                await self._enter("active", None, "resumed: no notebook had a checkpoint to restore", "resumed",
-                                  final=True)
+                await self._begin(lambda state: state.update(state="active", phase=None, progress=None, error=None,
+                                                             message="resumed: no notebook had a checkpoint to restore"),
+                                  "resumed", message="resumed: no notebook had a checkpoint to restore")
                 return self.status()
             finally:
                 self._busy = False
         if self._restore_watch:  # resumed on request: no longer waiting to wake up in a restored Pod
             self._restore_watch.cancel()
-        self.state["timeline"]["resume_requested"] = now()
-        await self._enter("resuming", "waiting-for-capacity", "waiting for capacity", "resume-requested",
+        await self._release_holds()
+        requested = now()
+
+        def begin(state):
+            state["timeline"]["resume_requested"] = requested
+            state.update(state="resuming", phase="waiting-for-capacity", message="waiting for capacity", error=None)
+        await self._begin(begin, "resume-requested", message="waiting for capacity",
                           notebooks=[nb["path"] for nb in paused])
         self._spawn(self._resume(paused, why=why))
         return self.status()
@@ -352,6 +476,7 @@ class Lifecycle:
                 await self.backend.acquire(notebooks)
                 self.state["timeline"]["capacity_obtained"] = now()
                 await self._enter("resuming", "restoring", f"restoring {len(notebooks)} notebook(s)", "restoring")
+            await self._unhold(notebooks)
             for nb in notebooks:
                 nb.update(verdict=None, error=None)
                 try:
@@ -382,6 +507,9 @@ class Lifecycle:
         except Exception as exc:
             if self.log:
                 self.log.exception("gkews: resume failed")
+            for nb in notebooks:  # what did not come back is resumed again from its checkpoint
+                if nb.get("status") != "resumed":
+                    nb["status"] = "failed"
             await self._fail(f"The resume stopped at {self.state['phase']}: {type(exc).__name__}: {exc}.",
                              "Resume again; the checkpoints are kept.")
         finally:
@@ -389,7 +517,9 @@ class Lifecycle:
 
     async def _verify_or_restore(self, nb: dict) -> None:
         """Same process with bit-identical state: live-verified. Anything else: restore from the checkpoint."""
-        request = {"notebook": nb["path"], "root": self.checkpoint_root, "checkpoint": nb["checkpoint"]}
+        # saved_as: the name it was checkpointed under, when it was renamed while paused
+        request = {"notebook": nb.get("saved_as") or nb["path"], "root": self.checkpoint_root,
+                   "checkpoint": nb["checkpoint"]}
         try:
             verdict = await self.bridge.call(nb["kernel_id"], {"op": "verify", **request}, label=nb["path"])
             if verdict["verified"]:
@@ -498,7 +628,25 @@ class Lifecycle:
         self.state.update(state="paused", phase=None, message=message, error=None)
         self._record("recovered-interrupted-pause")
 
+    async def notebook_renamed(self, old: str, new: str) -> None:
+        """The contents service renamed a file or folder: a paused notebook in it resumes at its new path
+        (from the checkpoint taken under its old name)."""
+        if self.state["state"] == "active":
+            return  # running kernels follow their sessions; Jupyter renames those itself
+        moved = []
+        for nb in self.state["notebooks"]:
+            if nb.get("status") not in ("released", "failed") or not (
+                    nb["path"] == old or nb["path"].startswith(old.rstrip("/") + "/")):
+                continue
+            nb.setdefault("saved_as", nb["path"])
+            nb["path"] = new + nb["path"][len(old):]
+            nb["name"] = posixpath.basename(nb["path"])
+            moved.append(nb["path"])
+        if moved:
+            await self._persist("notebook-renamed", old=old, new=new, notebooks=moved)
+
     async def shutdown(self) -> None:
+        # held kernels stay held: the server stopping shuts them down, and a restart rolls the pause forward
         if self._watch:
             self._watch.cancel()
         if self._restore_watch:

@@ -31,9 +31,18 @@ class NotebookActions:
             raise Conflict(f"the session is {state}; wait for it to finish, then try again")
         for s in await self.lifecycle.serverapp.session_manager.list_sessions():
             if s["path"] == notebook and s.get("kernel") and s["kernel"].get("id"):
+                self._refuse_busy(s["kernel"]["id"], notebook)
                 return s["kernel"]["id"]
         hint = " (it is paused: resume first)" if state == "paused" else ""
         raise Conflict(f"{notebook!r} has no running kernel{hint}; open the notebook and start its kernel")
+
+    def _refuse_busy(self, kernel_id: str, notebook: str) -> None:
+        """A call into a kernel that runs a cell would wait behind it (a restore would then overwrite what
+        the cell computed): refuse at once, with the way out."""
+        km = self.lifecycle.serverapp.kernel_manager
+        if kernel_id in km and km.get_kernel(kernel_id).execution_state == "busy":
+            raise Conflict(f"the kernel of {notebook!r} is running a cell; wait for it to finish (or interrupt "
+                           f"it), then try again; nothing was changed")
 
     async def _call(self, kernel_id: str, notebook: str, request: dict) -> dict:
         lc = self.lifecycle

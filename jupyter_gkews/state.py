@@ -5,8 +5,10 @@ transition that led there (timestamped JSON lines), so it can say where it was a
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import socket
 import time
 
 from kernel_state.fsutil import write_json_durable
@@ -23,11 +25,46 @@ def initial_state(backend: str) -> dict:
             "timeline": {}, "notebooks": [], "progress": None, "error": None, "updated": now()}
 
 
+class StateDirInUse(Exception):
+    """Another running server owns this state directory."""
+
+
 class StateStore:
     def __init__(self, directory: str):
         self.directory = os.path.abspath(os.path.expanduser(directory))
         self.state_path = os.path.join(self.directory, "state.json")
         self.events_path = os.path.join(self.directory, "events.jsonl")
+        self.owner_path = os.path.join(self.directory, "owner.lock")
+        self._owner_fd: int | None = None
+
+    def claim(self) -> None:
+        """Become the one server that uses this directory, for as long as this process lives.
+
+        Two servers on one state would each adopt the other's pause. The claim is an flock on owner.lock:
+        the kernel drops it when the process ends (even on kill -9), so it never goes stale; the file says
+        who holds it. Raises StateDirInUse naming the holder, or OSError when the directory is unusable."""
+        os.makedirs(self.directory, exist_ok=True)
+        fd = os.open(self.owner_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StateDirInUse(
+                f"the state directory {self.directory} is in use by another running jupyter-gkews server "
+                f"({holder}); two servers on one state would resume each other's pause. Give each server "
+                f"its own c.GkewsApp.state_dir (and checkpoint_root), or stop the other one") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n".encode(), 0)
+        self._owner_fd = fd
+
+    def release_claim(self) -> None:
+        if self._owner_fd is not None:
+            os.close(self._owner_fd)
+            self._owner_fd = None
 
     def load(self) -> dict | None:
         try:

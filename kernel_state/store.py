@@ -23,7 +23,7 @@ import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from . import config
+from . import config, pins
 from .errors import CheckpointNotFound, CheckpointWriteError, CorruptManifest
 from .fsutil import fsync_dir, fsync_file, remove_quietly, temp_path, write_json_durable
 from .hashing import digest_bytes
@@ -202,6 +202,7 @@ class Store:
         if not os.path.exists(path):
             raise CheckpointNotFound(f"checkpoint {checkpoint_id!r} does not exist for notebook {notebook!r}")
         with self.lock(exclusive=True):
+            pins.refuse_if_pinned(self.root, checkpoint_id)  # a paused notebook resumes from it
             os.unlink(path)
             fsync_dir(os.path.dirname(path))
             self._collect()
@@ -258,7 +259,7 @@ class Store:
             return sum(blobs.values())
         while budget and len(kept) > 1 and size() > budget:
             doomed.append(kept.pop())
-        return doomed
+        return pins.without_pinned(self.root, doomed)
 
     def _collect(self, dropped: set[str] = frozenset(), dry_run: bool = False) -> int:
         """Delete blobs that no manifest (other than those in dropped) references, and stale temp files;

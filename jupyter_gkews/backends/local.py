@@ -23,6 +23,7 @@ import time
 
 from traitlets import CaselessStrEnum, Float, Int
 
+from ..bridge import hold_file
 from ..gpu_suspend import GIB, DriverError, GpuUnavailable, gib, keepalive, procs
 from ..gpu_suspend.driver import refusal
 from .base import KEPT_RUNNING, LIVE_STATUSES, SUSPENDED, Backend
@@ -100,7 +101,7 @@ class LocalBackend(Backend):
             kind, detail = plan[nb["path"]]
             if kind != "shutdown":
                 kernel = kernels[nb["path"]]
-                if not await keepalive.run_expression(kernel, keepalive.DETACH):
+                if not await keepalive.detach(kernel, hold_file(self.serverapp.runtime_dir, nb["kernel_id"])):
                     plan[nb["path"]] = kind, detail = ("shutdown", "the kernel did not answer the detach request")
             if kind == "suspend":
                 started = time.monotonic()
@@ -241,12 +242,22 @@ class LocalBackend(Backend):
             notebook["fallback"] = why
             await self._kill(notebook)
         notebook.pop("gpu", None)
+        reopened = await self._open_session(notebook["path"])
+        if reopened is not None:  # its user opened it again while paused: restore into that kernel
+            notebook.update(session_id=reopened["id"], reopened=reopened["kernel"]["id"] != notebook["kernel_id"])
+            return reopened["kernel"]["id"]
         kernel_id = notebook["kernel_id"]
-        if kernel_id not in km:
+        started = kernel_id not in km
+        if started:
             kernel_id = await self.serverapp.session_manager.start_kernel_for_session(
                 notebook["session_id"], notebook["path"], notebook["name"], notebook["type"],
                 notebook["kernel_name"], kernel_id=kernel_id)
-        return await self._bind_session(notebook, kernel_id)
+        try:
+            return await self._bind_session(notebook, kernel_id)
+        except BaseException:
+            if started:  # never leave a kernel running that no session shows
+                await km.shutdown_kernel(kernel_id)
+            raise
 
     async def _bind_session(self, notebook: dict, kernel_id: str) -> str:
         sm = self.serverapp.session_manager
@@ -256,6 +267,15 @@ class LocalBackend(Backend):
             await sm.save_session(notebook["session_id"], path=notebook["path"], name=notebook["name"],
                                   type=notebook["type"], kernel_id=kernel_id)
         return kernel_id
+
+    async def _open_session(self, path: str) -> dict | None:
+        """The session with a running kernel that the notebook at path has now, if any."""
+        km = self.serverapp.kernel_manager
+        for session in await self.serverapp.session_manager.list_sessions():
+            kernel = session.get("kernel") or {}
+            if session["path"] == path and kernel.get("id") in km:
+                return session
+        return None
 
     async def _bring_back(self, nb: dict) -> str | None:
         """Make the kernel usable again: adopt it when a restarted server does not know it, then restore and

@@ -9,15 +9,33 @@ from its connection file; its pid and start time in the state file say whether i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 
+from kernel_state.hold import DETACH_SUFFIX
+
 # run inside the kernel as a user expression: pure Python, so it works while CUDA calls are locked
 _APP = "__import__('ipykernel.kernelapp', fromlist=['IPKernelApp']).IPKernelApp.instance()"
-# a parent pid that equals every pid: the poller's "has my parent changed?" is never true
-DETACH = (f"(lambda app: setattr(app.poller, 'parent_pid', type('AnyParent', (int,), "
-          "{'__ne__': lambda s, o: False, '__eq__': lambda s, o: True, '__hash__': int.__hash__})(1)) "
-          f"if getattr(app, 'poller', None) is not None else None)({_APP})")
+DETACH = "__import__('kernel_state.hold', fromlist=['detach_from_parent']).detach_from_parent()"
+
+
+async def detach(kernel, hold_file: str, timeout: float = 30.0) -> bool:
+    """Detach the kernel from this server (see kernel_state.hold.detach_from_parent); True when done. A
+    kernel held after its pause checkpoint runs no request: it is asked through a file beside its hold."""
+    if not os.path.exists(hold_file):
+        return await run_expression(kernel, DETACH, timeout)
+    marker = hold_file + DETACH_SUFFIX
+    with open(marker, "w"):
+        pass
+    deadline = asyncio.get_running_loop().time() + timeout
+    while os.path.exists(marker):
+        if asyncio.get_running_loop().time() > deadline or not os.path.exists(hold_file):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(marker)
+            return False
+        await asyncio.sleep(0.05)
+    return True
 
 
 def attach_expression(server_pid: int) -> str:

@@ -1,0 +1,310 @@
+"""The holes an adversarial pass found in pause and resume (issue 11), each replayed on a real server with
+real kernels: nothing a user ran is lost, no checkpoint a pause needs is deleted, nothing stays stuck.
+
+A gate file makes a kernel slow on purpose: a cell (or the pickling of a variable) waits until the test
+creates it, so every step happens in a known order without waiting on the clock.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import resource
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernel_state.pins import pinned
+from serverkit import events, open_notebook, post, run_cell, status, wait_for, wait_kernel_state
+
+from jupyter_gkews.cleanup import clean_checkpoints
+
+#: a variable whose pickling waits for the gate: the checkpoint of its notebook takes as long as the test wants
+SLOW_SAVE = '''
+import os, time
+class Slow:
+    def __reduce__(self):
+        while not os.path.exists({gate!r}):
+            time.sleep(0.05)
+        return (int, (0,))
+slow = Slow()
+'''
+#: a cell that runs until the gate opens (and, with ignore_sigint, cannot be interrupted)
+WAIT_FOR_GATE = '''
+import os, signal, time
+if {ignore_sigint}:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+while not os.path.exists({gate!r}):
+    time.sleep(0.05)
+'''
+
+
+@pytest.fixture
+def jp_server_config(tmp_path, monkeypatch):
+    monkeypatch.delenv("GKEWS_CHECKPOINT_ROOT", raising=False)  # each server exports its own root
+    return {"ServerApp": {"jpserver_extensions": {"jupyter_gkews": True}, "allow_unauthenticated_access": False},
+            "GkewsApp": {"checkpoint_root": str(tmp_path / "ckpt"), "state_dir": str(tmp_path / "state"),
+                         "busy_timeout": 2.0, "keep_last": 1, "kernel_call_timeout": 600.0}}
+
+
+@pytest.fixture
+def gate(tmp_path) -> Path:
+    return tmp_path / "gate"
+
+
+async def start_cell(serverapp, kernel_id: str, code: str):
+    """Send a cell as a second client would, without waiting for the kernel (it may be held)."""
+    client = serverapp.kernel_manager.get_kernel(kernel_id).client()
+    client.start_channels()
+    return client, client.execute(code)
+
+
+async def printed(client, msg_id: str, *, until_idle: bool) -> tuple[str, bool]:
+    """What the cell printed so far (or until it finished), and whether it started to run (a kernel
+    broadcasts execute_input when it does; an aborted request gets none)."""
+    out, ran, idle = [], False, False
+    while not idle:
+        try:
+            msg = await client.get_iopub_msg(timeout=60 if until_idle else 1)
+        except queue.Empty:
+            break
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "stream":
+            out.append(msg["content"]["text"])
+        ran = ran or msg["msg_type"] == "execute_input"
+        idle = until_idle and msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle"
+    return "".join(out), ran
+
+
+async def until(jp_fetch, check, timeout: float = 120) -> dict:
+    """Poll the status until check(status) holds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        s = await status(jp_fetch)
+        if check(s):
+            return s
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met after {timeout}s: {s['state']}/{s['phase']}: {s['message']}")
+        await asyncio.sleep(0.1)
+
+
+def first_checkpointed(s: dict) -> bool:
+    return s["state"] == "pausing" and s["notebooks"][0]["status"] == "checkpointed"
+
+
+async def two_notebooks_pausing(jp_fetch, jp_serverapp, jp_root_dir, gate):
+    """a.ipynb (x = 1) and b.ipynb (a slow save); a pause of both, stopped while b saves."""
+    a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    b = (await open_notebook(jp_fetch, jp_root_dir, "b.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, a, "x = 1")
+    await run_cell(jp_serverapp, b, SLOW_SAVE.format(gate=str(gate)))
+    r = await post(jp_fetch, "pause", {"notebooks": ["a.ipynb", "b.ipynb"]})
+    assert r.code == 202, r.body
+    return a, b, await until(jp_fetch, first_checkpointed)
+
+
+# -- problem 2 and 3: a pause is atomic per notebook; what it needs is pinned ------------------------------
+async def test_a_cell_sent_to_a_checkpointed_notebook_waits_and_its_checkpoint_is_pinned(
+        jp_fetch, jp_serverapp, jp_root_dir, gate, tmp_path):
+    a, b, s = await two_notebooks_pausing(jp_fetch, jp_serverapp, jp_root_dir, gate)
+    needed = s["notebooks"][0]["checkpoint"]
+    client, msg_id = await start_cell(jp_serverapp, a, "x = 999; print(x)")
+
+    # the pause is still running: its fresh checkpoint cannot be deleted, by REST or in the store
+    r = await jp_fetch("gkews", "checkpoints", needed, method="DELETE", raise_error=False)
+    assert r.code == 409 and "resumes from" in json.loads(r.body)["message"], r.body
+    assert needed in pinned(str(tmp_path / "ckpt"))
+
+    gate.touch()
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused" and paused["message"].startswith("paused 2"), paused["message"]
+    out, ran = await printed(client, msg_id, until_idle=False)
+    client.stop_channels()
+    assert (out, ran) == ("", False)  # the cell never ran: it did not print 999 and then vanish
+
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["state"] == "active", resumed["message"]
+    assert (await run_cell(jp_serverapp, a, "print(x)")).strip() == "1"
+    assert pinned(str(tmp_path / "ckpt")) == {}  # active again: nothing is pinned any more
+
+
+async def test_a_cell_run_after_the_hold_ended_is_checkpointed_again(jp_fetch, jp_serverapp, jp_root_dir, gate):
+    a, b, s = await two_notebooks_pausing(jp_fetch, jp_serverapp, jp_root_dir, gate)
+    first = s["notebooks"][0]["checkpoint"]
+    client, msg_id = await start_cell(jp_serverapp, a, "x = 999; print(x)")
+    os.unlink(Path(jp_serverapp.runtime_dir) / f"gkews-hold-{a}")  # the hold ends (as at its bound): the cell runs
+    out, ran = await printed(client, msg_id, until_idle=True)
+    client.stop_channels()
+    assert out.strip() == "999" and ran
+
+    gate.touch()
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused", paused["message"]
+    assert paused["notebooks"][0]["checkpoint"] != first  # taken again after the cell
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["state"] == "active", resumed["message"]
+    assert (await run_cell(jp_serverapp, a, "print(x)")).strip() == "999"
+
+
+# -- problem 3 and 10: reopened while paused; no path deletes the checkpoint; resume into the reopened kernel
+async def test_reopened_paused_notebook_keeps_its_checkpoint_and_resumes_into_its_kernel(
+        jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, a, "x = 1")
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused", paused["message"]
+    needed = paused["notebooks"][0]["checkpoint"]
+
+    r = await jp_fetch("api", "sessions", method="POST", body=json.dumps(
+        {"path": "a.ipynb", "name": "a.ipynb", "type": "notebook", "kernel": {"name": "python3"}}))
+    reopened = json.loads(r.body)["kernel"]["id"]
+    await run_cell(jp_serverapp, reopened, "x = 2")
+    for _ in range(2):  # keep_last=1: retention would delete the paused checkpoint
+        assert (await post(jp_fetch, "checkpoints/now", {"notebook": "a.ipynb"})).code == 201
+    out = await run_cell(jp_serverapp, reopened, f'''
+from kernel_state import checkpoint
+try:
+    checkpoint.delete({needed!r}, notebook="a.ipynb")
+except Exception as exc:
+    print(type(exc).__name__, exc)''')
+    assert out.startswith("CheckpointPinned") and "resume first" in out, out
+    cleaned = clean_checkpoints(str(tmp_path / "ckpt"), keep_last=1, max_bytes=0, max_age_days=0)
+    assert needed not in cleaned["deleted"].get("a.ipynb", [])
+    r = await jp_fetch("gkews", "checkpoints", needed, method="DELETE", raise_error=False)
+    assert r.code == 409
+    listed = json.loads((await jp_fetch("gkews", "checkpoints", params={"notebook": "a.ipynb"})).body)
+    assert needed in [c["id"] for c in listed["checkpoints"]]
+
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["state"] == "active", resumed["message"]
+    assert resumed["notebooks"][0]["verdict"] == "restored-from-checkpoint"
+    sessions = json.loads((await jp_fetch("api", "sessions")).body)
+    assert [(x["path"], x["kernel"]["id"]) for x in sessions] == [("a.ipynb", reopened)]
+    assert jp_serverapp.kernel_manager.list_kernel_ids() == [reopened]  # no kernel leaked
+    assert (await run_cell(jp_serverapp, reopened, "print(x)")).strip() == "1"
+    r = await jp_fetch("gkews", "checkpoints", needed, method="DELETE", raise_error=False)
+    assert r.code == 204  # resumed: no longer pinned
+
+
+# -- problem 4: a full state volume ------------------------------------------------------------------------
+class FileSizeLimit:
+    """RLIMIT_FSIZE on this process (the server's): every write that grows a file fails with EFBIG, as on
+    a full volume; the kernels are other processes and keep writing their checkpoints."""
+
+    def __enter__(self):
+        self.saved = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1, self.saved[1]))
+
+    def __exit__(self, *exc):
+        resource.setrlimit(resource.RLIMIT_FSIZE, self.saved)
+
+
+async def test_a_full_state_volume_refuses_the_pause_and_frees_the_claim(jp_fetch, jp_serverapp, jp_root_dir, gate):
+    a, b, s = await two_notebooks_pausing(jp_fetch, jp_serverapp, jp_root_dir, gate)
+    with FileSizeLimit():  # the volume fills up in the middle of the pause
+        gate.touch()
+        failed = await wait_for(jp_fetch, ("paused", "failed"))
+    assert failed["state"] == "failed" and "could not be recorded" in failed["message"], failed["message"]
+    assert (await run_cell(jp_serverapp, a, "x = 2; print(x)")).strip() == "2"  # not held any more
+
+    with FileSizeLimit():  # a pause that cannot even be recorded is refused, and changes nothing
+        r = await post(jp_fetch, "pause")
+    assert r.code == 507, r.body
+    assert "cannot be written" in json.loads(r.body)["message"]
+    assert (await status(jp_fetch))["state"] == "failed"
+
+    # space is back: the next pause works without a restart
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused", paused["message"]
+
+
+# -- problem 5: a kernel that dies during its checkpoint ---------------------------------------------------
+@pytest.mark.parametrize("death", ["sigkill", "rest-delete", "sigstop"])
+async def test_a_kernel_dying_during_its_checkpoint_fails_the_pause_within_seconds(
+        jp_fetch, jp_serverapp, jp_root_dir, gate, death):
+    a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    pid = int(await run_cell(jp_serverapp, a, SLOW_SAVE.format(gate=str(gate)) + "print(os.getpid())"))
+    assert (await post(jp_fetch, "pause")).code == 202
+    await until(jp_fetch, lambda s: (s.get("progress") or {}).get("notebook") == "a.ipynb")
+    if death == "sigkill":
+        os.kill(pid, signal.SIGKILL)
+    elif death == "sigstop":  # the process lives, but answers nothing, not even its heartbeat
+        os.kill(pid, signal.SIGSTOP)
+    else:
+        await jp_fetch("api", "kernels", a, method="DELETE")
+    # kernel_call_timeout is 600 s: the death is seen by the process, restart or heartbeat watch instead
+    failed = await wait_for(jp_fetch, ("paused", "failed"), timeout=60)
+    assert failed["state"] == "failed", failed["message"]
+    assert "No notebook could be checkpointed" in failed["message"]
+    if death == "rest-delete":
+        assert "the kernel of a.ipynb is gone" in failed["message"], failed["message"]
+        assert "every kernel is still running" not in failed["message"]
+    elif death == "sigstop":
+        os.kill(pid, signal.SIGKILL)
+        assert "stopped answering its heartbeat" in failed["message"], failed["message"]
+    else:
+        assert "died" in failed["message"] or "restarted" in failed["message"], failed["message"]
+
+
+# -- problem 6: interrupt with a cell that ignores SIGINT --------------------------------------------------
+async def test_an_interrupt_the_cell_ignores_is_bounded(jp_fetch, jp_serverapp, jp_root_dir, gate):
+    a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    client, msg_id = await start_cell(jp_serverapp, a, WAIT_FOR_GATE.format(gate=str(gate), ignore_sigint=True))
+    await wait_kernel_state(jp_serverapp, a, "busy")
+    assert (await post(jp_fetch, "pause", {"interrupt": True})).code == 202
+    failed = await wait_for(jp_fetch, ("paused", "failed"), timeout=60)  # busy_timeout 2 s, one interrupt
+    assert failed["state"] == "failed" and "ignored the interrupt" in failed["message"], failed["message"]
+    gate.touch()
+    out, ran = await printed(client, msg_id, until_idle=True)
+    client.stop_channels()
+    assert ran  # the cell went on and ended on its own
+
+
+# -- problem 8: a REST restore (or checkpoint) into a busy kernel ------------------------------------------
+async def test_restore_into_a_busy_kernel_is_refused(jp_fetch, jp_serverapp, jp_root_dir, gate):
+    a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, a, "x = 1")
+    r = await post(jp_fetch, "checkpoints/now", {"notebook": "a.ipynb"})
+    saved = json.loads(r.body)["id"]
+    client, msg_id = await start_cell(jp_serverapp, a, "x = 2\n" + WAIT_FOR_GATE.format(gate=str(gate),
+                                                                                          ignore_sigint=False))
+    await wait_kernel_state(jp_serverapp, a, "busy")
+    for action in (f"checkpoints/{saved}/restore", "checkpoints/now"):
+        r = await post(jp_fetch, action, {"notebook": "a.ipynb"})
+        assert r.code == 409 and "is running a cell" in json.loads(r.body)["message"], r.body
+    gate.touch()
+    await printed(client, msg_id, until_idle=True)
+    client.stop_channels()
+    assert (await run_cell(jp_serverapp, a, "print(x)")).strip() == "2"  # what the cell computed stays
+
+
+# -- problem 13: a notebook named twice, a backslash in its name, renamed while paused ---------------------
+async def test_names_twice_backslash_and_rename_while_paused(jp_fetch, jp_serverapp, jp_root_dir):
+    name = "run\\1.ipynb"
+    kid = (await open_notebook(jp_fetch, jp_root_dir, name))["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "x = 41")
+    assert (await post(jp_fetch, "pause", {"notebooks": [name, name]})).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused" and paused["message"].startswith("paused 1 "), paused["message"]
+    assert [nb["path"] for nb in paused["notebooks"]] == [name]
+
+    await jp_fetch("api", "contents", name, method="PATCH", body=json.dumps({"path": "renamed.ipynb"}))
+    moved = await until(jp_fetch, lambda s: s["notebooks"][0]["path"] == "renamed.ipynb")
+    assert moved["state"] == "paused"
+
+    assert (await post(jp_fetch, "resume", {"notebooks": ["renamed.ipynb", "renamed.ipynb"]})).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["state"] == "active" and "1 restored-from-checkpoint" in resumed["message"], resumed["message"]
+    sessions = json.loads((await jp_fetch("api", "sessions")).body)
+    assert [x["path"] for x in sessions] == ["renamed.ipynb"]
+    assert (await run_cell(jp_serverapp, sessions[0]["kernel"]["id"], "print(x)")).strip() == "41"

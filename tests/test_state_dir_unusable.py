@@ -1,0 +1,59 @@
+"""A state directory the extension cannot use: it says so loudly and every route answers 503 with the
+reason (not 404); and a second server on the same state directory is refused instead of adopting the
+first one's pause (issue 11, problems 11 and 12)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from serverproc import Server
+
+ROUTES = [("GET", ("gkews", "status")), ("POST", ("gkews", "pause")), ("POST", ("gkews", "resume")),
+          ("GET", ("gkews", "checkpoints")), ("GET", ("gkews", "events")),
+          ("POST", ("gkews", "checkpoints", "now")),
+          ("DELETE", ("gkews", "checkpoints", "20260101-000000-000-abcd"))]
+
+
+@pytest.fixture
+def state_dir(tmp_path):
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def jp_server_config(tmp_path, state_dir, monkeypatch, request):
+    monkeypatch.delenv("GKEWS_CHECKPOINT_ROOT", raising=False)
+    if "unwritable" in request.node.name:
+        blocker = tmp_path / "a-file"
+        blocker.write_text("not a directory")
+        state_dir = blocker / "state"  # cannot be created, whoever runs the test (root too)
+    return {"ServerApp": {"jpserver_extensions": {"jupyter_gkews": True}, "allow_unauthenticated_access": False},
+            "GkewsApp": {"checkpoint_root": str(tmp_path / "ckpt"), "state_dir": str(state_dir)}}
+
+
+async def test_an_unwritable_state_directory_is_reported_on_every_route(jp_fetch, jp_serverapp):
+    for method, parts in ROUTES:
+        r = await jp_fetch(*parts, method=method, body="{}" if method == "POST" else None, raise_error=False)
+        assert r.code == 503, (method, parts, r.code)
+        body = json.loads(r.body)
+        assert body["reason"] == "ExtensionUnavailable"
+        assert "cannot be written" in body["message"] and "c.GkewsApp.state_dir" in body["message"], body
+    # still behind the token: the reason is not told to strangers
+    r = await jp_fetch("gkews", "status", headers={"Authorization": "token wrong"}, raise_error=False)
+    assert r.code == 403
+
+
+async def test_a_second_server_on_the_same_state_directory_is_refused(jp_fetch, jp_serverapp, state_dir, tmp_path):
+    assert (await jp_fetch("gkews", "status")).code == 200  # the first server owns the state directory
+    second = Server(tmp_path / "second")
+    second.state_dir = state_dir
+    try:
+        with pytest.raises(AssertionError, match="503"):  # it starts, and its routes say why they are off
+            second.start()
+        code, body = second.request("GET", "gkews/status")
+        assert code == 503 and "in use by another running jupyter-gkews server" in body["message"], body
+        assert "jupyter-gkews is off" in second.log_tail()  # in the server's log too, at CRITICAL
+    finally:
+        second.kill()
+    # the first one never noticed
+    assert json.loads((await jp_fetch("gkews", "status")).body)["state"] == "active"
