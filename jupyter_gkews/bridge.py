@@ -7,17 +7,12 @@ looking busy, nor reset an idle timer.
 """
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
 
+from .errors import KernelCallError, KernelStateMissing
 
-class KernelCallError(Exception):
-    """A kernel could not answer (missing kernel_state, timeout, dead kernel); the message says which."""
-
-
-class KernelStateMissing(KernelCallError):
-    pass
+__all__ = ["KernelBridge", "KernelCallError", "KernelStateMissing"]
 
 
 class KernelBridge:
@@ -32,7 +27,8 @@ class KernelBridge:
             raise KernelCallError(f"no running kernel {kernel_id} for {label or 'this notebook'}")
         kernel = km.get_kernel(kernel_id)
         before = (getattr(kernel, "last_activity", None), getattr(km, "last_kernel_activity", None))
-        expr = f"__import__('kernel_state.api').api.call({json.dumps(json.dumps(request))})"
+        # the request as one JSON text in a Python string literal; the answer comes back as application/json
+        expr = f"__import__('kernel_state.api').api.answer({json.dumps(request)!r})"
         client = kernel.client()
         client.start_channels()
 
@@ -61,10 +57,13 @@ class KernelBridge:
                     f"the kernel of {label or kernel_id} ({kernel.kernel_name}) cannot import kernel_state: "
                     f"install jupyter-gkews in that kernel's environment")
             raise KernelCallError(f"kernel_state failed in {label or kernel_id}: "
-                                  f"{answer.get('ename')}: {answer.get('evalue')}")
-        result = json.loads(ast.literal_eval(answer["data"]["text/plain"]))
+                                  f"{answer.get('ename')}: {answer.get('evalue')}", kind=answer.get("ename"))
+        result = answer["data"].get("application/json")
+        if result is None:  # a kernel_state older than this server: no answer(), or no JSON display
+            raise KernelCallError(f"the kernel of {label or kernel_id} answered without JSON; "
+                                  "install the same jupyter-gkews in that kernel's environment")
         if not result["ok"]:
-            raise KernelCallError(result["error"])
+            raise KernelCallError(result["error"], kind=result.get("type"))
         return result["result"]
 
     async def _restore_activity(self, kernel, before) -> None:

@@ -7,7 +7,7 @@ import os
 from kernel_state.errors import CheckpointNotFound
 from kernel_state.store import Store
 
-from .lifecycle import Conflict, NotFound
+from .errors import Conflict, NotFound
 
 
 class CheckpointCatalog:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from kernel_state.timestamps import utc_epoch
+
 from . import (ADDON_ENABLED_ANNOTATION, ADDON_LAST_ANNOTATION, ADDON_STATE_ANNOTATION, SNAPSHOTS, WORKSPACE_KINDS,
                WORKSPACE_LABEL, WORKSPACES, annotations, condition, name_of)
 from .api import Kube
@@ -45,7 +47,7 @@ def age(timestamp: str | None, now: float | None = None) -> str:
     if not timestamp:
         return "unknown age"
     try:
-        then = time.mktime(time.strptime(timestamp[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+        then = utc_epoch(timestamp[:19], "%Y-%m-%dT%H:%M:%S")  # Kubernetes writes UTC: "...T08:30:00Z"
     except ValueError:
         return "unknown age"
     seconds = max(0, int((now or time.time()) - then))
