@@ -1,4 +1,4 @@
-"""The rules of DESIGN.md ("Rules that hold everywhere", "Lifecycle") checked against a real server.
+"""The rules of docs/architecture.md ("Rules that hold everywhere", "The lifecycle") checked against a real server.
 
 Authentication on every route, bad input answered 400/404 with a message that names the problem and the
 fix and changes nothing, one transition at a time under concurrent requests, a silent kernel bridge,

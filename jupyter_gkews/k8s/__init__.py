@@ -1,5 +1,5 @@
 """The Kubernetes side of the GKE backend: names and shapes from GKE's Pod snapshot CRDs and the
-GKE Workspaces API (see the project's reference/gke-pod-snapshots.md), one small module per job.
+GKE Workspaces API (described in docs/gke.md), one small module per job.
 
 Everything here is synchronous (the official ``kubernetes`` client blocks); callers on the server's
 event loop run it through ``asyncio.to_thread``.
