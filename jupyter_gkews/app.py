@@ -184,7 +184,8 @@ class GkewsApp(ExtensionApp):
             gpu_count=self.gpu_count)
         self.lifecycle.listeners.append(MetricsRecorder(self.gpu_count))
         self.lifecycle.load()  # before the server answers requests: nobody sees a half-recovered state
-        self.settings.update(gkews_lifecycle=self.lifecycle, gkews_catalog=CheckpointCatalog(os.environ[CHECKPOINT_ROOT_ENV]))
+        self.settings.update(gkews_lifecycle=self.lifecycle,
+                             gkews_catalog=CheckpointCatalog(os.environ[CHECKPOINT_ROOT_ENV]))
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(handlers(""))

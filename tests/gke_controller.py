@@ -63,7 +63,8 @@ class Cluster(kmock.KubernetesEmulator):
     async def _handle(self, request):
         if request.resource is not None:
             verb, plural = VERBS.get(request.action, str(request.method).lower()), request.resource.plural
-            name = request.name or (request.data.get("metadata", {}).get("name") if isinstance(request.data, dict) else None)
+            body = request.data if isinstance(request.data, dict) else {}
+            name = request.name or body.get("metadata", {}).get("name")
             self.calls.append((verb, plural, name))
             if (verb, plural) in self.denied:
                 group = request.resource.group
@@ -162,7 +163,8 @@ class FakeGke:
         return self.call(lambda: list(self.emu.calls))
 
     def set_paused(self, paused: bool) -> None:
-        self.call(lambda: self.emu.objects[WORKSPACES, self.namespace, self.workspace].patch({"spec": {"paused": paused}}))
+        workspace = (WORKSPACES, self.namespace, self.workspace)
+        self.call(lambda: self.emu.objects[workspace].patch({"spec": {"paused": paused}}))
 
     def grant_capacity(self) -> None:
         """The GPU node came: the Pending Pod is scheduled and starts."""
@@ -210,8 +212,10 @@ class FakeGke:
                 self.emu.objects[WORKSPACES, self.namespace, self.workspace].patch({"status": {"state": "Running"}})
 
     def _newest_ready(self) -> str | None:
-        ready = [o.raw for (r, _, _), o in self.emu.objects.items() if r == SNAPSHOTS and not o.deleted
-                 and any(c["type"] == "Ready" and c["status"] == "True" for c in o.raw.get("status", {}).get("conditions", []))]
+        def is_ready(o):
+            return any(c["type"] == "Ready" and c["status"] == "True"
+                       for c in o.raw.get("status", {}).get("conditions", []))
+        ready = [o.raw for (r, _, _), o in self.emu.objects.items() if r == SNAPSHOTS and not o.deleted and is_ready(o)]
         ready.sort(key=lambda s: s["metadata"]["creationTimestamp"])
         return ready[-1]["metadata"]["name"] if ready else None
 
@@ -239,11 +243,13 @@ class FakeGke:
             conditions = [{"type": "Checkpoint", "status": "True", "reason": "Complete", "lastTransitionTime": now},
                           {"type": "StorageReplicated", "status": "True", "lastTransitionTime": now},
                           {"type": "Ready", "status": "True" if ready else "False",
-                           "reason": "AllSnapshotsAvailable" if ready else "AwaitingCheckpoint", "lastTransitionTime": now}]
+                           "reason": "AllSnapshotsAvailable" if ready else "AwaitingCheckpoint",
+                           "lastTransitionTime": now}]
         self.emu.objects[SNAPSHOTS, ns, name] = {
             "apiVersion": f"{SNAPSHOT_GROUP}/v1", "kind": "PodSnapshot",
             "metadata": {"name": name, "namespace": ns, "creationTimestamp": now,
-                         "labels": {TRIGGERED_BY_LABEL: triggered_by, "podsnapshot.gke.io/origin-node": "gke-gpu-node-1"},
+                         "labels": {TRIGGERED_BY_LABEL: triggered_by,
+                                    "podsnapshot.gke.io/origin-node": "gke-gpu-node-1"},
                          "annotations": {ORIGIN_POD_ANNOTATION: pod},
                          "finalizers": ["podsnapshot.gke.io/podsnapshot-finalizer"]},
             "spec": {"policyName": f"gkews-{self.workspace}"},
@@ -257,8 +263,9 @@ class FakeGke:
         if self.outcome == "hang":
             return
         if self.outcome == "trigger-failed":
-            trigger.patch({"status": {"conditions": [{"type": "Triggered", "status": "False", "reason": "Failed",
-                                                      "message": "context deadline exceeded", "lastTransitionTime": now}]}})
+            failed = {"type": "Triggered", "status": "False", "reason": "Failed",
+                      "message": "context deadline exceeded", "lastTransitionTime": now}
+            trigger.patch({"status": {"conditions": [failed]}})
             return
         failed = "gVisor checkpoint failed: not enough host memory to stage GPU memory" \
             if self.outcome == "checkpoint-failed" else None

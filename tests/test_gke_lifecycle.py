@@ -19,7 +19,8 @@ weights = np.random.default_rng(3).standard_normal((256, 256)).astype("float32")
 config = {"lr": 3e-4, "layers": [256, 256]}
 print("ready")
 '''
-CHECK = 'import json as _j, os as _o; print(_j.dumps({"sum": float(weights.sum()), "config": config, "pid": _o.getpid()}))'
+CHECK = ('import json as _j, os as _o; '
+         'print(_j.dumps({"sum": float(weights.sum()), "config": config, "pid": _o.getpid()}))')
 
 
 @pytest.fixture
@@ -115,8 +116,8 @@ async def test_restored_pod_falls_back_for_the_kernel_that_changed(fake, jp_fetc
 
 
 @pytest.mark.parametrize("backend_traits", [{"snapshot_mode": "auto"}])
-async def test_workspace_addon_snapshots_on_pause_and_the_resumed_pod_is_verified(fake, jp_fetch, jp_serverapp,
-                                                                                 jp_root_dir):
+async def test_workspace_addon_snapshots_on_pause_and_the_resumed_pod_is_verified(
+        fake, jp_fetch, jp_serverapp, jp_root_dir):
     fake.call(lambda: fake.emu.objects[__import__("gke_controller").KINDS, None, fake.kind].patch(
         {"metadata": {"annotations": {"podsnapshot.gke.kubeflow.org/enabled": "true"}}}))
     kid, before = await start_session(jp_fetch, jp_serverapp, jp_root_dir)

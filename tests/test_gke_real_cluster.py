@@ -2,7 +2,8 @@
 given (the one skip this suite allows):
 
     GKEWS_TEST_KUBECONFIG=~/.kube/config GKEWS_TEST_WORKSPACE=my-gpu-notebook [GKEWS_TEST_NAMESPACE=team-a] \
-    [GKEWS_TEST_SERVER_URL=https://.../ GKEWS_TEST_SERVER_TOKEN=...] pytest -m gke_cluster tests/test_gke_real_cluster.py
+    [GKEWS_TEST_SERVER_URL=https://.../ GKEWS_TEST_SERVER_TOKEN=...] \
+    pytest -m gke_cluster tests/test_gke_real_cluster.py
 
 With a server URL (the Workspace's Jupyter server reached through its ingress, which survives the Pod), the
 pause is asked of the extension in the Pod (checkpoint, snapshot, Workspace pause) and the verdicts are read
@@ -62,7 +63,8 @@ def wait_for(states: tuple[str, ...], timeout: float = 1800) -> dict:
 
 
 def server(method: str, path: str) -> dict:
-    req = urllib.request.Request(SERVER.rstrip("/") + "/" + path, method=method, data=b"{}" if method == "POST" else None,
+    req = urllib.request.Request(SERVER.rstrip("/") + "/" + path, method=method,
+                                 data=b"{}" if method == "POST" else None,
                                  headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as r:
         return json.loads(r.read() or b"{}")

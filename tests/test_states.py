@@ -138,4 +138,3 @@ def test_the_architecture_doc_draws_the_transition_table():
     assert drawn == mermaid(), ("docs/architecture.md's diagram differs from jupyter_gkews.states.TRANSITIONS; "
                                 "paste the output of `python -c 'from jupyter_gkews.states import mermaid; "
                                 "print(mermaid())'`")
-

@@ -93,7 +93,8 @@ def boot(kernel: Kernel) -> None:
 # -- Kishu's own environment ----------------------------------------------------------------------------
 def ensure_kishu(jupyter_path: Path) -> str:
     python = KISHU_VENV / "bin" / "python"
-    if not (python.exists() and subprocess.run([str(python), "-c", "import kishu"], capture_output=True).returncode == 0):
+    if not (python.exists()
+            and subprocess.run([str(python), "-c", "import kishu"], capture_output=True).returncode == 0):
         print(f"creating {KISHU_VENV} with kishu from PyPI (once)...", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(KISHU_VENV)], check=True)
         site = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
@@ -314,7 +315,9 @@ def main() -> None:
     ap.add_argument("--json", metavar="PATH", help="write every figure as JSON")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="gkews-bench-peers-", dir=REPO / "benchmarks" / "results"))
+    results_dir = REPO / "benchmarks" / "results"  # ignored by git: a fresh clone does not have it
+    results_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="gkews-bench-peers-", dir=results_dir))
     jupyter_path = work / "jupyter"
     os.environ["JUPYTER_PATH"] = str(jupyter_path) + os.pathsep + os.environ.get("JUPYTER_PATH", "")
     classes = {"kishu": Kishu, "dill": Dill, "store": Store, "torch": TorchSave, "ours": Ours}

@@ -69,7 +69,8 @@ def snapshot_progress(snapshot: dict) -> tuple[str, str]:
     """('ready'|'pending', detail); raises SnapshotError when the checkpoint failed."""
     name = snapshot["metadata"]["name"]
     checkpoint = condition(snapshot, "Checkpoint")
-    if checkpoint is not None and checkpoint.get("status") == "False" and checkpoint.get("reason") in ("Failed", "Error"):
+    if (checkpoint is not None and checkpoint.get("status") == "False"
+            and checkpoint.get("reason") in ("Failed", "Error")):
         raise SnapshotError(f"the PodSnapshot {name} failed its checkpoint: {checkpoint.get('reason')}: "
                             f"{checkpoint.get('message') or 'no message'}")
     ready = condition(snapshot, "Ready")

@@ -78,8 +78,8 @@ def describe(kube: Kube, workspace: str) -> dict:
         ready = condition(pod, "Ready")
         restored = condition(pod, "PodRestored")
         if scheduled is not None and scheduled.get("status") == "False":
-            out.update(state="waiting-for-capacity",
-                       message=f"{scheduled.get('reason') or 'Unschedulable'}: {scheduled.get('message') or ''}".strip())
+            why = f"{scheduled.get('reason') or 'Unschedulable'}: {scheduled.get('message') or ''}"
+            out.update(state="waiting-for-capacity", message=why.strip())
         elif ready is not None and ready.get("status") == "True":
             how = (f"restored from a snapshot ({restored.get('message') or 'PodRestored'})"
                    if restored and restored.get("status") == "True" else "started (not restored from a snapshot)")
