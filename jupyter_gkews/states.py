@@ -10,18 +10,22 @@ from __future__ import annotations
 import enum
 
 
-class State(str, enum.Enum):
+class Name(str, enum.Enum):
+    """A name of the vocabulary: equal to its string, and shown as it (f-strings, messages)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class State(Name):
     ACTIVE = "active"
     PAUSING = "pausing"
     PAUSED = "paused"
     RESUMING = "resuming"
     FAILED = "failed"
 
-    def __str__(self) -> str:  # f-strings and messages show the value, as the plain strings did
-        return self.value
 
-
-class Phase(str, enum.Enum):
+class Phase(Name):
     """The steps of a transition; only `pausing` and `resuming` have them."""
     CHECKPOINTING = "checkpointing"
     SNAPSHOTTING = "snapshotting"
@@ -30,11 +34,8 @@ class Phase(str, enum.Enum):
     RESTORING = "restoring"
     VERIFYING = "verifying"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class NotebookStatus(str, enum.Enum):
+class NotebookStatus(Name):
     """One notebook's `status` in the status document."""
     RUNNING = "running"
     CHECKPOINTED = "checkpointed"
@@ -45,25 +46,19 @@ class NotebookStatus(str, enum.Enum):
     LOST = "lost"
     FAILED = "failed"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Verdict(str, enum.Enum):
+class Verdict(Name):
     """How a notebook came back from a resume."""
     LIVE_VERIFIED = "live-verified"
     RESTORED_FROM_CHECKPOINT = "restored-from-checkpoint"
     FAILED = "failed"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: the verdicts that count as a successful resume (the report's success rate)
 OK_VERDICTS = (Verdict.LIVE_VERIFIED, Verdict.RESTORED_FROM_CHECKPOINT)
 
 
-class Event(str, enum.Enum):
+class Event(Name):
     """The `event` of each line of events.jsonl (docs/rest-api.md, "Events")."""
     STARTED = "started"
     PAUSE_REQUESTED = "pause-requested"
@@ -84,9 +79,6 @@ class Event(str, enum.Enum):
     RECOVERED_PAUSED = "recovered-paused"
     RECOVERED_INTERRUPTED_PAUSE = "recovered-interrupted-pause"
     RECOVERED_INTERRUPTED_RESUME = "recovered-interrupted-resume"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: the phases each state may be in (None: no phase)
