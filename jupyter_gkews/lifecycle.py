@@ -18,7 +18,8 @@ import time
 from kernel_state.timestamps import utc_epoch
 
 from .backends.base import SnapshotFailed
-from .errors import BadRequest, Conflict, KernelCallError, LifecycleError, NotFound  # noqa: F401 (also imported from here)
+# LifecycleError and NotFound: re-exported for callers that still import them from here
+from .errors import BadRequest, Conflict, KernelCallError, LifecycleError, NotFound  # noqa: F401
 from .journal import event_record
 from .state import StateStore, initial_state, now
 from .states import check_transition
