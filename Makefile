@@ -1,7 +1,9 @@
 # jupyter-gkews developer entry points.
 #   make lab    set up .venv and start JupyterLab with the extension and the demo notebook
-#   make test   set up .venv and run every test: pytest, jest, and the browser tests
+#   make test   set up .venv and run every test: the linters, pytest, jest, and the browser tests
 #               (Galata/Playwright on Debian's Chromium, installed with apt when missing)
+#   make lint   flake8 (settings in setup.cfg), eslint and the prettier check (.eslintrc.js, .prettierrc);
+#               `.venv/bin/jlpm prettier` formats the TypeScript
 #   make screenshots  run the browser tests and save docs/img/paused.png and resumed.png
 #   make clean  remove everything the two above created
 #
@@ -27,7 +29,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --ServerApp.allow_root=True)
 LAB_ARGS ?=
 
-.PHONY: venv install test test-python test-js test-ui screenshots lab clean FORCE
+.PHONY: venv install lint test test-python test-js test-ui screenshots lab clean FORCE
 .DEFAULT_GOAL := test
 
 venv: $(VENV)/bin/python
@@ -76,9 +78,18 @@ $(UI_DEPS): $(VENV)/.build-deps ui-tests/package.json $(wildcard ui-tests/yarn.l
 	cd ui-tests && $(BIN)/jlpm install
 	touch $@
 
-# All three suites run even when one fails, so that one run shows every failure.
+# Each linter runs even when another fails (one run shows every problem).
+LINT = $(BIN)/python -m flake8 || status=1; \
+	$(BIN)/jlpm eslint || status=1; \
+	$(BIN)/jlpm prettier:check || status=1;
+
+lint: install
+	@status=0; $(LINT) exit $$status
+
+# The linters and all three suites run even when one fails, so that one run shows every failure.
 test: install $(UI_DEPS) $(CHROMIUM)
 	@status=0; \
+	$(LINT) \
 	$(BIN)/python -m pytest -q tests || status=1; \
 	$(BIN)/jlpm test || status=1; \
 	(cd ui-tests && $(BIN)/jlpm test) || status=1; \

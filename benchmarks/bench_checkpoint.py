@@ -31,9 +31,12 @@ from kernel_state import capture  # noqa: E402
 from kernel_state.fsutil import fsync_file  # noqa: E402
 
 
-def drop_cache(paths) -> str:
-    """Evict files from the page cache so the next read comes from the disk."""
+def drop_cache(paths, everything: bool = True) -> str:
+    """Evict files from the page cache so the next read comes from the disk (everything: the whole cache,
+    when allowed; else only these files)."""
     try:
+        if not everything:
+            raise PermissionError("only these files")
         with open("/proc/sys/vm/drop_caches", "w") as f:
             f.write("3\n")
         return "drop_caches"
@@ -72,7 +75,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per mode, after one warm-up (default 3)")
     ap.add_argument("--dir", default=None, help="where to write (default: a temp dir on the disk under ./)")
     ap.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    ap.add_argument("--smoke", action="store_true", help="the smallest run (a 4 MB model, 8 MB of arrays, "
+                    "only these files evicted from the page cache): every mode works; the figures mean nothing")
     args = ap.parse_args()
+    width = 1024 if args.smoke else 4096
+    if args.smoke:
+        args.model_gib, args.numpy_mb = 0.0, 8
     if args.repeat < 3:
         ap.error("--repeat must be at least 3: the figures are medians")
 
@@ -81,7 +89,7 @@ def main() -> None:
     try:
         layers = max(1, round(args.model_gib * 16))
         torch.manual_seed(0)
-        model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(layers)])
+        model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
         state = model.state_dict()
         model_bytes = sum(t.numel() * t.element_size() for t in state.values())
         target = os.path.join(work, "out")
@@ -138,7 +146,7 @@ def main() -> None:
 
         def cold(paths):
             def setup():
-                how["method"] = drop_cache(paths)
+                how["method"] = drop_cache(paths, everything=not args.smoke)
             return setup
         results["torch.load(weights_only) cold"] = timed(
             lambda: torch.load(torch_file, weights_only=True), args.repeat, cold([torch_file]))
@@ -147,7 +155,7 @@ def main() -> None:
         check = {}
         kernel_state.restore(check, notebook="bench", root=target)
         assert all(torch.equal(a, b) for a, b in zip(check["model"].state_dict().values(), state.values()))
-        del check, model, state
+        check = model = state = None  # free them (a `del` would leave the closures above unresolved)
         clean()
         gc.collect()
 
@@ -181,7 +189,7 @@ def main() -> None:
     gib = model_bytes / 2**30
     print(f"\nmachine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, python "
           f"{platform.python_version()}, torch {torch.__version__}, numpy {np.__version__}")
-    print(f"model: {layers} x nn.Linear(4096, 4096) float32 = {model_bytes / 2**30:.3f} GiB; numpy namespace "
+    print(f"model: {layers} x nn.Linear({width}, {width}) float32 = {model_bytes / 2**30:.3f} GiB; numpy namespace "
           f"{numpy_bytes / 1e6:.0f} MB; medians of {args.repeat} after a warm-up; cold reads by {how.get('method')}\n")
     print(f"{'mode':<40} {'median s':>9} {'GB/s':>6}   runs")
     for k, v in results.items():
@@ -195,10 +203,13 @@ def main() -> None:
         ("full save vs dd O_DIRECT", ours / med["dd O_DIRECT (+fsync)"], "<= 1.5"),
         ("full save vs dd conv=fdatasync", ours / med["dd conv=fdatasync"], "(info)"),
         ("full save vs safetensors.save_file", ours / med["safetensors.save_file + fsync"], "(info)"),
-        ("numpy: dill.dump_module / ours", med["dill.dump_module + fsync (numpy)"] / med["kernel_state.save (numpy)"], ">= 1.5"),
-        ("numpy: ours vs pickle protocol 5", med["kernel_state.save (numpy)"] / med["pickle protocol 5 + fsync (numpy)"], "(info)"),
+        ("numpy: dill.dump_module / ours",
+         med["dill.dump_module + fsync (numpy)"] / med["kernel_state.save (numpy)"], ">= 1.5"),
+        ("numpy: ours vs pickle protocol 5",
+         med["kernel_state.save (numpy)"] / med["pickle protocol 5 + fsync (numpy)"], "(info)"),
         ("unchanged re-save / full save", med["kernel_state.save (unchanged re-save)"] / ours, "< 0.05"),
-        ("cold restore vs torch.load", med["kernel_state.restore cold"] / med["torch.load(weights_only) cold"], "<= 1.3"),
+        ("cold restore vs torch.load",
+         med["kernel_state.restore cold"] / med["torch.load(weights_only) cold"], "<= 1.3"),
     ]
     print(f"\n{'ratio':<40} {'value':>7}  target   verdict")
     verdicts = {}

@@ -247,7 +247,8 @@ def main() -> None:
     print(f"|   restore seconds in fresh kernels (first restore, imports included), sum | {first:.0f} | |")
     print(f"| resume overhead beyond one kernel boot and fresh restores (estimate) | "
           f"{med['resume_span_ms'] - boot - first:.0f} | |")
-    print(f"\n| {args.clients} concurrent clients, GET gkews/status unless said | requests | p50 ms | p99 ms | max ms | req/s |\n"
+    print(f"\n| {args.clients} concurrent clients, GET gkews/status unless said "
+          "| requests | p50 ms | p99 ms | max ms | req/s |\n"
           "|---|---:|---:|---:|---:|---:|")
     for label, f in (("idle", idle), ("during a pause/resume cycle", busy),
                      ("baseline: GET api/status (Jupyter Server's own), idle", baseline)):
@@ -261,7 +262,8 @@ def main() -> None:
         with open(args.json, "w") as f:
             json.dump({"notebooks": args.notebooks, "mb": args.mb, "cycles": cycles, "median": med,
                        "status_idle": idle, "status_during_cycle": busy,
-                       "api_status_idle": baseline, "fresh_kernel": fresh, "early_409s": server.early_409s, "cycle_under_load": loaded_cycle,
+                       "api_status_idle": baseline, "fresh_kernel": fresh, "early_409s": server.early_409s,
+                       "cycle_under_load": loaded_cycle,
                        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                    "platform": platform.platform()}}, f, indent=1)
         print(f"figures written to {args.json}")

@@ -143,7 +143,8 @@ def run(seconds: float, rest_seconds: float = 10, clients: int = 50, notebooks: 
         cycler = Cycler(server, [f"load/nb{i}.ipynb" for i in range(notebooks)], stuck_after)
         for i, path in enumerate(cycler.notebooks):
             kid = server.open_notebook(path)["kernel"]["id"]
-            server.run_cell(kid, f"import numpy as np\nx = np.random.default_rng({i}).standard_normal({int(mb * 1e6 / 8)})")
+            server.run_cell(kid, "import numpy as np\n"
+                            f"x = np.random.default_rng({i}).standard_normal({int(mb * 1e6 / 8)})")
             cycler.kernels[path] = kid
 
         stop, seen = threading.Event(), []
@@ -205,7 +206,8 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--notebooks", type=int, default=2)
     ap.add_argument("--mb", type=float, default=20, help="megabytes of numpy data per notebook")
-    ap.add_argument("--stuck-after", type=float, default=120, help="seconds in one transition state that count as stuck")
+    ap.add_argument("--stuck-after", type=float, default=120,
+                    help="seconds in one transition state that count as stuck")
     ap.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     args = ap.parse_args()
     r = run(args.seconds, args.rest_seconds, args.clients, args.notebooks, args.mb, args.stuck_after)

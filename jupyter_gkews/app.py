@@ -6,6 +6,7 @@ import os
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
+from tornado.ioloop import PeriodicCallback
 from traitlets import Dict, Float, Int, Type, Unicode, default
 
 from .backends import Backend, LocalBackend
@@ -15,7 +16,6 @@ from .cleanup import describe, run_cleanup
 from .gpus import detect_gpu_count
 from .idle import PROFILE_ENV, IdleWatcher, choose_profile, profile_from_environment
 from .metrics import MetricsRecorder
-from .periodic import Periodic
 from .handlers import handlers
 from .lifecycle import Lifecycle
 from .state import StateDirInUse, StateStore
@@ -146,8 +146,9 @@ class GkewsApp(ExtensionApp):
 
         async def cleanup():
             self.log.info("jupyter_gkews: cleanup: %s", describe(await self.cleanup()).splitlines()[-1])
-        self.periodic_cleanup = Periodic(cleanup, self.cleanup_interval, "periodic cleanup", self.log)
-        self.periodic_cleanup.start()
+        if self.cleanup_interval > 0:  # 0 or less: never
+            self.periodic_cleanup = PeriodicCallback(cleanup, self.cleanup_interval * 1000)
+            self.periodic_cleanup.start()
 
     def _stop_operations(self) -> None:
         for part in ("idle_watcher", "periodic_cleanup"):
@@ -194,7 +195,8 @@ class GkewsApp(ExtensionApp):
         except (OSError, StateDirInUse) as exc:
             self._disable(store, exc)
             return
-        self.settings.update(gkews_lifecycle=self.lifecycle, gkews_catalog=CheckpointCatalog(os.environ[CHECKPOINT_ROOT_ENV]))
+        self.settings.update(gkews_lifecycle=self.lifecycle,
+                             gkews_catalog=CheckpointCatalog(os.environ[CHECKPOINT_ROOT_ENV]))
         if getattr(self.serverapp, "event_logger", None) is not None:
             self.serverapp.event_logger.add_listener(schema_id=CONTENTS_EVENTS, listener=self._contents_changed)
 

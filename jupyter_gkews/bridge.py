@@ -11,21 +11,16 @@ for heartbeat_grace seconds too; only a kernel that lives and works waits for th
 """
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
 import os
 import uuid
 
+from .errors import KernelCallError, KernelStateMissing
+
 SAVED_LINE = '{"gkews_saved"'
 
-
-class KernelCallError(Exception):
-    """A kernel could not answer (missing kernel_state, timeout, dead kernel); the message says which."""
-
-
-class KernelStateMissing(KernelCallError):
-    pass
+__all__ = ["KernelBridge", "KernelCallError", "KernelStateMissing"]
 
 
 class KernelDied(KernelCallError):
@@ -79,7 +74,7 @@ class KernelBridge:
         kernel, client, before = self._open(kernel_id, label)
         try:
             reply = await self._unless_dead(kernel_id, kernel, client, label, self._execute(
-                client, _expression("api", "call", json.dumps(request)), timeout, _progress_hook(on_progress)))
+                client, _expression("api", "answer", json.dumps(request)), timeout, _progress_hook(on_progress)))
         except (TimeoutError, asyncio.TimeoutError):
             raise KernelCallError(f"the kernel of {label} did not answer within {timeout:.0f} s") from None
         except RuntimeError as exc:  # wait_for_ready: the kernel died
@@ -118,7 +113,7 @@ class KernelBridge:
             await asyncio.wait({saved, task}, return_when=asyncio.FIRST_COMPLETED)
             if saved.done():
                 return saved.result()
-            return json.loads(self._answer_text(kernel, label, task.result()))
+            return self._answer_json(kernel, label, task.result())
         try:
             result = await asyncio.wait_for(
                 self._unless_dead(kernel_id, kernel, client, label, until_saved()), self.timeout)
@@ -133,7 +128,7 @@ class KernelBridge:
             raise
         if not result["ok"]:
             await hold.release()
-            raise KernelCallError(result["error"])
+            raise KernelCallError(result["error"], kind=result.get("type"))
         return result["result"], hold
 
     # -- parts ----------------------------------------------------------------------------------------
@@ -197,20 +192,25 @@ class KernelBridge:
             if silent >= self.heartbeat_grace:
                 return f"stopped answering its heartbeat for {self.heartbeat_grace:.0f} s"
 
-    def _answer_text(self, kernel, label: str, reply) -> str:
+    def _answer_json(self, kernel, label: str, reply) -> dict:
         answer = reply["content"].get("user_expressions", {}).get("gkews", {})
         if answer.get("status") != "ok":
             if answer.get("ename") in ("ModuleNotFoundError", "ImportError"):
                 raise KernelStateMissing(
                     f"the kernel of {label} ({kernel.kernel_name}) cannot import kernel_state: "
                     f"install jupyter-gkews in that kernel's environment")
-            raise KernelCallError(f"kernel_state failed in {label}: {answer.get('ename')}: {answer.get('evalue')}")
-        return ast.literal_eval(answer["data"]["text/plain"])
+            raise KernelCallError(f"kernel_state failed in {label}: {answer.get('ename')}: {answer.get('evalue')}",
+                                  kind=answer.get("ename"))
+        result = answer["data"].get("application/json")
+        if result is None:  # a kernel_state older than this server: no answer(), or no JSON display
+            raise KernelCallError(f"the kernel of {label} answered without JSON; "
+                                  "install the same jupyter-gkews in that kernel's environment")
+        return result
 
     def _answer(self, kernel, label: str, reply) -> dict:
-        result = json.loads(self._answer_text(kernel, label, reply))
+        result = self._answer_json(kernel, label, reply)
         if not result["ok"]:
-            raise KernelCallError(result["error"])
+            raise KernelCallError(result["error"], kind=result.get("type"))
         return result["result"]
 
     async def _restore_activity(self, kernel, before) -> None:

@@ -8,7 +8,7 @@ from kernel_state.errors import CheckpointNotFound
 from kernel_state.pins import CheckpointPinned
 from kernel_state.store import Store
 
-from .lifecycle import Conflict, NotFound
+from .errors import Conflict, NotFound
 
 
 class CheckpointCatalog:

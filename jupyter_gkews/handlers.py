@@ -11,10 +11,19 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 
 from .checkpoints import CheckpointCatalog
-from .lifecycle import BadRequest, LifecycleError
+from .errors import BadRequest, Conflict, KernelCallFailed, LifecycleError, NotFound, StateNotWritable
 from .notebook_actions import NotebookActions
+from .schema import CHECKPOINT_ID, validate_request
 
 AUTH_RESOURCE = "gkews"
+
+#: the one place where the domain's errors become HTTP status codes (the most specific class wins)
+STATUS_CODES: dict[type, int] = {BadRequest: 400, NotFound: 404, Conflict: 409, KernelCallFailed: 500,
+                                 StateNotWritable: 507, LifecycleError: 400}
+
+
+def status_code(exc: LifecycleError) -> int:
+    return next(STATUS_CODES[cls] for cls in type(exc).__mro__ if cls in STATUS_CODES)
 
 
 class GkewsHandler(APIHandler):
@@ -30,27 +39,18 @@ class GkewsHandler(APIHandler):
 
     def body(self) -> dict:
         raw = self.request.body
-        if not raw or not raw.strip():
-            return {}
         try:
-            data = json.loads(raw)
+            data = json.loads(raw) if raw and raw.strip() else {}
         except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
             raise BadRequest(f"the request body is not valid JSON ({exc}); send e.g. "
                              '{"notebooks": ["path/to/notebook.ipynb"]} or nothing') from None
-        if not isinstance(data, dict):
-            raise BadRequest('the request body must be a JSON object, e.g. {"notebooks": [...]}')
-        unknown = set(data) - self.accepted
-        if unknown:
-            raise BadRequest(f"unknown field(s) {', '.join(sorted(unknown))}; accepted: "
-                             f"{', '.join(sorted(self.accepted)) or 'none'}")
-        return data
+        return validate_request(self.request_schema, data)
 
-    accepted: set[str] = set()
+    request_schema = ""  # the name of the body's schema in schema.REQUESTS
 
     def reply(self, status: int, payload) -> None:
         self.set_status(status)
         self.finish(json.dumps(payload))
-
 
 
 def answers_errors(method):
@@ -65,10 +65,11 @@ def answers_errors(method):
         try:
             return await method(self, *args, **kwargs)
         except LifecycleError as exc:
+            code = status_code(exc)
             payload = {"message": str(exc), "reason": type(exc).__name__}
-            if exc.status_code == 409:
+            if code == 409:
                 payload["status"] = self.lifecycle.status()
-            self.reply(exc.status_code, payload)
+            self.reply(code, payload)
     return wrapper
 
 
@@ -81,7 +82,7 @@ class StatusHandler(GkewsHandler):
 
 
 class PauseHandler(GkewsHandler):
-    accepted = {"notebooks", "interrupt"}
+    request_schema = "pause"
 
     @web.authenticated
     @authorized
@@ -93,7 +94,7 @@ class PauseHandler(GkewsHandler):
 
 
 class ResumeHandler(GkewsHandler):
-    accepted = {"notebooks"}
+    request_schema = "resume"
 
     @web.authenticated
     @authorized
@@ -113,7 +114,7 @@ class CheckpointsHandler(GkewsHandler):
 
 
 class CheckpointNowHandler(GkewsHandler):
-    accepted = {"notebook"}
+    request_schema = "checkpoint-now"
 
     @web.authenticated
     @authorized
@@ -123,7 +124,7 @@ class CheckpointNowHandler(GkewsHandler):
 
 
 class CheckpointRestoreHandler(GkewsHandler):
-    accepted = {"notebook"}
+    request_schema = "restore"
 
     @web.authenticated
     @authorized
@@ -155,7 +156,7 @@ class EventsHandler(GkewsHandler):
         try:
             since = float(self.get_argument("since", "0"))
         except ValueError:
-            raise web.HTTPError(400, "since must be a number: seconds since the epoch, as in an event's time") from None
+            raise BadRequest("since must be a number: seconds since the epoch, as in an event's time") from None
         events = await asyncio.to_thread(self.lifecycle.store.events, since)
         self.reply(200, {"events": events})
 
@@ -168,8 +169,8 @@ def handlers(base_url: str) -> list:
         (route("pause"), PauseHandler),
         (route("resume"), ResumeHandler),
         (route("checkpoints"), CheckpointsHandler),
-        (route(r"checkpoints/([0-9]{8}-[0-9]{6}-[0-9]{3}-[0-9a-f]{4})"), CheckpointHandler),
+        (route(f"checkpoints/({CHECKPOINT_ID})"), CheckpointHandler),
         (route("events"), EventsHandler),
         (route("checkpoints/now"), CheckpointNowHandler),
-        (route(r"checkpoints/([0-9]{8}-[0-9]{6}-[0-9]{3}-[0-9a-f]{4})/restore"), CheckpointRestoreHandler),
+        (route(f"checkpoints/({CHECKPOINT_ID})/restore"), CheckpointRestoreHandler),
     ]

@@ -16,10 +16,10 @@ from __future__ import annotations
 import os
 import time
 
+from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Float, HasTraits, TraitError
 
-from .lifecycle import Conflict
-from .periodic import Periodic
+from .errors import Conflict
 
 PROFILE_ENV = "GKEWS_PROFILE"
 DEFAULT_PROFILE = "interactive"
@@ -96,7 +96,7 @@ class IdleWatcher:
         self.started = time.time()
         self._connections: dict[str, int] = {}
         self._connection_activity = self.started
-        self._periodic = Periodic(self.check, interval, "idle check", log)
+        self._periodic: PeriodicCallback | None = None
 
     # -- what the users did ---------------------------------------------------------------------------
     def _user_kernels(self) -> list:
@@ -172,11 +172,13 @@ class IdleWatcher:
 
     def start(self) -> None:
         """Watch for as long as the server runs (a profile that never pauses does not watch)."""
-        if self.profile.idle_minutes > 0:
+        if self.profile.idle_minutes > 0 and self.interval > 0:
+            self._periodic = PeriodicCallback(self.check, self.interval * 1000)  # awaits each check; logs errors
             self._periodic.start()
 
     def stop(self) -> None:
-        self._periodic.stop()
+        if self._periodic is not None:
+            self._periodic.stop()
 
 
 def profile_from_environment(default: str = DEFAULT_PROFILE) -> str:

@@ -18,31 +18,15 @@ import posixpath
 import time
 
 from kernel_state.pins import write_pins
+from kernel_state.timestamps import utc_epoch
 
 from .backends.base import LIVE_STATUSES, SnapshotFailed
-from .bridge import KernelCallError, hold_file
+from .bridge import hold_file
+# LifecycleError and NotFound: re-exported for callers that still import them from here
+from .errors import BadRequest, Conflict, KernelCallError, LifecycleError, NotFound, StateNotWritable  # noqa: F401
+from .journal import event_record
 from .state import StateStore, initial_state, now
-
-
-class LifecycleError(Exception):
-    status_code = 400
-
-
-class BadRequest(LifecycleError):
-    status_code = 400
-
-
-class Conflict(LifecycleError):
-    status_code = 409
-
-
-class NotFound(LifecycleError):
-    status_code = 404
-
-
-class StateNotWritable(LifecycleError):
-    """The state directory cannot be written (a full or read-only volume): nothing was started."""
-    status_code = 507
+from .states import check_transition
 
 
 def clean_notebook_paths(paths) -> list[str] | None:
@@ -89,8 +73,7 @@ class Lifecycle:
     async def _persist(self, event: str, **details) -> None:
         self.state["updated"] = now()
         snapshot = copy.deepcopy(self.state)
-        record = {"time": snapshot["updated"], "event": event, "state": snapshot["state"],
-                  "phase": snapshot["phase"], "cycle": snapshot["cycle"], **details}
+        record = event_record(snapshot, event, **details)
         async with self._write_lock:
             await asyncio.to_thread(self._write, snapshot, record)
 
@@ -100,8 +83,7 @@ class Lifecycle:
         pending = copy.deepcopy(self.state)
         apply(pending)
         pending["updated"] = now()
-        record = {"time": pending["updated"], "event": event, "state": pending["state"],
-                  "phase": pending["phase"], "cycle": pending["cycle"], **details}
+        record = event_record(pending, event, **details)
         async with self._write_lock:
             await asyncio.to_thread(self._write, pending, record)
         apply(self.state)
@@ -118,6 +100,7 @@ class Lifecycle:
                      **details) -> None:
         """Move to a state. The last step of a transition (final) is written to disk before anyone can
         see it, and the claim is released at that same moment: whoever reads "paused" may resume at once."""
+        check_transition(self.state["state"], state, phase)  # IllegalTransition: a bug, never bad input
         changes = {"state": state, "phase": phase, "message": message}
         if state != "failed":
             changes["error"] = None
@@ -192,11 +175,6 @@ class Lifecycle:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    async def wait_idle(self) -> None:
-        """Wait for the running transition (tests, shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     # -- pause ----------------------------------------------------------------------------------------
     async def request_pause(self, notebooks=None, interrupt: bool = False, *, reason: str = "user",
@@ -601,9 +579,7 @@ class Lifecycle:
 
     def _record(self, event: str) -> None:
         self.state["updated"] = now()
-        self._write(copy.deepcopy(self.state), {"time": self.state["updated"], "event": event,
-                                                "state": self.state["state"], "phase": self.state["phase"],
-                                                "cycle": self.state["cycle"], "message": self.state["message"]})
+        self._write(copy.deepcopy(self.state), event_record(self.state, event, message=self.state["message"]))
 
     def _finish_interrupted_pause(self) -> None:
         """Roll the pause forward: the old kernels are out of reach, every checkpoint they committed counts."""
@@ -656,5 +632,4 @@ class Lifecycle:
 
 
 def _epoch(created: str) -> int:
-    import calendar
-    return calendar.timegm(time.strptime(created, "%Y-%m-%dT%H:%M:%SZ"))
+    return int(utc_epoch(created))

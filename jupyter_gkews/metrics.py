@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Enum, Gauge
 
-from .state import STATES
+from .cycles import Cycles, gpu_hours_released
+from .states import Event, State, Verdict
 
-SESSION_STATE = Enum("gkews_session_state", "The session's lifecycle state.", states=list(STATES))
+SESSION_STATE = Enum("gkews_session_state", "The session's lifecycle state.", states=[s.value for s in State])
 PAUSES = Counter("gkews_pauses", "Pauses that finished, by who asked (user or idle policy) and result "
                  "(paused or failed).", ["reason", "result"])
 RESUMES = Counter("gkews_resumes", "Notebooks resumed, by verdict (live-verified, restored-from-checkpoint, "
@@ -25,44 +26,41 @@ GPUS = Gauge("gkews_gpus", "GPUs this session holds while it runs (c.GkewsApp.gp
 
 
 class MetricsRecorder:
-    """A Lifecycle listener: (event record, state after it) -> metric updates. Called from any thread."""
+    """A Lifecycle listener: (event record, state after it) -> metric updates. Called from any thread.
+
+    The events go through jupyter_gkews.cycles, the reducer the report uses, so a metric and the report
+    count the same thing the same way (GPU hours released above all)."""
 
     def __init__(self, gpu_count: int):
         GPUS.set(gpu_count)
         self.gpu_count = gpu_count
-        self._reason = "user"
-        self._transition: str | None = None  # "pause" or "resume" while one runs
+        self.cycles = Cycles()
         self._resuming: set[str] = set()
 
     def __call__(self, record: dict, state: dict) -> None:
-        SESSION_STATE.state(state["state"])
-        event = record["event"]
-        timeline = state.get("timeline") or {}
-        if event == "pause-requested":
-            self._reason = record.get("reason", "user")
-            self._transition = "pause"
-        elif event == "paused":
-            self._transition = None
-            PAUSES.labels(self._reason, "paused").inc()
-            nbs = [nb for nb in state["notebooks"] if nb.get("checkpoint") and nb.get("bytes") is not None]
-            CHECKPOINT_BYTES.set(sum(nb["bytes"] for nb in nbs))
-            if timeline.get("checkpoint_done") and timeline.get("pause_requested"):
-                CHECKPOINT_SECONDS.set(timeline["checkpoint_done"] - timeline["pause_requested"])
-        elif event == "resume-requested":
+        SESSION_STATE.state(str(state["state"]))
+        timeline = state.get("timeline") if state.get("cycle") == record.get("cycle") else None
+        cycle = self.cycles.add(record, timeline)
+        if cycle is None:
+            return
+        cycle["gpus"] = cycle["gpus"] or self.gpu_count  # the pause was requested before this server started
+        event, t = record["event"], cycle["timeline"]
+        if event == Event.PAUSED:
+            PAUSES.labels(cycle["reason"] or "user", "paused").inc()
+            CHECKPOINT_BYTES.set(sum(nb.get("bytes") or 0 for nb in cycle["notebooks"].values()))
+            if t.get("checkpoint_done") and t.get("pause_requested"):
+                CHECKPOINT_SECONDS.set(t["checkpoint_done"] - t["pause_requested"])
+        elif event == Event.RESUME_REQUESTED:
             self._resuming = set(record.get("notebooks") or [])
-            self._transition = "resume"
-        elif event == "restoring":
-            stopped, back = timeline.get("environment_stopped"), timeline.get("capacity_obtained")
-            if stopped and back and back > stopped:
-                GPU_HOURS_RELEASED.inc((back - stopped) / 3600 * self.gpu_count)
-        elif event == "notebook-resumed":
-            RESUMES.labels(record.get("verdict") or "failed").inc()
+        elif event in (Event.RESTORING, Event.RESTORED_DETECTED) and not cycle.get("gpu_hours_counted"):
+            cycle["gpu_hours_counted"] = True  # capacity is back: the hours the GPUs were released, once
+            GPU_HOURS_RELEASED.inc(gpu_hours_released(cycle, until=t.get("capacity_obtained") or 0))
+        elif event == Event.NOTEBOOK_RESUMED:
+            RESUMES.labels(record.get("verdict") or Verdict.FAILED.value).inc()
             self._resuming.discard(record.get("path"))
-        elif event == "resumed":
-            self._transition = None
-        elif event == "failed":
-            if self._transition == "pause":
-                PAUSES.labels(self._reason, "failed").inc()
-            elif self._transition == "resume":  # a resume that stopped: the notebooks it had not finished failed
-                RESUMES.labels("failed").inc(len(self._resuming))
-            self._transition, self._resuming = None, set()
+        elif event == Event.FAILED:
+            if "resume_requested" not in t:
+                PAUSES.labels(cycle["reason"] or "user", "failed").inc()
+            else:  # a resume that stopped: the notebooks it had not finished failed
+                RESUMES.labels(Verdict.FAILED.value).inc(len(self._resuming))
+            self._resuming = set()

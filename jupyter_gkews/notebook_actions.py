@@ -2,17 +2,8 @@
 of its checkpoints into it. Both go through the kernel bridge, so the kernel does the (un)pickling."""
 from __future__ import annotations
 
-import re
-
-from .bridge import KernelCallError
-from .lifecycle import BadRequest, Conflict, LifecycleError, NotFound, clean_notebook_paths
-
-CHECKPOINT_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9]{3}-[0-9a-f]{4}$")
-
-
-class KernelCallFailed(LifecycleError):
-    """The kernel answered with an error (or not at all): a server-side problem, not bad input."""
-    status_code = 500
+from .errors import Conflict, KernelCallError, from_kernel
+from .lifecycle import clean_notebook_paths
 
 
 class NotebookActions:
@@ -20,10 +11,8 @@ class NotebookActions:
         self.lifecycle = lifecycle
 
     def _notebook(self, body: dict) -> str:
-        notebook = body.get("notebook")
-        if not isinstance(notebook, str) or not notebook:
-            raise BadRequest('give the notebook as {"notebook": "path/relative/to/the/root.ipynb"}')
-        return clean_notebook_paths([notebook])[0]
+        """The body's notebook (its shape checked by schema.REQUESTS), normalised inside the root."""
+        return clean_notebook_paths([body["notebook"]])[0]
 
     async def _kernel_of(self, notebook: str) -> str:
         state = self.lifecycle.state["state"]
@@ -49,10 +38,8 @@ class NotebookActions:
         try:
             return await lc.bridge.call(kernel_id, {"notebook": notebook, "root": lc.checkpoint_root, **request},
                                         label=notebook)
-        except KernelCallError as exc:
-            if "does not exist" in str(exc) or "no checkpoint" in str(exc):
-                raise NotFound(str(exc)) from None
-            raise KernelCallFailed(f"{exc}; the kernel and its variables are unchanged unless it says otherwise")
+        except KernelCallError as exc:  # the type kernel_state raised decides (CheckpointNotFound: 404)
+            raise from_kernel(exc, "; the kernel and its variables are unchanged unless it says otherwise") from None
 
     async def checkpoint_now(self, body: dict) -> dict:
         notebook = self._notebook(body)
@@ -63,8 +50,7 @@ class NotebookActions:
         return {"notebook": notebook, **result}
 
     async def restore(self, checkpoint_id: str, body: dict) -> dict:
-        if not CHECKPOINT_ID.match(checkpoint_id):
-            raise BadRequest(f"{checkpoint_id!r} is not a checkpoint id; GET gkews/checkpoints lists them")
+        """checkpoint_id matched schema.CHECKPOINT_ID in the route."""
         notebook = self._notebook(body)
         kernel_id = await self._kernel_of(notebook)
         result = await self._call(kernel_id, notebook, {"op": "restore", "checkpoint": checkpoint_id})

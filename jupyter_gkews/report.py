@@ -1,8 +1,6 @@
 """What pausing gave back and what resuming cost, computed from the lifecycle's event log alone.
 
-A cycle is everything with one cycle number: pause requested (with the last user activity, who asked and
-the GPU count), each notebook checkpointed (bytes), the snapshot, paused (its timeline), resume requested,
-capacity obtained ("restoring"), each notebook resumed (verdict and why), resumed, kernel usable.
+The cycles come from jupyter_gkews.cycles, the one reader of the event log (the metrics use it too).
 GPU hours released = (capacity obtained, or the report's end while still paused, minus environment
 stopped) x GPUs. Percentiles are nearest-rank.
 """
@@ -11,61 +9,10 @@ from __future__ import annotations
 import math
 import time
 
+from .cycles import build_cycles, gpu_hours_released, released_hours
+from .states import OK_VERDICTS, Verdict
+
 DAY = 86400.0
-OK_VERDICTS = ("live-verified", "restored-from-checkpoint")
-
-
-def _new_cycle(number: int) -> dict:
-    return {"cycle": number, "reason": None, "gpus": 0, "notebooks": {}, "result": None, "snapshot_bytes": 0,
-            "resume_failed": None, "pause_failed": None,
-            "timeline": {}}
-
-
-def build_cycles(events: list[dict]) -> list[dict]:
-    """One dict per pause, in order, with its timeline and per-notebook bytes and verdicts."""
-    cycles: dict[int, dict] = {}
-    for e in events:
-        n = e.get("cycle") or 0
-        if n <= 0:
-            continue
-        c = cycles.setdefault(n, _new_cycle(n))
-        t, kind = c["timeline"], e.get("event")
-        if kind == "pause-requested":
-            t["pause_requested"] = e["time"]
-            t["last_activity"] = e.get("last_activity")
-            c.update(reason=e.get("reason", "user"), gpus=e.get("gpus") or 0)
-        elif kind in ("notebook-checkpointed", "notebook-not-checkpointed"):
-            c["notebooks"].setdefault(e["path"], {})["bytes"] = e.get("bytes") or 0
-            if kind == "notebook-not-checkpointed":
-                c["notebooks"][e["path"]]["pause_error"] = e.get("error")
-        elif kind == "releasing":
-            c["snapshot_bytes"] = int(((e.get("snapshot") or {}).get("bytes")) or 0)
-        elif kind in ("paused", "resumed"):
-            t.update({k: v for k, v in (e.get("timeline") or {}).items() if v is not None})
-            if kind == "paused":
-                t.setdefault("environment_stopped", e["time"])
-                c["result"] = "paused"
-            else:
-                t.setdefault("restore_done", e["time"])
-                c["result"] = "resumed"
-        elif kind == "recovered-interrupted-pause":
-            t.setdefault("environment_stopped", e["time"])
-            c["result"] = "paused"
-        elif kind == "resume-requested":
-            t["resume_requested"] = e["time"]
-        elif kind == "restoring":
-            t["capacity_obtained"] = e["time"]
-        elif kind == "notebook-resumed":
-            nb = c["notebooks"].setdefault(e["path"], {})
-            nb.update(verdict=e.get("verdict"), why=e.get("why"))
-        elif kind == "kernel-usable":
-            t.setdefault("kernel_usable", e.get("kernel_usable") or e["time"])
-        elif kind == "failed":
-            key = "resume_failed" if "resume_requested" in t else "pause_failed"
-            c[key] = e.get("reason") or e.get("message")
-            if key == "pause_failed":
-                c["result"] = "pause failed"
-    return [cycles[n] for n in sorted(cycles)]
 
 
 def _seconds(t: dict, start: str, end: str) -> float | None:
@@ -77,9 +24,6 @@ def _seconds(t: dict, start: str, end: str) -> float | None:
 def measure(cycle: dict, until: float) -> dict:
     """The derived figures of one cycle: idle before the pause, hours released, resume times."""
     t = cycle["timeline"]
-    stopped = t.get("environment_stopped")
-    back = t.get("capacity_obtained")
-    released = max(0.0, (back or until) - stopped) / 3600 if stopped and (back or until) >= stopped else 0.0
     verdicts: dict[str, int] = {}
     for nb in cycle["notebooks"].values():
         if nb.get("verdict"):
@@ -87,9 +31,9 @@ def measure(cycle: dict, until: float) -> dict:
     return {
         "idle_seconds": _seconds(t, "last_activity", "pause_requested"),
         "checkpoint_seconds": _seconds(t, "pause_requested", "checkpoint_done"),
-        "released_hours": released,
-        "still_paused": bool(stopped) and back is None,
-        "gpu_hours_released": released * cycle["gpus"],
+        "released_hours": released_hours(cycle, until),
+        "still_paused": bool(t.get("environment_stopped")) and t.get("capacity_obtained") is None,
+        "gpu_hours_released": gpu_hours_released(cycle, until),
         "checkpoint_bytes": sum(nb.get("bytes") or 0 for nb in cycle["notebooks"].values()),
         "verdicts": verdicts,
         "ready_seconds": _seconds(t, "resume_requested", "restore_done"),
@@ -109,16 +53,9 @@ def held_and_released(events: list[dict], cycles: list[dict], start: float, end:
     """Hours in [start, end) that the environment held its GPUs and that it had released them. Time
     before the first event is unknown and counts as neither."""
     known_from = max(start, events[0]["time"]) if events else end
-    released = 0.0
-    for c in cycles:
-        t = c["timeline"]
-        stopped = t.get("environment_stopped")
-        if not stopped:
-            continue
-        back = t.get("capacity_obtained") or end
-        released += max(0.0, min(back, end) - max(stopped, known_from))
-    observed = max(0.0, end - known_from)
-    return (observed - released) / 3600, released / 3600
+    released = sum(released_hours(c, end, start=known_from, end=end) for c in cycles)
+    observed = max(0.0, end - known_from) / 3600
+    return observed - released, released
 
 
 def week(events: list[dict], cycles: list[dict], end: float) -> dict:
@@ -153,9 +90,9 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
         for v, n in r["verdicts"].items():
             verdicts[v] = verdicts.get(v, 0) + n
         for nb in r["notebooks"].values():
-            if nb.get("verdict") == "restored-from-checkpoint":
+            if nb.get("verdict") == Verdict.RESTORED_FROM_CHECKPOINT:
                 fallbacks[nb.get("why") or "unknown"] = fallbacks.get(nb.get("why") or "unknown", 0) + 1
-            elif nb.get("verdict") == "failed":
+            elif nb.get("verdict") == Verdict.FAILED:
                 failures[nb.get("why") or "unknown"] = failures.get(nb.get("why") or "unknown", 0) + 1
         if r["resume_failed"]:
             failures[r["resume_failed"]] = failures.get(r["resume_failed"], 0) + 1

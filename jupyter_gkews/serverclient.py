@@ -11,7 +11,6 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-import uuid
 
 #: What a request meets while a server is away (a Pod paused by the backend, a restart).
 UNREACHABLE = (urllib.error.URLError, ConnectionError, OSError)
@@ -109,20 +108,20 @@ class ServerClient:
         return asyncio.run(self._execute(kernel_id, code, timeout))
 
     async def _execute(self, kernel_id: str, code: str, timeout: float) -> str:
+        from jupyter_client.jsonutil import json_default
+        from jupyter_client.session import Session
         from tornado.httpclient import HTTPRequest
         from tornado.websocket import websocket_connect
 
-        session = uuid.uuid4().hex
-        ws_url = self.url.replace("http", "ws", 1) + f"api/kernels/{kernel_id}/channels?session_id={session}"
+        session = Session(username="gkews")  # builds the message header as a kernel client does
+        ws_url = self.url.replace("http", "ws", 1) + f"api/kernels/{kernel_id}/channels?session_id={session.session}"
         conn = await asyncio.wait_for(websocket_connect(HTTPRequest(
             ws_url, headers={"Authorization": f"token {self.token}"})), timeout)
-        msg_id = uuid.uuid4().hex
-        conn.write_message(json.dumps({
-            "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "gkews", "session": session,
-                       "version": "5.3", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-            "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-            "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
-                        "allow_stdin": False, "stop_on_error": True}}))
+        request = session.msg("execute_request", {
+            "code": code, "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False,
+            "stop_on_error": True})
+        msg_id = request["header"]["msg_id"]
+        conn.write_message(json.dumps({**request, "channel": "shell", "buffers": []}, default=json_default))
         out, error, idle, replied = [], None, False, False
         try:
             while not (idle and replied):

@@ -13,7 +13,9 @@ import time
 
 from kernel_state.fsutil import write_json_durable
 
-STATES = ("active", "pausing", "paused", "resuming", "failed")
+from .states import State
+
+STATES = tuple(s.value for s in State)
 
 
 def now() -> float:

@@ -3,6 +3,9 @@
     kernel_state.api.call('{"op": "verify", "notebook": "work/train.ipynb"}')
     -> '{"ok": true, "result": {...}}'  or  '{"ok": false, "error": "...", "type": "CheckpointNotFound"}'
 
+The server calls answer() instead: the same answer as an object whose display is application/json, so the
+user expression's result reaches it as a JSON object (no second encoding).
+
 With "progress": true a save prints {"gkews_progress": {...}} lines on stdout as it goes.
 """
 from __future__ import annotations
@@ -43,3 +46,20 @@ def call(request) -> str:
         return json.dumps({"ok": True, "result": _OPS[op](req)}, default=str)
     except Exception as exc:  # the caller is another process: every failure becomes a JSON answer
         return json.dumps({"ok": False, "error": str(exc), "type": type(exc).__name__})
+
+
+class Answer:
+    """call()'s answer, displayed as application/json (IPython's _repr_json_)."""
+
+    def __init__(self, payload: dict):
+        self.payload = payload
+
+    def _repr_json_(self) -> dict:
+        return self.payload
+
+    def __repr__(self) -> str:
+        return json.dumps(self.payload)
+
+
+def answer(request) -> Answer:
+    return Answer(json.loads(call(request)))

@@ -320,7 +320,8 @@ class Capture:
     def _write_chunks(self, record, pieces) -> None:
         """Write the chunks no earlier checkpoint (nor this one) has; account for all of them."""
         for (digest, n), piece in zip(record["chunks"], pieces):
-            if self.store.has_blob(digest, "safetensors") or self.store.blob_path(digest, "safetensors") in self.store.staged:
+            stored = self.store.has_blob(digest, "safetensors")
+            if stored or self.store.blob_path(digest, "safetensors") in self.store.staged:
                 self._account(digest, n + len_header("U8", [n]), False)
                 continue
             written, size, new = self.store.put_tensors([("t", "U8", [n], piece)], self._progress_bytes)

@@ -238,8 +238,8 @@ def value_digest(value, algorithm: str | None = None) -> dict:
     np = sys.modules.get("numpy")
     if np is not None and isinstance(value, np.ndarray) and not value.dtype.hasobject:
         a = np.ascontiguousarray(value)
-        return {"algorithm": "xxh3-128",
-                "value": f"{a.dtype.str}{list(a.shape)}:{cpu_fingerprint('U8', [a.nbytes], memory_view(a.ctypes.data, a.nbytes))}"}
+        digest = cpu_fingerprint("U8", [a.nbytes], memory_view(a.ctypes.data, a.nbytes))
+        return {"algorithm": "xxh3-128", "value": f"{a.dtype.str}{list(a.shape)}:{digest}"}
     try:
         return {"algorithm": "pickle", "value": digest_bytes(pickle.dumps(value, protocol=5))}
     except Exception:

@@ -1,8 +1,6 @@
 """Content hashes. xxh3-128 detects corruption at memory speed; it is not a defence against forgery."""
 import xxhash
 
-ALGORITHM = "xxh3-128"
-
 
 def new_hasher():
     return xxhash.xxh3_128()

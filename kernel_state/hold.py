@@ -19,10 +19,10 @@ import time
 from . import api
 
 
-def save_then_hold(request: str, hold_file: str, seconds: float) -> str:
-    answer = api.call(request)
-    print(json.dumps({"gkews_saved": json.loads(answer)}), flush=True)
-    if json.loads(answer)["ok"]:
+def save_then_hold(request: str, hold_file: str, seconds: float) -> api.Answer:
+    answer = api.answer(request)
+    print(json.dumps({"gkews_saved": answer.payload}), flush=True)
+    if answer.payload["ok"]:
         with _interrupts_ignored():
             _hold(hold_file, seconds)
     return answer

@@ -118,7 +118,8 @@ class CheckpointMagics(Magics):
             if "error" in r:
                 print(f"{r['id']:<26} unreadable: {r['error']}")
                 continue
-            print(f"{r['id']:<26} {r['created']:<21} {human_bytes(r['bytes']):>11} {r['variables']:>9} {r['skipped']:>7}")
+            print(f"{r['id']:<26} {r['created']:<21} {human_bytes(r['bytes']):>11} {r['variables']:>9} "
+                  f"{r['skipped']:>7}")
 
     def _verify(self, args):
         result = checkpoint.verify(self.shell.user_ns, notebook=args.notebook, checkpoint=args.checkpoint)

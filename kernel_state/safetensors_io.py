@@ -3,9 +3,9 @@
 The format, in one paragraph: 8 bytes little-endian header length N; N bytes of JSON mapping each
 tensor name to {"dtype", "shape", "data_offsets": [begin, end]} (plus an optional "__metadata__" of
 string to string); then the raw little-endian, C-order bytes of the tensors, with no holes. We pad the
-JSON with spaces so the data starts on a 4096-byte boundary (page-aligned when mapped); the safetensors library reads the files as
-they are. A blob is named by the xxh3-128 of all its bytes, and a reader checks that hash, and every
-offset in the header, before it hands out a single byte.
+JSON with spaces so the data starts on a 4096-byte boundary (page-aligned when mapped); the safetensors
+library reads the files as they are. A blob is named by the xxh3-128 of all its bytes, and a reader
+checks that hash, and every offset in the header, before it hands out a single byte.
 """
 from __future__ import annotations
 

@@ -13,7 +13,6 @@ the new one, never half of one, and a blob under its final name is always comple
 """
 from __future__ import annotations
 
-import calendar
 import contextlib
 import errno
 import fcntl
@@ -28,6 +27,7 @@ from .errors import CheckpointNotFound, CheckpointWriteError, CorruptManifest
 from .fsutil import fsync_dir, fsync_file, remove_quietly, temp_path, write_json_durable
 from .hashing import digest_bytes
 from .safetensors_io import write_blob
+from .timestamps import utc_epoch
 
 MANIFEST_FORMAT = "gkews-checkpoint"
 _sync_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gkews-fsync")
@@ -297,7 +297,7 @@ def manifest_checksum(manifest: dict) -> str:
 
 def _created_epoch(manifest: dict) -> float:
     try:
-        return float(calendar.timegm(time.strptime(manifest["created"], "%Y-%m-%dT%H:%M:%SZ")))
+        return utc_epoch(manifest["created"])
     except (KeyError, TypeError, ValueError):
         return time.time()  # no readable date: never old
 

@@ -1,5 +1,6 @@
 /**
  * The JSON the server answers under <base_url>gkews/ (docs/rest-api.md), as TypeScript types.
+ * jupyter_gkews/schema.py is the source: tests/test_schema.py checks every interface here against it.
  */
 
 export type State = 'active' | 'pausing' | 'paused' | 'resuming' | 'failed';
@@ -21,22 +22,29 @@ export interface ISkipped {
 
 export interface INotebookStatus {
   path: string;
+  name?: string;
+  type?: string;
   session_id?: string;
   kernel_id: string;
   kernel_name?: string;
   status: string;
   checkpoint?: string;
   bytes?: number;
+  bytes_written?: number;
+  seconds?: number;
   saved?: string[];
   skipped?: Record<string, ISkipped>;
+  interrupted?: boolean;
   error?: string | null;
   next_step?: string;
   verdict?: 'live-verified' | 'restored-from-checkpoint' | 'failed' | null;
   why_restored?: string;
+  restore_seconds?: number;
   restored?: string[];
   failed?: Record<string, string>;
   skipped_at_save?: Record<string, ISkipped>;
   warnings?: string[];
+  same_process?: boolean;
 }
 
 export interface IStatus {
@@ -47,6 +55,8 @@ export interface IStatus {
   cycle: number;
   progress: IProgress | null;
   error: { reason: string; next_step: string } | null;
+  snapshot?: Record<string, unknown> | null;
+  restored_from?: Record<string, unknown>;
   timeline: Record<string, number | null>;
   notebooks: INotebookStatus[];
   updated: number;
@@ -66,8 +76,10 @@ export interface ICheckpointNow {
   notebook: string;
   id: string;
   bytes: number;
+  bytes_written?: number;
   saved: string[];
   skipped: Record<string, ISkipped>;
+  seconds?: number;
 }
 
 export interface IRestoreResult {
@@ -75,7 +87,9 @@ export interface IRestoreResult {
   checkpoint: string;
   restored: string[];
   failed: Record<string, string>;
+  skipped_at_save?: Record<string, ISkipped>;
   warnings: string[];
+  seconds?: number;
 }
 
 /** What the model needs from the server; the real one is in api.ts, tests pass a fake. */

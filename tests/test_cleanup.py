@@ -51,7 +51,8 @@ def test_dry_run_then_cleanup_by_keep_last(tmp_path):
     done = jupyter_gkews("cleanup", f"--checkpoint-root={root}", "--keep-last=1", home=tmp_path)
     assert done.returncode == 0, done.stderr
     assert f"removed 2 checkpoint(s) of {A}" in done.stdout
-    assert f"4 checkpoint(s) and 0 backend object(s) removed across 2 notebook(s); {plan['bytes_freed']} bytes" in done.stdout
+    assert (f"4 checkpoint(s) and 0 backend object(s) removed across 2 notebook(s); {plan['bytes_freed']} bytes"
+            in done.stdout)
     after = files(root)
     assert sum(before.values()) - sum(after.values()) == plan["bytes_freed"]
     for nb in (A, B):

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import kernel_state
-from kernel_state.errors import CheckpointError, CorruptManifest
+from kernel_state.errors import CorruptManifest
 from kernel_state.store import Store
 
 from contenthash import content_digest

@@ -1,7 +1,6 @@
 """SIGKILL during a save never breaks or hides the previous checkpoint, nor lists a half one."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -13,7 +12,7 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-import kernel_state
+import kernel_state  # noqa: E402 (after the numpy skip)
 
 SAVER = textwrap.dedent(r'''
     import os, sys, time, numpy as np

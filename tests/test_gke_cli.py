@@ -99,7 +99,7 @@ def test_status_pause_resume_and_capacity(fake, gkews):
 def test_restoring_is_shown_while_the_pod_is_not_ready(fake, gkews):
     fake.call(lambda: fake.emu.objects[PODS, "team-a", fake.pod].patch(
         {"status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"},
-                                                      {"type": "Ready", "status": "False"}]}}))
+                                                       {"type": "Ready", "status": "False"}]}}))
     d = status(gkews)
     assert d["state"] == "restoring" and d["message"] == "the Pod is Running and not ready yet"
     assert "already pending (restoring" in gkews("resume", "--workspace", "gpu-notebook", code=3).stderr

@@ -67,7 +67,8 @@ def test_cleanup_keeps_the_newest_and_the_one_a_pending_resume_needs(fake, tmp_p
     planned = asyncio.run(b.cleanup(dry_run=True))
     assert [(i["kind"], i["name"]) for i in planned] == [
         ("PodSnapshot", middle),
-        ("PodSnapshotManualTrigger", fake.get(SNAPSHOTS, middle)["metadata"]["labels"]["gke-pod-snapshot-triggered-by"])]
+        ("PodSnapshotManualTrigger",
+         fake.get(SNAPSHOTS, middle)["metadata"]["labels"]["gke-pod-snapshot-triggered-by"])]
     assert {s["metadata"]["name"] for s in fake.all(SNAPSHOTS)} == {oldest, middle, newest}  # dry run: nothing gone
 
     done = asyncio.run(b.cleanup())
@@ -116,7 +117,8 @@ def test_gke_shapes():
         trigger_progress(failed)
     assert trigger_progress({"metadata": {"name": "t"}})[0] == "pending"
     uploading = {"metadata": {"name": "s"}, "status": {"conditions": [
-        {"type": "Checkpoint", "status": "True"}, {"type": "Ready", "status": "False", "reason": "AwaitingCheckpoint"}]}}
+        {"type": "Checkpoint", "status": "True"},
+        {"type": "Ready", "status": "False", "reason": "AwaitingCheckpoint"}]}}
     assert snapshot_progress(uploading) == ("pending", "AwaitingCheckpoint")
     for kind in ("Checkpoint", "StorageReplicated", "Ready"):  # each one can end the snapshot
         for reason in ("Failed", "Error"):
@@ -210,7 +212,8 @@ def test_cleanup_command_keeps_the_snapshot_the_paused_server_needs(fake, tmp_pa
                       "--GkeBackend.keep_snapshots=1", home=tmp_path)
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
-    assert [(o["kind"], o["name"]) for o in report["backend"] if o["kind"] == "PodSnapshot"] == [("PodSnapshot", middle)]
+    snapshots = [(o["kind"], o["name"]) for o in report["backend"] if o["kind"] == "PodSnapshot"]
+    assert snapshots == [("PodSnapshot", middle)]
     for _ in range(100):
         if len(fake.all(SNAPSHOTS)) == 2:
             break

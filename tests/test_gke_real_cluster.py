@@ -84,7 +84,8 @@ def wait_for(states: tuple[str, ...], timeout: float = 1800, seen_in_between=Non
 
 
 def server(method: str, path: str) -> dict:
-    req = urllib.request.Request(SERVER.rstrip("/") + "/" + path, method=method, data=b"{}" if method == "POST" else None,
+    req = urllib.request.Request(SERVER.rstrip("/") + "/" + path, method=method,
+                                 data=b"{}" if method == "POST" else None,
                                  headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as r:
         return json.loads(r.read() or b"{}")

@@ -207,8 +207,8 @@ def test_a_wrong_profile_is_named_with_the_fix(name, overrides, words):
 
 
 @pytest.mark.parametrize("profile_fields", [{"idle_minutes": 0.01}])
-async def test_a_server_with_an_unknown_profile_leaves_the_session_alone(jp_fetch, jp_serverapp, jp_root_dir,
-                                                                        profile_fields, caplog):
+async def test_a_server_with_an_unknown_profile_leaves_the_session_alone(
+        jp_fetch, jp_serverapp, jp_root_dir, profile_fields, caplog):
     # the fixture's profile exists; reconfigure a second watcher as a server with a typo would
     app = gkews_app(jp_serverapp)
     app.idle_watcher.stop()

@@ -113,7 +113,8 @@ def test_magic_is_loaded_without_load_ext_and_explains_itself(store):
 def test_list_verify_probe_delete(store):
     k = Kernel(store)
     try:
-        k.run("import torch; torch.manual_seed(3); net = torch.nn.Linear(300, 300); x = torch.ones(2, 300); note = 'kept'")
+        k.run("import torch; torch.manual_seed(3); net = torch.nn.Linear(300, 300); x = torch.ones(2, 300); "
+              "note = 'kept'")
         assert "Probe recorded: net(x).sum().item() =" in k.run("%gkews_checkpoint probe net(x).sum().item()")
         k.run("%gkews_checkpoint save")
         k.run("%gkews_checkpoint save --exclude note")

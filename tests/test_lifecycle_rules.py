@@ -1,4 +1,4 @@
-"""The rules of DESIGN.md ("Rules that hold everywhere", "Lifecycle") checked against a real server.
+"""The rules of docs/architecture.md ("Rules that hold everywhere", "The lifecycle") checked against a real server.
 
 Authentication on every route, bad input answered 400/404 with a message that names the problem and the
 fix and changes nothing, one transition at a time under concurrent requests, a silent kernel bridge,
@@ -195,8 +195,8 @@ def nokstate_kernel(jp_data_dir, tmp_path):
     return "nokstate"
 
 
-async def test_kernel_without_kernel_state_is_reported_and_left_running(nokstate_kernel, jp_fetch, jp_serverapp,
-                                                                         jp_root_dir):
+async def test_kernel_without_kernel_state_is_reported_and_left_running(
+        nokstate_kernel, jp_fetch, jp_serverapp, jp_root_dir):
     bare = await open_notebook(jp_fetch, jp_root_dir, "lab/bare.ipynb", kernel_name=nokstate_kernel)
     ok = await open_notebook(jp_fetch, jp_root_dir, "work/ok.ipynb")
     bare_kid, ok_kid = bare["kernel"]["id"], ok["kernel"]["id"]

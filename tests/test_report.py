@@ -34,7 +34,8 @@ def pause_events(cycle: int, at: float, last_activity: float, gpus: int = 2) -> 
             ev(at - 40, "notebook-checkpointed", cycle, "pausing", "checkpointing", path="train.ipynb", error=None,
                bytes=100 * MIB, seconds=18.5),
             ev(at - 40, "snapshotting", cycle, "pausing", "snapshotting"),
-            ev(at - 10, "releasing", cycle, "pausing", "releasing", snapshot={"name": f"snap-{cycle}", "bytes": 2048 * MIB}),
+            ev(at - 10, "releasing", cycle, "pausing", "releasing",
+               snapshot={"name": f"snap-{cycle}", "bytes": 2048 * MIB}),
             ev(at, "paused", cycle, "paused", message="paused 1 notebook(s)", timeline=t)]
 
 
@@ -44,7 +45,8 @@ def resume_events(cycle: int, capacity_at: float, ready_after: float, verdict: s
     out = [ev(requested, "resume-requested", cycle, "resuming", "waiting-for-capacity", notebooks=["train.ipynb"]),
            ev(capacity_at, "restoring", cycle, "resuming", "restoring"),
            ev(capacity_at + 5, "verifying", cycle, "resuming", "verifying"),
-           ev(done - 1, "notebook-resumed", cycle, "resuming", "verifying", path="train.ipynb", verdict=verdict, why=why),
+           ev(done - 1, "notebook-resumed", cycle, "resuming", "verifying", path="train.ipynb", verdict=verdict,
+              why=why),
            ev(done, "resumed", cycle, "active", verdicts={verdict: 1},
               timeline={"resume_requested": requested, "capacity_obtained": capacity_at, "restore_done": done})]
     if verdict != "failed":

@@ -6,7 +6,6 @@ notebook, except `frozen`, which never changes, so that the unchanged-tensor pat
 """
 from __future__ import annotations
 
-import os
 
 import numpy as np
 

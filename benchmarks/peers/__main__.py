@@ -47,7 +47,7 @@ SETUP = """
 import numpy as np, torch
 torch.manual_seed(0)
 arr = np.random.default_rng(0).standard_normal({n})        # {mb} MB
-model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(8)])   # 134 MB
+model = torch.nn.Sequential(*[torch.nn.Linear({width}, {width}) for _ in range(8)])   # 134 MB at 2048
 view = arr[1000:2_000_000]                                  # a view of the array
 step, losses, config = 0, [], {{"lr": 1e-3, "name": "run-1", "layers": 8}}
 """
@@ -63,8 +63,8 @@ GENERATOR_NEXT = {"gen": 4}  # two values consumed by cells 8 and 9
 VIEWS = {"view": "arr"}
 
 
-def cells(mb: float) -> list[str]:
-    out = [SETUP.format(n=int(mb * 1e6 / 8), mb=f"{mb:g}")]
+def cells(mb: float, width: int = 2048) -> list[str]:
+    out = [SETUP.format(n=int(mb * 1e6 / 8), mb=f"{mb:g}", width=width)]
     for k in range(2, 11):
         out.append(MUTATION.format(k=k) + EXTRA.get(k, ""))
     return out
@@ -93,7 +93,8 @@ def boot(kernel: Kernel) -> None:
 # -- Kishu's own environment ----------------------------------------------------------------------------
 def ensure_kishu(jupyter_path: Path) -> str:
     python = KISHU_VENV / "bin" / "python"
-    if not (python.exists() and subprocess.run([str(python), "-c", "import kishu"], capture_output=True).returncode == 0):
+    if not (python.exists()
+            and subprocess.run([str(python), "-c", "import kishu"], capture_output=True).returncode == 0):
         print(f"creating {KISHU_VENV} with kishu from PyPI (once)...", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(KISHU_VENV)], check=True)
         site = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
@@ -313,14 +314,21 @@ def main() -> None:
                     help="comma-separated subset of kishu,dill,store,torch,ours")
     ap.add_argument("--json", metavar="PATH", help="write every figure as JSON")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--smoke", action="store_true", help="the smallest run (a 2 MB array, a 2 MB model, no Kishu, "
+                    "whose environment comes from PyPI): every system works; the figures mean nothing")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="gkews-bench-peers-", dir=REPO / "benchmarks" / "results"))
+    width = 256 if args.smoke else 2048
+    if args.smoke:
+        args.mb, args.systems = 2, ",".join(s for s in args.systems.split(",") if s != "kishu")
+    results_dir = REPO / "benchmarks" / "results"  # ignored by git: a fresh clone does not have it
+    results_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="gkews-bench-peers-", dir=results_dir))
     jupyter_path = work / "jupyter"
     os.environ["JUPYTER_PATH"] = str(jupyter_path) + os.pathsep + os.environ.get("JUPYTER_PATH", "")
     classes = {"kishu": Kishu, "dill": Dill, "store": Store, "torch": TorchSave, "ours": Ours}
     chosen = [classes[s] for s in args.systems.split(",")]
     kishu_version = ensure_kishu(jupyter_path) if Kishu in chosen else "-"
-    workload = cells(args.mb)
+    workload = cells(args.mb, width)
     try:
         results = [run_system(cls(work), workload) for cls in chosen]
         live = results[0]["live_bytes"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import sys
 import time
 import types
 
@@ -26,8 +25,6 @@ def _ns() -> dict:
 def user_variables() -> dict:
     return {k: v for k, v in _ns().items()
             if not k.startswith("_") and k not in SKIP and not isinstance(v, types.ModuleType)}
-
-
 
 
 def _du(path: str) -> int:
@@ -277,5 +274,3 @@ def preload() -> str:
     import numpy  # noqa: F401
     import torch  # noqa: F401
     return _answer(ok=True)
-
-

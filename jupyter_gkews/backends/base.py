@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from traitlets.config import LoggingConfigurable
 
+from ..states import NotebookStatus
+
 
 #: Per-notebook statuses of a pause whose kernel process lives on (local GPU suspend): "suspended" (its GPU
 #: state is in host memory, the GPU is free) and "kept-running" (it held no CUDA context: nothing to release).
 #: A resume brings them back live and verifies them; "released" notebooks come back from their checkpoints.
-SUSPENDED = "suspended"
-KEPT_RUNNING = "kept-running"
-LIVE_STATUSES = (SUSPENDED, KEPT_RUNNING)
+SUSPENDED = NotebookStatus.SUSPENDED
+KEPT_RUNNING = NotebookStatus.KEPT_RUNNING
+LIVE_STATUSES = (SUSPENDED, KEPT_RUNNING)  # a paused notebook whose kernel process lives on
 
 
 class SnapshotFailed(Exception):

@@ -224,7 +224,7 @@ class GkeBackend(LocalBackend):
     async def recover_paused(self, lifecycle) -> None:
         """A server that starts while the state says paused is a new process: the Pod started cold (a restored
         Pod would have kept the old server). Bring the kernels back from their checkpoints, unasked."""
-        from ..lifecycle import LifecycleError
+        from ..errors import LifecycleError
         snap = lifecycle.state.get("snapshot") or {}
         why = ("cold start after a pause whose Pod snapshot failed (" + snap["error"] + ")"
                if snap.get("status") == "failed" else "cold start: this Pod was not restored from a snapshot")

@@ -24,9 +24,12 @@ class GkewsCommand(JupyterApp):
         "pause": ("jupyter_gkews.cli.workspace.PauseCommand", "pause a GKE Workspace (spec.paused: true)"),
         "resume": ("jupyter_gkews.cli.workspace.ResumeCommand",
                    "resume a GKE Workspace; refused while a resume is pending"),
-        "report": ("jupyter_gkews.cli.report.ReportApp", "GPU hours released and what resuming cost, from the event log."),
-        "cleanup": ("jupyter_gkews.cli.cleanup.CleanupApp", "Remove expired checkpoints, orphan blobs and old snapshots."),
-        "resume-test": ("jupyter_gkews.cli.resume_test.ResumeTestApp", "Prove that a notebook really resumes (release checklist)."),
+        "report": ("jupyter_gkews.cli.report.ReportApp",
+                   "GPU hours released and what resuming cost, from the event log."),
+        "cleanup": ("jupyter_gkews.cli.cleanup.CleanupApp",
+                    "Remove expired checkpoints, orphan blobs and old snapshots."),
+        "resume-test": ("jupyter_gkews.cli.resume_test.ResumeTestApp",
+                        "Prove that a notebook really resumes (release checklist)."),
     }
 
     def start(self) -> None:

@@ -1,12 +1,11 @@
 """`jupyter gkews report`: GPU hours released and what resuming cost, from the event log."""
 from __future__ import annotations
 
-import calendar
 import json
 import os
 import sys
-import time
 
+from kernel_state.timestamps import utc_epoch
 from traitlets import Bool, Unicode
 
 from ..report import build_report, text
@@ -23,7 +22,7 @@ def parse_until(value: str) -> float:
         pass
     for fmt, extra in (("%Y-%m-%dT%H:%M", 0), ("%Y-%m-%d", 86400)):
         try:
-            return calendar.timegm(time.strptime(value, fmt)) + extra
+            return utc_epoch(value, fmt) + extra
         except ValueError:
             continue
     raise ValueError(f"--until={value!r} is not a date: give YYYY-MM-DD, YYYY-MM-DDTHH:MM (UTC) or epoch seconds")

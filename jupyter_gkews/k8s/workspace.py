@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+from kernel_state.timestamps import utc_epoch
+
 from . import (ADDON_ENABLED_ANNOTATION, ADDON_LAST_ANNOTATION, ADDON_READINESS_GATE, ADDON_STARTED_ANNOTATION,
                ADDON_STATE_ANNOTATION, MIGRATION_ENABLED_ANNOTATION, SNAPSHOTS, TPU_RESOURCE, WORKSPACE_LABEL,
                WORKSPACES, annotations, condition, name_of)
@@ -84,7 +86,7 @@ def age(timestamp: str | None, now: float | None = None) -> str:
     if not timestamp:
         return "unknown age"
     try:
-        then = time.mktime(time.strptime(timestamp[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+        then = utc_epoch(timestamp[:19], "%Y-%m-%dT%H:%M:%S")  # Kubernetes writes UTC: "...T08:30:00Z"
     except ValueError:
         return "unknown age"
     seconds = max(0, int((now or time.time()) - then))
@@ -129,8 +131,8 @@ def describe(kube: Kube, workspace: str) -> dict:
         ready = condition(pod, "Ready")
         restored = condition(pod, "PodRestored")
         if scheduled is not None and scheduled.get("status") == "False":
-            out.update(state="waiting-for-capacity",
-                       message=f"{scheduled.get('reason') or 'Unschedulable'}: {scheduled.get('message') or ''}".strip())
+            why = f"{scheduled.get('reason') or 'Unschedulable'}: {scheduled.get('message') or ''}"
+            out.update(state="waiting-for-capacity", message=why.strip())
         elif ready is not None and ready.get("status") == "True":
             how = (f"restored from a snapshot ({restored.get('message') or 'PodRestored'})"
                    if restored and restored.get("status") == "True" else "started (not restored from a snapshot)")

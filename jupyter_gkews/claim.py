@@ -1,0 +1,44 @@
+"""The claim of a transition: one pause, resume or recovery at a time.
+
+    async with Claim(lifecycle, "pause", PAUSE_FROM) as claim:
+        ...checks that may refuse (the claim is given back if they raise)...
+        claim.hand_over()  # the transition continues in a background task, which releases it
+
+The check and the taking happen synchronously, before the first await, so two requests arriving together
+cannot both pass: exactly one gets it, the other gets Conflict. The holder is any object with a `state`
+document and a `_busy` flag (Lifecycle).
+"""
+from __future__ import annotations
+
+from .errors import Conflict
+
+
+class Claim:
+    def __init__(self, holder, action: str, allowed):
+        self.holder, self.action, self.allowed = holder, action, tuple(allowed)
+        self._handed_over = False
+
+    def take(self) -> "Claim":
+        state = self.holder.state
+        if self.holder._busy:
+            raise Conflict(f"cannot {self.action}: a {state['state']} transition is running "
+                           f"({state['phase'] or 'starting'}); wait for it to finish")
+        if state["state"] not in self.allowed:
+            raise Conflict(f"cannot {self.action} while the session is {state['state']}")
+        self.holder._busy = True
+        return self
+
+    def hand_over(self) -> None:
+        """Keep the claim past the `async with`: whoever continues the transition releases it."""
+        self._handed_over = True
+
+    def release(self) -> None:
+        self.holder._busy = False
+
+    async def __aenter__(self) -> "Claim":
+        return self.take()  # no await before this: nothing can run between the check and the take
+
+    async def __aexit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None or not self._handed_over:
+            self.release()
+        return False

@@ -1,0 +1,100 @@
+"""The one reader of the event log: events (jupyter_gkews.journal) folded into pause/resume cycles.
+
+A cycle is everything with one cycle number: pause requested (with the last user activity, who asked and
+the GPU count), each notebook checkpointed (bytes), the snapshot, paused (its timeline), resume requested,
+capacity obtained ("restoring", or "restored-detected" when the process woke up in a restored snapshot),
+each notebook resumed (verdict and why), resumed, kernel usable.
+
+The report reads a whole log (build_cycles); the Prometheus metrics feed the same reducer one event at a
+time as the server writes them (Cycles.add). GPU hours released are computed here only (released_hours).
+"""
+from __future__ import annotations
+
+import math
+
+from .states import Event
+
+
+def new_cycle(number: int) -> dict:
+    return {"cycle": number, "reason": None, "gpus": 0, "notebooks": {}, "result": None, "snapshot_bytes": 0,
+            "resume_failed": None, "pause_failed": None, "timeline": {}}
+
+
+class Cycles:
+    """Cycles by number, updated one event at a time."""
+
+    def __init__(self):
+        self.by_number: dict[int, dict] = {}
+
+    def add(self, e: dict, timeline: dict | None = None) -> dict | None:
+        """Fold one event in; the cycle it belongs to (None for events outside any cycle). A live server
+        also passes its status's timeline, whose times are the ones the status shows."""
+        n = e.get("cycle") or 0
+        if n <= 0:
+            return None
+        c = self.by_number.setdefault(n, new_cycle(n))
+        t, kind = c["timeline"], e.get("event")
+        if kind == Event.PAUSE_REQUESTED:
+            t["pause_requested"] = e["time"]
+            t["last_activity"] = e.get("last_activity")
+            c.update(reason=e.get("reason", "user"), gpus=e.get("gpus") or 0)
+        elif kind in (Event.NOTEBOOK_CHECKPOINTED, Event.NOTEBOOK_NOT_CHECKPOINTED):
+            c["notebooks"].setdefault(e["path"], {})["bytes"] = e.get("bytes") or 0
+            if kind == Event.NOTEBOOK_NOT_CHECKPOINTED:
+                c["notebooks"][e["path"]]["pause_error"] = e.get("error")
+        elif kind == Event.RELEASING:
+            c["snapshot_bytes"] = int(((e.get("snapshot") or {}).get("bytes")) or 0)
+        elif kind in (Event.PAUSED, Event.RESUMED):
+            t.update({k: v for k, v in (e.get("timeline") or {}).items() if v is not None})
+            if kind == Event.PAUSED:
+                t.setdefault("environment_stopped", e["time"])
+                c["result"] = "paused"
+            else:
+                t.setdefault("restore_done", e["time"])
+                c["result"] = "resumed"
+        elif kind == Event.RECOVERED_INTERRUPTED_PAUSE:
+            t.setdefault("environment_stopped", e["time"])
+            c["result"] = "paused"
+        elif kind == Event.RESUME_REQUESTED:
+            t["resume_requested"] = e["time"]
+        elif kind in (Event.RESTORING, Event.RESTORED_DETECTED):
+            t.setdefault("capacity_obtained", e["time"])
+        elif kind == Event.NOTEBOOK_RESUMED:
+            nb = c["notebooks"].setdefault(e["path"], {})
+            nb.update(verdict=e.get("verdict"), why=e.get("why"))
+        elif kind == Event.KERNEL_USABLE:
+            t.setdefault("kernel_usable", e.get("kernel_usable") or e["time"])
+        elif kind == Event.FAILED:
+            key = "resume_failed" if "resume_requested" in t else "pause_failed"
+            c[key] = e.get("reason") or e.get("message")
+            if key == "pause_failed":
+                c["result"] = "pause failed"
+        if timeline:
+            t.update({k: v for k, v in timeline.items() if v is not None})
+        return c
+
+    def list(self) -> list[dict]:
+        return [self.by_number[n] for n in sorted(self.by_number)]
+
+
+def build_cycles(events: list[dict]) -> list[dict]:
+    """One dict per pause, in order, with its timeline and per-notebook bytes and verdicts."""
+    cycles = Cycles()
+    for e in events:
+        cycles.add(e)
+    return cycles.list()
+
+
+def released_hours(cycle: dict, until: float, start: float = -math.inf, end: float = math.inf) -> float:
+    """Hours the cycle's environment had released its GPUs: from the environment stopping to capacity being
+    obtained again (or `until`, while still paused), counted inside [start, end)."""
+    t = cycle["timeline"]
+    stopped = t.get("environment_stopped")
+    if not stopped:
+        return 0.0
+    back = min(t.get("capacity_obtained") or until, end)
+    return max(0.0, back - max(stopped, start)) / 3600
+
+
+def gpu_hours_released(cycle: dict, until: float) -> float:
+    return released_hours(cycle, until) * cycle["gpus"]

@@ -1,0 +1,143 @@
+"""The REST API's one schema (JSON Schema, checked with the `jsonschema` package): the request bodies the
+handlers validate, and the documents the server answers.
+
+docs/rest-api.md and labextension/types.ts are checked against it by tests/test_schema.py, so neither can
+drift from what the server accepts and answers. A field added to the status document goes here first.
+"""
+from __future__ import annotations
+
+import jsonschema
+
+from .errors import BadRequest
+from .states import Event, NotebookStatus, Phase, State, Verdict
+
+#: a checkpoint id: YYYYMMDD-HHMMSS-mmm-xxxx (kernel_state.store.new_checkpoint_id)
+CHECKPOINT_ID = r"[0-9]{8}-[0-9]{6}-[0-9]{3}-[0-9a-f]{4}"
+
+_NOTEBOOKS_MESSAGE = '"notebooks" must be a list of notebook paths relative to the contents root'
+_NOTEBOOK_MESSAGE = 'give the notebook as {"notebook": "path/relative/to/the/root.ipynb"}'
+
+
+def _values(enum) -> list[str]:
+    return [m.value for m in enum]
+
+
+def _obj(properties: dict, required=(), extra: bool = False, description: str = "") -> dict:
+    out = {"type": "object", "properties": properties, "required": list(required), "additionalProperties": extra}
+    if description:
+        out["description"] = description
+    return out
+
+
+_STR, _INT, _NUM, _BOOL = {"type": "string"}, {"type": "integer"}, {"type": "number"}, {"type": "boolean"}
+_NULLABLE_STR = {"type": ["string", "null"]}
+_STR_LIST = {"type": "array", "items": _STR}
+_EPOCH = {"type": ["number", "null"], "description": "seconds since the epoch"}
+
+# -- requests -------------------------------------------------------------------------------------------
+_NOTEBOOKS = {"type": "array", "items": {"type": "string", "minLength": 1}, "x-message": _NOTEBOOKS_MESSAGE,
+              "description": "paths relative to the contents root, as in /api/sessions"}
+_NOTEBOOK = {"type": "string", "minLength": 1, "x-message": _NOTEBOOK_MESSAGE}
+
+REQUESTS: dict[str, dict] = {
+    "pause": _obj({"notebooks": _NOTEBOOKS,
+                   "interrupt": {**_BOOL, "x-message": '"interrupt" must be true or false'}}),
+    "resume": _obj({"notebooks": _NOTEBOOKS}),
+    "checkpoint-now": _obj({"notebook": _NOTEBOOK}, required=["notebook"]),
+    "restore": _obj({"notebook": _NOTEBOOK}, required=["notebook"]),
+}
+
+
+def validate_request(request: str, body) -> dict:
+    """The body if it matches REQUESTS[request]; else BadRequest with a message naming the field and the fix."""
+    schema = REQUESTS[request]
+    if not isinstance(body, dict):
+        raise BadRequest('the request body must be a JSON object, e.g. {"notebooks": [...]}')
+    unknown = set(body) - set(schema["properties"])
+    if unknown:
+        raise BadRequest(f"unknown field(s) {', '.join(sorted(unknown))}; accepted: "
+                         f"{', '.join(sorted(schema['properties'])) or 'none'}")
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(body))
+    if error is None:
+        return body
+    field = next((p for p in error.absolute_path if isinstance(p, str)), None)
+    if field is None and error.validator == "required":
+        field = error.message.split("'")[1]
+    rule = schema["properties"].get(field, {})
+    raise BadRequest(rule.get("x-message") or f"{field or 'the body'}: {error.message}")
+
+
+# -- answers --------------------------------------------------------------------------------------------
+SKIPPED = _obj({"reason": _STR, "cell": {"type": ["integer", "null"]}, "source": _STR},
+               description="a variable a save left out, and the cell that defined it")
+_SKIPPED_MAP = {"type": "object", "additionalProperties": SKIPPED}
+
+PROGRESS = _obj({"notebook": _STR, "notebooks_done": _INT, "notebooks_total": _INT, "variables_done": _INT,
+                 "variables_total": _INT, "bytes_done": _INT}, description="how far the running step is")
+
+TIMELINE = _obj({k: _EPOCH for k in (
+    "last_activity", "pause_requested", "checkpoint_done", "snapshot_ready", "environment_stopped",
+    "resume_requested", "capacity_obtained", "kernels_started", "restore_done", "kernel_usable")},
+    description="epoch seconds of this cycle's steps")
+
+NOTEBOOK = _obj({
+    "path": _STR, "name": _STR, "type": _STR, "session_id": _STR, "kernel_id": _STR, "kernel_name": _STR,
+    "status": {"enum": _values(NotebookStatus)},
+    "checkpoint": _STR, "bytes": _INT, "bytes_written": _INT, "seconds": _NUM,
+    "saved": _STR_LIST, "skipped": _SKIPPED_MAP, "interrupted": _BOOL,
+    "error": _NULLABLE_STR, "next_step": _STR,
+    "verdict": {"enum": _values(Verdict) + [None]}, "why_restored": _STR, "restore_seconds": _NUM,
+    "restored": _STR_LIST, "failed": {"type": "object", "additionalProperties": _STR},
+    "skipped_at_save": _SKIPPED_MAP, "warnings": _STR_LIST, "same_process": _BOOL,
+}, required=["path", "kernel_id", "status"], description="one notebook of the session")
+
+STATUS = _obj({
+    "state": {"enum": _values(State)},
+    "phase": {"enum": _values(Phase) + [None]},
+    "message": _STR,
+    "backend": _STR,
+    "cycle": _INT,
+    "progress": {"anyOf": [PROGRESS, {"type": "null"}]},
+    "error": {"anyOf": [_obj({"reason": _STR, "next_step": _STR}, required=["reason", "next_step"]),
+                        {"type": "null"}]},
+    "snapshot": {"type": ["object", "null"], "description": "the backend's snapshot, when it takes one"},
+    "restored_from": {"type": "object", "description": "set when the process found itself in a restored Pod"},
+    "timeline": TIMELINE,
+    "notebooks": {"type": "array", "items": NOTEBOOK},
+    "updated": _NUM,
+}, required=["state", "phase", "message", "backend", "cycle", "progress", "error", "timeline", "notebooks",
+             "updated"], description="GET status, and the answer of POST pause and POST resume")
+
+CHECKPOINT = _obj({"id": {"type": "string", "pattern": f"^{CHECKPOINT_ID}$"}, "created": _STR, "notebook": _STR,
+                   "bytes": _INT, "variables": _INT, "skipped": _INT, "error": _STR},
+                  required=["id", "created", "notebook", "bytes", "variables", "skipped"],
+                  description="one item of GET checkpoints")
+
+CHECKPOINT_NOW = _obj({"notebook": _STR, "id": _STR, "bytes": _INT, "bytes_written": _INT, "saved": _STR_LIST,
+                       "skipped": _SKIPPED_MAP, "seconds": _NUM},
+                      required=["notebook", "id", "bytes", "saved", "skipped"], extra=True,
+                      description="POST checkpoints/now")
+
+RESTORE_RESULT = _obj({"notebook": _STR, "checkpoint": _STR, "restored": _STR_LIST,
+                       "failed": {"type": "object", "additionalProperties": _STR},
+                       "skipped_at_save": _SKIPPED_MAP, "warnings": _STR_LIST, "seconds": _NUM},
+                      required=["notebook", "checkpoint", "restored", "failed", "warnings"], extra=True,
+                      description="POST checkpoints/<id>/restore")
+
+ERROR = _obj({"message": _STR, "reason": _STR, "status": STATUS}, required=["message"],
+             description="any 4xx/5xx answer of ours; `reason` is the error class when the handlers raised one")
+
+EVENT = _obj({"time": _NUM, "event": {"enum": _values(Event)}, "state": {"enum": _values(State)},
+              "phase": {"enum": _values(Phase) + [None]}, "cycle": _INT},
+             required=["time", "event", "state", "phase", "cycle"], extra=True,
+             description="one line of events.jsonl; the details depend on the event")
+
+RESPONSES: dict[str, dict] = {
+    "status": STATUS, "notebook": NOTEBOOK, "progress": PROGRESS, "skipped": SKIPPED, "checkpoint": CHECKPOINT,
+    "checkpoint-now": CHECKPOINT_NOW, "restore": RESTORE_RESULT, "error": ERROR, "event": EVENT,
+}
+
+
+def validate_response(name: str, document) -> None:
+    """Raise jsonschema.ValidationError when an answer does not match its schema (tests)."""
+    jsonschema.Draft202012Validator(RESPONSES[name]).validate(document)

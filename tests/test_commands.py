@@ -1,0 +1,72 @@
+"""The commands README.md and docs/ give work on a fresh clone: every benchmark at its smallest size, and
+every `jupyter gkews` subcommand's --help."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jupyter_gkews.cli import GkewsCommand
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+BIN = Path(sys.executable).parent  # the venv's bin: `jupyter gkews` is its jupyter-gkews script
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+       "PATH": os.pathsep.join([str(BIN), os.environ.get("PATH", "")])}
+
+
+def run(args: list[str], cwd: Path = REPO, timeout: float = 280, code: int = 0) -> subprocess.CompletedProcess:
+    command = args if args[0] == "jupyter" else [sys.executable, *args]
+    done = subprocess.run(command, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == code, (f"{' '.join(args)} exited {done.returncode}:\n{done.stdout[-3000:]}\n"
+                                     f"{done.stderr[-3000:]}")
+    return done
+
+
+@pytest.mark.parametrize("command", sorted(GkewsCommand.subcommands))
+def test_every_subcommand_explains_itself(command):
+    done = run(["jupyter", "gkews", command, "--help"], timeout=120)
+    assert "--help-all" in done.stdout, done.stdout
+
+
+def test_the_command_without_a_subcommand_names_them():
+    done = run(["jupyter", "gkews"], timeout=120, code=2)
+    assert all(name in done.stderr for name in GkewsCommand.subcommands), done.stderr
+
+
+BENCHMARKS = {  # the smallest size of each documented benchmark, and what its report must say
+    "bench_checkpoint": (["benchmarks/bench_checkpoint.py", "--smoke"], "kernel_state.restore cold"),
+    "bench_lifecycle": (["benchmarks/bench_lifecycle.py", "--notebooks", "1", "--mb", "1", "--cycles", "3",
+                         "--clients", "2", "--requests", "2"], "concurrent clients"),
+    "load_status": (["benchmarks/load_status.py", "--seconds", "3", "--rest-seconds", "1", "--clients", "2",
+                     "--notebooks", "1", "--mb", "1"], "checkpoints lost: 0"),
+}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_every_benchmark_runs_at_its_smallest_size(name, tmp_path):
+    args, says = BENCHMARKS[name]
+    json_path = tmp_path / "figures.json"
+    done = run(args + ["--json", str(json_path)], timeout=540)
+    assert says in done.stdout, done.stdout[-2000:]
+    assert json_path.stat().st_size > 0
+
+
+@pytest.mark.timeout(600)
+def test_the_peers_benchmark_runs_on_a_fresh_clone(tmp_path):
+    """`python -m benchmarks.peers` from a clone without benchmarks/results/ (ignored by git)."""
+    clone = tmp_path / "clone"
+    shutil.copytree(REPO / "benchmarks", clone / "benchmarks", ignore=shutil.ignore_patterns("results", "__pycache__"))
+    (clone / "tests").mkdir()
+    for helper in ("kernels.py", "contenthash.py"):
+        shutil.copy(REPO / "tests" / helper, clone / "tests" / helper)
+    done = run(["-m", "benchmarks.peers", "--smoke"], cwd=clone, timeout=540)
+    assert "== kernel_state (ours)" in done.stdout, done.stdout[-2000:]
+    assert not (clone / "benchmarks" / "results").exists() or not any(
+        p.name.startswith("gkews-bench-peers-") for p in (clone / "benchmarks" / "results").iterdir())

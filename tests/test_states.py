@@ -1,0 +1,140 @@
+"""The lifecycle's vocabulary and state machine, without kernels or servers."""
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import pytest
+
+from jupyter_gkews.claim import Claim
+from jupyter_gkews.errors import Conflict
+from jupyter_gkews.journal import event_record
+from jupyter_gkews.state import initial_state
+from jupyter_gkews.states import (PAUSE_FROM, PHASES, RESUME_FROM, TRANSITIONS, Event, IllegalTransition, Phase,
+                                  State, check_transition, mermaid)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_allowed_transition_passes_and_every_other_raises():
+    for old in State:
+        for new in State:
+            if (old, new) in TRANSITIONS:
+                check_transition(old, new)
+                check_transition(old.value, new.value)  # the strings on disk work the same
+            else:
+                with pytest.raises(IllegalTransition, match=f"{old.value} -> {new.value} is not a transition"):
+                    check_transition(old, new)
+
+
+@pytest.mark.parametrize("old, new", [("active", "paused"), ("active", "resuming"), ("paused", "pausing"),
+                                      ("paused", "failed"), ("active", "active"), ("failed", "active")])
+def test_the_transitions_a_user_must_never_see_are_refused(old, new):
+    with pytest.raises(IllegalTransition):
+        check_transition(old, new)
+
+
+def test_phases_belong_to_their_state():
+    check_transition("active", "pausing", "checkpointing")
+    check_transition("pausing", "resuming", "restoring")
+    check_transition("resuming", "active", None)
+    with pytest.raises(IllegalTransition, match="pausing has no phase 'restoring'"):
+        check_transition("active", "pausing", Phase.RESTORING)
+    with pytest.raises(IllegalTransition, match="has no phase"):
+        check_transition("resuming", "active", "verifying")
+    with pytest.raises(IllegalTransition, match="unknown state"):
+        check_transition("active", "asleep")
+    assert {p for phases in PHASES.values() for p in phases if p} == set(Phase)
+
+
+def test_every_state_is_reachable_from_active_and_can_get_back():
+    reach = {State.ACTIVE}
+    while True:
+        more = {b for a, b in TRANSITIONS if a in reach} - reach
+        if not more:
+            break
+        reach |= more
+    assert reach == set(State)
+    for s in State:  # no dead end: from every state some path leads back to active
+        seen, frontier = {s}, {s}
+        while frontier:
+            frontier = {b for a, b in TRANSITIONS if a in frontier} - seen
+            seen |= frontier
+        assert State.ACTIVE in seen or s == State.ACTIVE, s
+
+
+def test_the_claims_start_from_states_the_table_leaves():
+    assert all((s, State.PAUSING) in TRANSITIONS for s in PAUSE_FROM)
+    assert all((s, State.RESUMING) in TRANSITIONS for s in RESUME_FROM)
+
+
+def test_str_enums_equal_the_strings_on_disk():
+    assert State.PAUSED == "paused" and f"{State.PAUSED}" == "paused"
+    assert {"paused": 1}[State.PAUSED] == 1
+    assert Event("kernel-usable") is Event.KERNEL_USABLE
+
+
+class Holder:
+    def __init__(self, state="active"):
+        self.state = {**initial_state("local"), "state": state}
+        self._busy = False
+
+
+def test_a_claim_is_exclusive_and_given_back_on_error():
+    async def main():
+        h = Holder()
+        async with Claim(h, "pause", PAUSE_FROM) as claim:
+            assert h._busy
+            with pytest.raises(Conflict, match="cannot resume: a active transition is running"):
+                async with Claim(h, "resume", RESUME_FROM):
+                    pass
+            claim.hand_over()
+        assert h._busy  # handed over: the background task releases it
+        claim.release()
+        with pytest.raises(ValueError):
+            async with Claim(h, "pause", PAUSE_FROM):
+                raise ValueError("a check refused")
+        assert not h._busy
+        async with Claim(h, "pause", PAUSE_FROM):
+            pass
+        assert not h._busy  # not handed over: released at the end of the block
+        with pytest.raises(Conflict, match="cannot resume while the session is active"):
+            async with Claim(h, "resume", RESUME_FROM):
+                pass
+    asyncio.run(main())
+
+
+def test_concurrent_claims_let_exactly_one_through():
+    async def main():
+        h = Holder("paused")
+        won = []
+
+        async def try_once(i):
+            try:
+                async with Claim(h, "resume", RESUME_FROM) as claim:
+                    won.append(i)
+                    claim.hand_over()
+            except Conflict:
+                pass
+        await asyncio.gather(*(try_once(i) for i in range(20)))
+        assert len(won) == 1
+    asyncio.run(main())
+
+
+def test_one_record_shape_for_every_write_path():
+    state = {**initial_state("local"), "state": State.PAUSING, "phase": Phase.CHECKPOINTING, "cycle": 3}
+    record = event_record(state, "pause-requested", notebooks=["a.ipynb"])
+    assert record == {"time": state["updated"], "event": "pause-requested", "state": "pausing",
+                      "phase": "checkpointing", "cycle": 3, "notebooks": ["a.ipynb"]}
+    assert type(record["state"]) is str and type(record["event"]) is str
+    with pytest.raises(ValueError):
+        event_record(state, "no-such-event")
+
+
+def test_the_architecture_doc_draws_the_transition_table():
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    drawn = re.search(r"```mermaid\n(.*?)```", doc, re.S).group(1).strip()
+    assert drawn == mermaid(), ("docs/architecture.md's diagram differs from jupyter_gkews.states.TRANSITIONS; "
+                                "paste the output of `python -c 'from jupyter_gkews.states import mermaid; "
+                                "print(mermaid())'`")
