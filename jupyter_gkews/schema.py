@@ -89,6 +89,8 @@ NOTEBOOK = _obj({
     "verdict": {"enum": _values(Verdict) + [None]}, "why_restored": _STR, "restore_seconds": _NUM,
     "restored": _STR_LIST, "failed": {"type": "object", "additionalProperties": _STR},
     "skipped_at_save": _SKIPPED_MAP, "warnings": _STR_LIST, "same_process": _BOOL,
+    "message": _STR, "gpu": {"type": ["object", "null"], "description": "local GPU suspend: what was suspended"},
+    "saved_as": _STR, "reopened": _BOOL,
 }, required=["path", "kernel_id", "status"], description="one notebook of the session")
 
 STATUS = _obj({

@@ -45,6 +45,10 @@ export interface INotebookStatus {
   skipped_at_save?: Record<string, ISkipped>;
   warnings?: string[];
   same_process?: boolean;
+  message?: string;
+  gpu?: Record<string, unknown> | null;
+  saved_as?: string;
+  reopened?: boolean;
 }
 
 export interface IStatus {
