@@ -49,6 +49,8 @@ export interface IStatus {
   error: { reason: string; next_step: string } | null;
   timeline: Record<string, number | null>;
   notebooks: INotebookStatus[];
+  /** The last pause's snapshot; failed means the resume restores from the checkpoints. */
+  snapshot?: { status: string; error?: string } | null;
   updated: number;
 }
 
@@ -81,7 +83,7 @@ export interface IRestoreResult {
 /** What the model needs from the server; the real one is in api.ts, tests pass a fake. */
 export interface IGkewsApi {
   status(): Promise<IStatus>;
-  pause(notebooks?: string[]): Promise<IStatus>;
+  pause(notebooks?: string[], interrupt?: boolean): Promise<IStatus>;
   resume(notebooks?: string[]): Promise<IStatus>;
   checkpoints(notebook?: string): Promise<ICheckpoint[]>;
   deleteCheckpoint(id: string): Promise<void>;
