@@ -183,6 +183,11 @@ export async function reattachPanel(
         await within(kernel.reconnect(), probe, 'its socket did not reconnect');
       }
       await within(kernel.requestKernelInfo(), probe, 'its kernel did not answer');
+      // The first answer on a fresh socket may come before its status messages flow; the kernel
+      // indicator says "Unknown" until one does. Ask again (briefly) so that it shows the real state.
+      for (let i = 0; i < 2 && kernel.status === 'unknown'; i++) {
+        await within(kernel.requestKernelInfo(), probe, 'its kernel did not answer');
+      }
       return true;
     } catch (error) {
       failedBefore = true; // the socket may be the dead one after all: a fresh one on the next try

@@ -22,9 +22,13 @@ async function openAndRun(page: Page, tmpPath: string, names: string[]): Promise
   for (const name of names) {
     const path = `${tmpPath}/${name}`;
     await page.contents.uploadContent(JSON.stringify(newNotebook(['w = 41'])), 'text', path);
-    await page.notebook.openByPath(path);
+    // (the command, not the file browser: its listing may lag behind the upload)
+    await page.evaluate(async p => {
+      await (window as any).jupyterapp.commands.execute('docmanager:open', { path: p });
+    }, path);
+    await expect(page.getByRole('main').getByRole('tab', { name })).toBeVisible();
     await page.notebook.activate(name);
-    await page.notebook.runCell(0);
+    await page.notebook.runCell(0, true);
     paths.push(path);
   }
   return paths;
@@ -54,7 +58,7 @@ test('Resume pressed while the pause is still finishing is queued, then posted',
   await openAndRun(page, tmpPath, ['queued.ipynb']);
   // a cell that keeps the pause waiting (it waits for the kernel to be idle) for a few seconds
   await page.notebook.setCell(0, 'code', 'import time\ntime.sleep(3)\nw = 41');
-  await page.notebook.runCell(0, { wait: false } as any);
+  await page.notebook.runCell(0, { inplace: true, wait: false } as any);
   await expect(page.locator('#jp-main-statusbar')).toContainText('Busy');
   await pauseButton(page).click();
   await page.locator('.jp-Dialog').getByRole('button', { name: 'Wait and pause' }).click();
@@ -69,7 +73,7 @@ test('the page reloaded during the resume: the reloaded notebook runs its next c
   await openAndRun(page, tmpPath, ['reloaded.ipynb']);
   await pauseButton(page).click();
   await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
-  const accepted = page.waitForResponse(r => r.url().endsWith('/gkews/resume') && r.status() === 202);
+  const accepted = page.waitForResponse(r => new URL(r.url()).pathname.endsWith('/gkews/resume') && r.status() === 202);
   await resumeButton(page).click();
   await accepted;
   await page.reload({ waitForIsReady: false });
@@ -117,7 +121,7 @@ test('a cell left running at Pause is interrupted on request, and the next cell 
 }) => {
   await openAndRun(page, tmpPath, ['running.ipynb']);
   await page.notebook.addCell('code', 'import time\nfor _ in range(600):\n    time.sleep(1)');
-  await page.notebook.runCell(1, { wait: false } as any);
+  await page.notebook.runCell(1, { inplace: true, wait: false } as any);
   await expect(page.locator('#jp-main-statusbar')).toContainText('Busy');
   await pauseButton(page).click();
   await page.locator('.jp-Dialog').getByRole('button', { name: 'Interrupt and pause' }).click();
