@@ -57,7 +57,7 @@ test('Resume pressed the instant "paused" shows: the next cell runs as [2]', asy
 test('Resume pressed while the pause is still finishing is queued, then posted', async ({ page, tmpPath }) => {
   await openAndRun(page, tmpPath, ['queued.ipynb']);
   // a cell that keeps the pause waiting (it waits for the kernel to be idle) for a few seconds
-  await page.notebook.setCell(0, 'code', 'import time\ntime.sleep(3)\nw = 41');
+  await page.notebook.setCell(0, 'code', 'import time\ntime.sleep(4)\nw = 41');
   await page.notebook.runCell(0, { inplace: true, wait: false } as any);
   await expect(page.locator('#jp-main-statusbar')).toContainText('Busy');
   await pauseButton(page).click();
