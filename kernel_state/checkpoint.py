@@ -9,7 +9,7 @@ import sys
 import time
 import types
 
-from . import config
+from . import config, counter
 from .capture import Capture, VariableSkipped, defined_interactively
 from .errors import CheckpointError
 from .fingerprint import cpu_fingerprint, memory_view, storage_fingerprint
@@ -122,6 +122,7 @@ def save(namespace=None, *, notebook=None, root=None, names=None, exclude=(), pr
                 "variables": capture.variables, "skipped": skipped, "modules": modules,
                 "tensors": capture.tensors, "arrays": capture.arrays, "storages": capture.storages,
                 "blobs": capture.blobs, "probes": _evaluate_probes(ns, store, nb),
+                "execution_count": counter.current(shell),
                 "stats": {"seconds": round(time.perf_counter() - started, 4),
                           "bytes_written": capture.bytes_written, "bytes_total": sum(capture.blobs.values())},
             }
@@ -168,6 +169,7 @@ def restore(namespace=None, *, notebook=None, root=None, checkpoint=None, names=
             result = restore_namespace(ns, store, manifest, names=names, device=device)
     finally:
         _activity.update(operation=None)
+    counter.continue_from(_shell, manifest.get("execution_count"))
     result["same_process"] = manifest["identity"].get("token") == TOKEN
     return result
 

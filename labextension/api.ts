@@ -21,8 +21,11 @@ export class GkewsApi implements IGkewsApi {
     return this.request<IStatus>('status');
   }
 
-  pause(notebooks?: string[]): Promise<IStatus> {
-    return this.request<IStatus>('pause', 'POST', notebooks ? { notebooks } : {});
+  pause(notebooks?: string[], interrupt = false): Promise<IStatus> {
+    return this.request<IStatus>('pause', 'POST', {
+      ...(notebooks ? { notebooks } : {}),
+      ...(interrupt ? { interrupt } : {})
+    });
   }
 
   resume(notebooks?: string[]): Promise<IStatus> {

@@ -1,8 +1,8 @@
-import { Notification } from '@jupyterlab/apputils';
+import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { CommandRegistry } from '@lumino/commands';
 
-import { clip } from './describe';
+import { clip, names, plural } from './describe';
 import { showDetails } from './details';
 import { pauseIcon, resumeIcon } from './icons';
 import { GkewsModel } from './model';
@@ -22,6 +22,35 @@ function reportError(action: string, error: unknown): void {
   Notification.error(clip(`${action} failed: ${(error as Error).message}`), { autoClose: false });
 }
 
+/**
+ * A cell still running when Pause is pressed: the pause would wait for it (up
+ * to the server's busy timeout). Ask whether to interrupt it. Resolves to the
+ * interrupt option, or null when the user cancels.
+ */
+async function askAboutRunningCells(tracker: INotebookTracker): Promise<boolean | null> {
+  const busy = tracker
+    .filter(panel => panel.sessionContext.session?.kernel?.status === 'busy')
+    .map(panel => panel.context.path);
+  if (!busy.length) {
+    return false;
+  }
+  const answer = await showDialog({
+    title: 'A cell is still running',
+    body:
+      `${names(busy)} ${busy.length === 1 ? 'is' : 'are'} still running a cell. The pause can wait for ` +
+      `${busy.length === 1 ? 'it' : 'them'} to finish, or interrupt ${busy.length === 1 ? 'it' : 'them'} and checkpoint what is there.`,
+    buttons: [
+      Dialog.cancelButton(),
+      Dialog.okButton({ label: 'Wait and pause', accept: true, actions: ['wait'] }),
+      Dialog.warnButton({ label: 'Interrupt and pause', accept: true, actions: ['interrupt'] })
+    ]
+  });
+  if (!answer.button.accept) {
+    return null;
+  }
+  return answer.button.actions.includes('interrupt');
+}
+
 export function addCommands(
   commands: CommandRegistry,
   model: GkewsModel,
@@ -36,8 +65,12 @@ export function addCommands(
     icon: pauseIcon,
     isEnabled: () => model.nextAction === 'pause',
     execute: async () => {
+      const interrupt = await askAboutRunningCells(tracker);
+      if (interrupt === null) {
+        return;
+      }
       try {
-        await model.pause();
+        await model.pause(undefined, interrupt);
       } catch (error) {
         reportError('Pause', error);
       }
@@ -48,7 +81,7 @@ export function addCommands(
     label: 'Resume GPU session',
     caption: 'Bring the paused kernels back, verify them or restore them from their checkpoints',
     icon: resumeIcon,
-    isEnabled: () => model.nextAction === 'resume',
+    isEnabled: () => model.nextAction === 'resume' || model.nextAction === 'queue-resume',
     execute: async () => {
       try {
         await model.resume();
@@ -74,8 +107,8 @@ export function addCommands(
         const skipped = Object.keys(c.skipped);
         Notification.success(
           clip(
-            `Checkpoint ${c.id} of ${path}: ${c.saved.length} variable(s) saved` +
-              (skipped.length ? `; skipped: ${skipped.join(', ')}` : '')
+            `Checkpoint ${c.id} of ${path}: ${plural(c.saved.length, 'variable')} saved` +
+              (skipped.length ? `; ${names(skipped)} ${skipped.length === 1 ? 'was' : 'were'} not saved.` : '.')
           ),
           { autoClose: 8000 }
         );

@@ -2,20 +2,33 @@
  * Words for what the server says: the status item's label, the resume verdicts,
  * the timeline. Pure functions, so that the wording is unit-tested.
  */
+import type { IAttachment } from './model';
 import { INotebookStatus, IProgress, ISkipped, IStatus } from './types';
 
-/** The six things the status item says, plus failed and offline. */
+/** The things the status item says, plus failed and offline. */
 export type Display =
   | 'active'
   | 'pausing'
   | 'paused'
   | 'waiting for capacity'
   | 'restoring'
+  | 'reconnecting'
   | 'ready'
+  | 'not reconnected'
   | 'failed'
   | 'offline';
 
-export function display(status: IStatus | null, connected: boolean): Display {
+/**
+ * The state to show. After a resume the server says active; the page says
+ * "ready" only once it has reconnected its open notebooks of the resumed
+ * kernels (attachment: undefined when nobody reconnects, as in unit tests of
+ * the server's states alone; null when the reconnection has not started).
+ */
+export function display(
+  status: IStatus | null,
+  connected: boolean,
+  attachment?: IAttachment | null
+): Display {
   if (!connected || !status) {
     return 'offline';
   }
@@ -31,8 +44,14 @@ export function display(status: IStatus | null, connected: boolean): Display {
         ? 'waiting for capacity'
         : 'restoring';
     default:
-      // active after a resume (the notebooks carry verdicts) is "ready"
-      return status.notebooks.some(nb => nb.verdict) ? 'ready' : 'active';
+      if (!status.notebooks.some(nb => nb.verdict)) {
+        return 'active';
+      }
+      // active after a resume (the notebooks carry verdicts)
+      if (attachment === null || attachment?.waiting.length) {
+        return 'reconnecting';
+      }
+      return attachment && Object.keys(attachment.failed).length ? 'not reconnected' : 'ready';
   }
 }
 
@@ -75,17 +94,37 @@ export function progressText(progress: IProgress | null): string {
   return parts.join(', ');
 }
 
+/** "train.ipynb", "a.ipynb and b.ipynb", "a.ipynb, b.ipynb and c.ipynb". */
+export function names(paths: string[]): string {
+  const n = paths.map(baseName);
+  return n.length <= 1 ? (n[0] ?? '') : `${n.slice(0, -1).join(', ')} and ${n[n.length - 1]}`;
+}
+
+/** What the status item adds to the server's state: this page's own work. */
+export interface ILabelExtras {
+  attachment?: IAttachment | null;
+  resumeQueued?: boolean;
+}
+
 /** The status bar text: "GPU session: pausing (checkpointing, 3/14 variables, 12 MB)". */
-export function statusLabel(status: IStatus | null, connected: boolean): string {
-  const what = display(status, connected);
+export function statusLabel(status: IStatus | null, connected: boolean, extras: ILabelExtras = {}): string {
+  const what = display(status, connected, extras.attachment);
   if (what === 'offline' || !status) {
     return 'GPU session: server unreachable';
+  }
+  if (what === 'reconnecting') {
+    const waiting = extras.attachment?.waiting ?? [];
+    return `GPU session: reconnecting ${waiting.length ? names(waiting) : 'the notebooks'}`;
+  }
+  if (what === 'not reconnected') {
+    return `GPU session: ${names(Object.keys(extras.attachment?.failed ?? {}))} not reconnected`;
   }
   const detail = [
     status.state === 'pausing' ? status.phase : null,
     progressText(status.progress)
   ].filter(Boolean);
-  return `GPU session: ${what}${detail.length ? ` (${detail.join(', ')})` : ''}`;
+  const queued = extras.resumeQueued && status.state === 'pausing' ? '; resume queued' : '';
+  return `GPU session: ${what}${detail.length ? ` (${detail.join(', ')})` : ''}${queued}`;
 }
 
 function describeSkipped(name: string, skipped: ISkipped): string {
@@ -135,6 +174,79 @@ export function nextStep(status: IStatus): string | null {
   return null;
 }
 
+/** "its kernel" or "their kernels". */
+function their(n: number, what: string): string {
+  return n === 1 ? `its ${what}` : `their ${what}s`;
+}
+
+/** One resumed notebook, as a sentence: "Resumed train.ipynb from its checkpoint: 4 variables restored." */
+export function resumedSentence(nb: INotebookStatus): string {
+  const name = baseName(nb.path);
+  if (nb.verdict === 'live-verified') {
+    return `Resumed ${name}; its live model was verified.`;
+  }
+  if (nb.verdict !== 'restored-from-checkpoint') {
+    return `${name} was not restored: ${nb.error ?? 'unknown error'}.`;
+  }
+  const parts = [`Resumed ${name} from its checkpoint: ${plural((nb.restored ?? []).length, 'variable')} restored`];
+  const failed = Object.keys(nb.failed ?? {});
+  if (failed.length) {
+    parts.push(`${names(failed)} could not be restored`);
+  }
+  const skipped = Object.entries(nb.skipped_at_save ?? {});
+  if (skipped.length) {
+    parts.push(`${skipped.map(([k, v]) => describeSkipped(k, v)).join(', ')} ${skipped.length === 1 ? 'was' : 'were'} not saved`);
+  }
+  return `${parts.join('; ')}.`;
+}
+
+/** The notebooks a pause released, as a sentence: "Paused train.ipynb; Resume brings its kernel back." */
+export function pausedSentence(status: IStatus): string {
+  const released = status.notebooks.filter(nb => nb.status === 'released').map(nb => nb.path);
+  const left = status.notebooks.filter(nb => nb.status !== 'released');
+  const parts: string[] = [];
+  if (released.length) {
+    parts.push(`Paused ${names(released)}; Resume brings ${their(released.length, 'kernel')} back.`);
+  } else {
+    parts.push('Paused; no notebook had a kernel to release.');
+  }
+  if (status.snapshot?.status === 'failed') {
+    parts.push(`The snapshot failed, so Resume restores ${released.length === 1 ? 'it' : 'them'} from ${their(released.length, 'checkpoint')}.`);
+  }
+  for (const nb of left) {
+    parts.push(`${baseName(nb.path)} is still running: ${nb.error ?? nb.status}.`);
+  }
+  return parts.join(' ');
+}
+
+/** What the session is doing, as a sentence (the status item's tooltip and the details). */
+export function summarySentence(status: IStatus): string {
+  const paths = status.notebooks.map(nb => nb.path);
+  const which = names(paths) || 'the notebooks';
+  switch (status.state) {
+    case 'pausing': {
+      const doing: Record<string, string> = {
+        checkpointing: 'writing the checkpoints',
+        snapshotting: 'taking a snapshot',
+        releasing: `releasing ${paths.length === 1 ? 'the kernel' : 'the kernels'}`
+      };
+      return `Pausing ${which}: ${doing[status.phase ?? ''] ?? 'starting'}.`;
+    }
+    case 'paused':
+      return pausedSentence(status);
+    case 'resuming':
+      return status.phase === 'waiting-for-capacity'
+        ? `Resuming ${which}: waiting for capacity.`
+        : `Resuming ${which}: ${status.phase === 'verifying' ? 'verifying and restoring' : 'starting'} ${paths.length === 1 ? 'the kernel' : 'the kernels'}.`;
+    case 'failed':
+      return status.error ? `${status.error.reason} ${status.error.next_step}` : status.message;
+    default:
+      return status.notebooks.some(nb => nb.verdict)
+        ? status.notebooks.filter(nb => nb.verdict).map(resumedSentence).join(' ')
+        : 'The kernels run; Pause checkpoints them and releases the GPU.';
+  }
+}
+
 /** Keep a notification within JupyterLab's 140 characters. */
 export function clip(text: string, limit = 140): string {
   return text.length <= limit ? text : `${text.slice(0, limit - 1)}…`;
@@ -146,12 +258,10 @@ export function transitionMessage(kind: 'paused' | 'resumed' | 'failed', status:
     return clip(status.error ? `${status.error.reason} ${status.error.next_step}` : status.message);
   }
   if (kind === 'paused') {
-    return clip(`Paused: ${status.message}. Resume brings the kernels back.`);
+    return clip(pausedSentence(status));
   }
-  const verdicts = status.notebooks
-    .filter(nb => nb.verdict)
-    .map(nb => (status.notebooks.length > 1 ? `${baseName(nb.path)}: ` : '') + verdictText(nb));
-  return clip(`Resumed. ${verdicts.join(' | ') || status.message}`);
+  const resumed = status.notebooks.filter(nb => nb.verdict);
+  return clip(resumed.length ? resumed.map(resumedSentence).join(' ') : 'Resumed; no notebook had a checkpoint to restore.');
 }
 
 export function baseName(path: string): string {

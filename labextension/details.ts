@@ -1,7 +1,7 @@
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
-import { formatBytes, nextStep, statusLabel, timelineRows, verdictText } from './describe';
+import { formatBytes, nextStep, summarySentence, timelineRows, verdictText } from './describe';
 import { GkewsModel } from './model';
 import { IStatus } from './types';
 
@@ -38,9 +38,14 @@ function table(headers: string[], rows: string[][], caption: string): HTMLTableE
 }
 
 /** The details of the current cycle, built from one status document. */
-export function detailsNode(status: IStatus | null, connected: boolean, lastError: string | null): HTMLElement {
+export function detailsNode(
+  status: IStatus | null,
+  connected: boolean,
+  lastError: string | null,
+  label: string
+): HTMLElement {
   const root = el('div', undefined, 'jp-gkews-Details');
-  root.appendChild(el('p', statusLabel(status, connected), 'jp-gkews-Details-state'));
+  root.appendChild(el('p', label, 'jp-gkews-Details-state'));
   if (!connected || !status) {
     root.appendChild(
       el('p', `The Jupyter server does not answer (${lastError ?? 'no answer yet'}). The page retries on its own; if it does not come back, restart the server.`)
@@ -48,7 +53,7 @@ export function detailsNode(status: IStatus | null, connected: boolean, lastErro
     return root;
   }
   if (status.message) {
-    root.appendChild(el('p', status.message));
+    root.appendChild(el('p', summarySentence(status)));
   }
   const step = nextStep(status);
   if (step) {
@@ -113,7 +118,7 @@ export async function showDetails(model: GkewsModel): Promise<void> {
   const body = new Widget();
   body.addClass('jp-gkews-DetailsBody');
   const render = () =>
-    body.node.replaceChildren(detailsNode(model.status, model.connected, model.lastError));
+    body.node.replaceChildren(detailsNode(model.status, model.connected, model.lastError, model.label));
   render();
   model.changed.connect(render);
   void model.refresh();

@@ -4,18 +4,19 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette, IToolbarWidgetRegistry, Notification } from '@jupyterlab/apputils';
+import { ICommandPalette, IToolbarWidgetRegistry } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { GkewsApi } from './api';
 import { addCommands, CommandIDs, PALETTE_CATEGORY } from './commands';
 import { showDetails } from './details';
-import { clip } from './describe';
-import { GkewsModel } from './model';
+import { DEFAULT_TIMINGS, GkewsModel } from './model';
 import { connectNotifications } from './notify';
 import { CheckpointPanel } from './panel';
-import { holdKernelStart, reattachAll, rememberSession } from './reattach';
+import { DEFAULT_READINESS, Readiness } from './readiness';
+import { holdKernelStart, rememberSession } from './reattach';
 import { GkewsStatusItem } from './statusitem';
 import { PauseResumeButton, TOOLBAR_ITEM } from './toolbar';
 
@@ -31,7 +32,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
   description: 'Pause a GPU notebook and resume it from a Pod snapshot or an application checkpoint.',
   autoStart: true,
   requires: [INotebookTracker],
-  optional: [IStatusBar, ICommandPalette, IToolbarWidgetRegistry, ILabShell, ILayoutRestorer],
+  optional: [IStatusBar, ICommandPalette, IToolbarWidgetRegistry, ILabShell, ILayoutRestorer, ISettingRegistry],
   activate: async (
     app: JupyterFrontEnd,
     tracker: INotebookTracker,
@@ -39,9 +40,24 @@ const plugin: JupyterFrontEndPlugin<void> = {
     palette: ICommandPalette | null,
     toolbarRegistry: IToolbarWidgetRegistry | null,
     labShell: ILabShell | null,
-    restorer: ILayoutRestorer | null
+    restorer: ILayoutRestorer | null,
+    settingRegistry: ISettingRegistry | null
   ) => {
     const model = new GkewsModel(new GkewsApi(app.serviceManager.serverSettings));
+    // First, before any view: "ready" waits for the open notebooks to be reconnected.
+    const readiness = new Readiness(
+      model,
+      () => tracker.filter(() => true),
+      app.serviceManager.sessions,
+      app.restored
+    );
+    if (settingRegistry) {
+      void settingRegistry.load(PLUGIN_ID).then(settings => {
+        const apply = () => applySettings(settings, model, readiness);
+        settings.changed.connect(apply);
+        apply();
+      }, error => console.warn('jupyter-gkews: settings not loaded, using the defaults', error));
+    }
     // Know the state before notebooks are restored on page load: a paused
     // notebook must not start a fresh kernel (see reattach.ts).
     await model.refresh();
@@ -84,21 +100,6 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
 
     connectNotifications(model, app.commands);
-    model.transition.connect(async (_, t) => {
-      if (t.kind !== 'resumed') {
-        return;
-      }
-      const problems = await reattachAll(
-        tracker.filter(() => true),
-        t.status,
-        app.serviceManager.sessions
-      );
-      if (problems.length) {
-        Notification.error(clip(`Could not reconnect to the resumed kernel: ${problems.join('; ')}. Reload the page.`), {
-          autoClose: false
-        });
-      }
-    });
 
     model.start();
     document.addEventListener('visibilitychange', () => {
@@ -108,5 +109,23 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
   }
 };
+
+/** The timings from the settings (schema/plugin.json), in milliseconds. */
+function applySettings(settings: ISettingRegistry.ISettings, model: GkewsModel, readiness: Readiness): void {
+  const ms = (key: string, fallback: number) => {
+    const value = settings.get(key).composite;
+    return typeof value === 'number' && value > 0 ? value : fallback;
+  };
+  model.configure({
+    idleInterval: ms('statusInterval', DEFAULT_TIMINGS.idleInterval),
+    busyInterval: ms('transitionInterval', DEFAULT_TIMINGS.busyInterval),
+    retryInterval: ms('retryInterval', DEFAULT_TIMINGS.retryInterval),
+    maxBackoff: ms('maxRetryInterval', DEFAULT_TIMINGS.maxBackoff)
+  });
+  readiness.options = {
+    probeTimeout: ms('kernelInfoTimeout', DEFAULT_READINESS.probeTimeout),
+    reattachTimeout: ms('reconnectTimeout', DEFAULT_READINESS.reattachTimeout)
+  };
+}
 
 export default plugin;

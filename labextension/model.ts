@@ -1,6 +1,7 @@
+import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { display, Display } from './describe';
+import { display, Display, statusLabel } from './describe';
 import { GkewsError, IGkewsApi, IStatus } from './types';
 
 /** A pause or resume that finished, a failure, or the server coming back. */
@@ -9,28 +10,55 @@ export interface ITransition {
   status: IStatus;
 }
 
+/** The timings, in milliseconds; the settings (schema/plugin.json) give them, these are the defaults. */
 export interface IModelOptions {
-  /** Milliseconds between status reads while nothing happens. */
+  /** Between status reads while nothing happens. */
   idleInterval?: number;
-  /** Milliseconds between status reads during a pause or resume. */
+  /** Between status reads during a pause or resume. */
   busyInterval?: number;
+  /** First retry while the server is unreachable; each next one waits about twice as long. */
+  retryInterval?: number;
   /** Longest wait between retries while the server is unreachable. */
   maxBackoff?: number;
+}
+
+export const DEFAULT_TIMINGS: Required<IModelOptions> = {
+  idleInterval: 2000,
+  busyInterval: 400,
+  retryInterval: 1000,
+  maxBackoff: 10000
+};
+
+/**
+ * Whether this page has its notebooks of a resumed cycle back on their kernels:
+ * "ready" is shown only once every open notebook of a resumed kernel answered
+ * over its own connection.
+ */
+export interface IAttachment {
+  cycle: number;
+  /** Notebook paths still being reconnected. */
+  waiting: string[];
+  /** Notebook paths that could not be reconnected, with why. */
+  failed: Record<string, string>;
 }
 
 /**
  * The frontend's view of the session: the last status the server gave,
  * whether the server answers, and what changed. Holds no business logic: it
- * reads `GET status` and posts the user's actions.
+ * reads `GET status` (with a lumino Poll) and posts the user's actions.
  */
 export class GkewsModel {
   constructor(
     readonly api: IGkewsApi,
     options: IModelOptions = {}
   ) {
-    this.idleInterval = options.idleInterval ?? 2000;
-    this.busyInterval = options.busyInterval ?? 400;
-    this.maxBackoff = options.maxBackoff ?? 10000;
+    this._timings = { ...DEFAULT_TIMINGS, ...options };
+    this._poll = new Poll<void, Error>({
+      auto: false,
+      factory: () => this.read(),
+      frequency: this.frequency(),
+      name: 'jupyter-gkews:status'
+    });
   }
 
   get status(): IStatus | null {
@@ -47,7 +75,37 @@ export class GkewsModel {
   }
 
   get display(): Display {
-    return display(this._status, this._connected);
+    return display(this._status, this._connected, this.attachment);
+  }
+
+  /** The status bar text, with this page's own work (reconnecting, a queued resume). */
+  get label(): string {
+    return statusLabel(this._status, this._connected, {
+      attachment: this.attachment,
+      resumeQueued: this.resumeQueued
+    });
+  }
+
+  /**
+   * This page's reconnection of the current cycle's notebooks: null while it
+   * has not started; undefined when this model has no one reconnecting (unit tests).
+   */
+  get attachment(): IAttachment | null | undefined {
+    if (!this._attaching) {
+      return undefined;
+    }
+    const a = this._attachment;
+    return a && this._status && a.cycle === this._status.cycle ? a : null;
+  }
+
+  /** Someone (reattach.ts) reconnects the notebooks after each resume: "ready" waits for it. */
+  expectAttachment(): void {
+    this._attaching = true;
+  }
+
+  /** When this page first saw each cycle (performance.now()): a kernel socket opened before may be stale. */
+  cycleSeenAt(cycle: number): number | undefined {
+    return this._cycleSeen.get(cycle);
   }
 
   /** A pause or resume runs (on the server, or our request is on its way). */
@@ -59,12 +117,26 @@ export class GkewsModel {
     );
   }
 
-  /** What the toolbar button does now. */
-  get nextAction(): 'pause' | 'resume' | null {
-    if (!this._connected || !this._status || this.busy) {
+  /** A Resume pressed while the pause was still finishing: it is posted once the pause is done. */
+  get resumeQueued(): boolean {
+    return this._queuedResume !== null;
+  }
+
+  /**
+   * What the toolbar button does now: pause, resume, queue a resume (while a
+   * pause finishes), or nothing.
+   */
+  get nextAction(): 'pause' | 'resume' | 'queue-resume' | null {
+    if (!this._connected || !this._status) {
       return null;
     }
     const s = this._status;
+    if (s.state === 'pausing' && !this._requesting) {
+      return this._queuedResume === null ? 'queue-resume' : null;
+    }
+    if (this.busy || this._queuedResume !== null) {
+      return null;
+    }
     if (s.state === 'paused') {
       return 'resume';
     }
@@ -85,66 +157,96 @@ export class GkewsModel {
     return this._transition;
   }
 
+  /** A queued resume that could not be posted (the pause failed, or the server refused it). */
+  get queuedResumeFailed(): ISignal<this, string> {
+    return this._queuedResumeFailed;
+  }
+
+  /** New timings (from the settings); the next read uses them. */
+  configure(options: IModelOptions): void {
+    this._timings = { ...DEFAULT_TIMINGS, ...options };
+    this._poll.frequency = this.frequency();
+  }
+
+  get timings(): Required<IModelOptions> {
+    return { ...this._timings };
+  }
+
   /** Read the status once; never throws (an unreachable server is a state). */
   async refresh(): Promise<void> {
+    try {
+      await this.read();
+    } catch {
+      // recorded by read(): the status item says the server is unreachable
+    }
+  }
+
+  async pause(notebooks?: string[], interrupt = false): Promise<IStatus> {
+    return this.act(() => this.api.pause(notebooks, interrupt));
+  }
+
+  /**
+   * Resume; while a pause is still finishing, the resume is queued and posted
+   * as soon as the server says paused (the status item says so meanwhile).
+   */
+  async resume(notebooks?: string[]): Promise<IStatus | null> {
+    if (this._status?.state === 'pausing') {
+      this._queuedResume = { cycle: this._status.cycle, notebooks };
+      this._changed.emit();
+      return null;
+    }
+    return this.act(() => this.api.resume(notebooks));
+  }
+
+  /** This page's reconnection of a resumed cycle's notebooks (reattach.ts reports it). */
+  setAttachment(attachment: IAttachment | null): void {
+    this._attachment = attachment;
+    this._changed.emit();
+  }
+
+  /** Poll: fast during a transition, slowly otherwise, backing off while the server is away. */
+  start(): void {
+    if (!this._poll.isDisposed) {
+      void this._poll.start();
+    }
+  }
+
+  /** Read again now (after an action, or when the page becomes visible). */
+  poke(): void {
+    if (!this._poll.isDisposed && this._poll.state.phase !== 'constructed') {
+      void this._poll.refresh();
+    }
+  }
+
+  dispose(): void {
+    this._poll.dispose();
+    Signal.clearData(this);
+  }
+
+  /** One status read: the poll's factory. Rejects while the server is unreachable, so the poll backs off. */
+  private async read(): Promise<void> {
     try {
       this.apply(await this.api.status());
     } catch (error) {
       const wasConnected = this._connected;
       this._connected = false;
       this._lastError = error instanceof Error ? error.message : String(error);
+      this._poll.frequency = this.frequency();
       if (wasConnected) {
         this._changed.emit();
       }
+      throw error;
     }
+    this._poll.frequency = this.frequency();
   }
 
-  async pause(notebooks?: string[]): Promise<IStatus> {
-    return this.act(() => this.api.pause(notebooks));
-  }
-
-  async resume(notebooks?: string[]): Promise<IStatus> {
-    return this.act(() => this.api.resume(notebooks));
-  }
-
-  /** Poll: fast during a transition, slowly otherwise, backing off while the server is away. */
-  start(): void {
-    if (this._timer !== null || this._disposed) {
-      return;
+  private frequency() {
+    const t = this._timings;
+    if (!this._connected && this._everConnected) {
+      return { interval: t.retryInterval, backoff: 2, max: Math.max(t.maxBackoff, t.retryInterval) };
     }
-    const tick = async () => {
-      await this.refresh();
-      if (this._disposed) {
-        return;
-      }
-      let delay = this.busy ? this.busyInterval : this.idleInterval;
-      if (!this._connected) {
-        this._backoff = Math.min(this._backoff ? this._backoff * 2 : 1000, this.maxBackoff);
-        delay = this._backoff;
-      } else {
-        this._backoff = 0;
-      }
-      this._timer = setTimeout(tick, delay);
-    };
-    this._timer = setTimeout(tick, 0);
-  }
-
-  /** Read again now (after an action, or when the page becomes visible). */
-  poke(): void {
-    if (this._timer !== null) {
-      clearTimeout(this._timer);
-      this._timer = null;
-      this.start();
-    }
-  }
-
-  dispose(): void {
-    this._disposed = true;
-    if (this._timer !== null) {
-      clearTimeout(this._timer);
-      this._timer = null;
-    }
-    Signal.clearData(this);
+    const interval = this.busy || this.resumeQueued ? t.busyInterval : t.idleInterval;
+    return { interval, backoff: 2, max: Math.max(t.maxBackoff, interval) };
   }
 
   private async act(call: () => Promise<IStatus>): Promise<IStatus> {
@@ -174,6 +276,9 @@ export class GkewsModel {
     this._connected = true;
     this._everConnected = true;
     this._lastError = null;
+    if (!this._cycleSeen.has(status.cycle)) {
+      this._cycleSeen.set(status.cycle, performance.now());
+    }
     if (same) {
       return; // nothing new: views (and an open details dialog) stay as they are
     }
@@ -184,21 +289,44 @@ export class GkewsModel {
     } else if (reconnected) {
       this._transition.emit({ kind: 'reconnected', status });
     }
+    this.postQueuedResume(status);
   }
 
-  private idleInterval: number;
-  private busyInterval: number;
-  private maxBackoff: number;
+  /** The pause a queued resume waited for is over: post it, or say why not. */
+  private postQueuedResume(status: IStatus): void {
+    const queued = this._queuedResume;
+    if (!queued || status.state === 'pausing') {
+      return;
+    }
+    this._queuedResume = null;
+    if (status.state === 'paused' && status.cycle === queued.cycle) {
+      this.act(() => this.api.resume(queued.notebooks)).catch(error =>
+        this._queuedResumeFailed.emit((error as Error).message)
+      );
+    } else {
+      this._queuedResumeFailed.emit(
+        status.state === 'failed'
+          ? 'the pause failed, so there was nothing to resume'
+          : `the session became ${status.state} before the pause finished`
+      );
+      this._changed.emit();
+    }
+  }
+
+  private _timings: Required<IModelOptions>;
+  private _poll: Poll<void, Error>;
   private _status: IStatus | null = null;
   private _connected = false;
   private _everConnected = false;
   private _lastError: string | null = null;
   private _requesting = false;
-  private _timer: ReturnType<typeof setTimeout> | null = null;
-  private _backoff = 0;
-  private _disposed = false;
+  private _queuedResume: { cycle: number; notebooks?: string[] } | null = null;
+  private _attachment: IAttachment | null = null;
+  private _attaching = false;
+  private _cycleSeen = new Map<number, number>();
   private _changed = new Signal<this, void>(this);
   private _transition = new Signal<this, ITransition>(this);
+  private _queuedResumeFailed = new Signal<this, string>(this);
 }
 
 /**

@@ -1,7 +1,7 @@
 import { Notification } from '@jupyterlab/apputils';
 
 import { CommandIDs } from './commands';
-import { transitionMessage } from './describe';
+import { clip, transitionMessage } from './describe';
 import { GkewsModel, ITransition } from './model';
 import { CommandRegistry } from '@lumino/commands';
 
@@ -15,6 +15,9 @@ export function connectNotifications(model: GkewsModel, commands: CommandRegistr
     caption: 'Show the timeline, verdicts and next steps',
     callback: () => void commands.execute(CommandIDs.showStatus)
   };
+  model.queuedResumeFailed.connect((_, why) => {
+    Notification.error(clip(`The queued resume was not posted: ${why}.`), { autoClose: false, actions: [details] });
+  });
   model.transition.connect((_, t: ITransition) => {
     switch (t.kind) {
       case 'paused':

@@ -12,6 +12,7 @@
 import { ISessionContext } from '@jupyterlab/apputils';
 import { NotebookPanel } from '@jupyterlab/notebook';
 import { Session } from '@jupyterlab/services';
+import { Poll } from '@lumino/polling';
 
 import { INotebookStatus, IStatus } from './types';
 
@@ -37,6 +38,8 @@ export function holdKernelStart(panel: NotebookPanel, status: IStatus | null): v
 
 /** The session and kernel a panel was last connected to: the pause takes them away. */
 const lastSession = new WeakMap<NotebookPanel, { sessionId?: string; kernelId?: string }>();
+/** When the panel's kernel socket last opened (performance.now()). */
+const lastConnected = new WeakMap<NotebookPanel, number>();
 
 export function rememberSession(panel: NotebookPanel): void {
   const sc = panel.sessionContext;
@@ -48,11 +51,16 @@ export function rememberSession(panel: NotebookPanel): void {
   };
   sc.sessionChanged.connect(note);
   sc.kernelChanged.connect(note);
+  sc.connectionStatusChanged.connect((_, status) => {
+    if (status === 'connected') {
+      lastConnected.set(panel, performance.now());
+    }
+  });
   note();
 }
 
 /** Is this panel the one a paused notebook belonged to? By session, by kernel, or by path. */
-function belongsTo(panel: NotebookPanel, nb: INotebookStatus): boolean {
+export function belongsTo(panel: NotebookPanel, nb: INotebookStatus): boolean {
   const last = lastSession.get(panel);
   return (
     (!!last?.sessionId && last.sessionId === nb.session_id) ||
@@ -61,34 +69,63 @@ function belongsTo(panel: NotebookPanel, nb: INotebookStatus): boolean {
   );
 }
 
+/**
+ * JupyterLab's private SessionContext._handleNewSession: the only way to give
+ * a notebook the very session the server restored (its public changeKernel
+ * starts a second session for the same kernel). Guarded by
+ * labextension/__tests__/sessioncontext.spec.ts against the JupyterLab
+ * versions package.json allows; without it, changeKernel is the fallback.
+ */
 type SessionContextInternals = {
   _handleNewSession?: (session: Session.ISessionConnection | null) => unknown;
 };
 
-/** Connect one panel to its notebook's resumed session and kernel. */
-export async function reattachPanel(
+export interface IReattachOptions {
+  /** Milliseconds one kernel_info round trip (or one socket reconnection) may take. */
+  probeTimeout: number;
+  /** Milliseconds the whole reconnection of one notebook may take. */
+  deadline: number;
+  /**
+   * performance.now() when this page first saw the cycle: a socket that opened
+   * before may still be bound to the released kernel process.
+   */
+  staleBefore: number;
+  /** Swap a panel that another kernel took over back to the resumed one (false on a page that loaded after the resume). */
+  swap: boolean;
+}
+
+/** A promise that rejects with `what` after `ms` milliseconds. */
+function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    const limit = ms >= 1000 ? `${Math.round(ms / 1000)} s` : `${Math.round(ms)} ms`;
+    timer = setTimeout(() => reject(new Error(`${what} within ${limit}`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** Put the panel's session context on the resumed session and kernel; false when it is not ours to touch. */
+async function attachSession(
   panel: NotebookPanel,
   nb: INotebookStatus,
-  sessions: Session.IManager
-): Promise<void> {
+  sessions: Session.IManager,
+  swap: boolean
+): Promise<boolean> {
   const sc: ISessionContext = panel.sessionContext;
-  await sc.ready;
-  // what the server has now: drops a stale session connection, keeps a live one
-  await sessions.refreshRunning();
   const session = sc.session;
   const kernel = session?.kernel;
   if (session && kernel && !kernel.isDisposed && kernel.id === nb.kernel_id) {
-    if (kernel.connectionStatus !== 'connected') {
-      await kernel.reconnect();
-    }
-    return;
+    return true;
+  }
+  if (!swap && session && kernel && !kernel.isDisposed) {
+    return false; // the user's own choice of kernel on a page that did not see the pause
   }
   if (session && (!kernel || kernel.isDisposed) && session.id === nb.session_id) {
     session.dispose(); // its kernel connection gave up: start from a clean connection below
   } else if (session) {
     // another kernel (one started while the notebook was paused): swap it for the restored one
     await sc.changeKernel({ id: nb.kernel_id });
-    return;
+    return true;
   }
   const model =
     (nb.session_id ? await sessions.findById(nb.session_id) : undefined) ??
@@ -106,7 +143,77 @@ export async function reattachPanel(
   } else {
     await sc.changeKernel({ id: nb.kernel_id });
   }
-  restoreKernelPreference(panel);
+  return true;
+}
+
+/**
+ * Connect one panel to its notebook's resumed kernel and prove it: a
+ * kernel_info request must come back over the panel's own connection. A
+ * socket that opened before the resume (it may still be bound to the released
+ * process, while the page believes it connected), or one that does not
+ * answer, is replaced by a fresh one. Rejects, with the reason, when the
+ * kernel did not answer within the deadline. Resolves false for a panel that
+ * is not on the resumed kernel and is not ours to move.
+ */
+export async function reattachPanel(
+  panel: NotebookPanel,
+  nb: INotebookStatus,
+  sessions: Session.IManager,
+  options: IReattachOptions
+): Promise<boolean> {
+  const sc: ISessionContext = panel.sessionContext;
+  const end = performance.now() + options.deadline;
+  const left = () => Math.max(end - performance.now(), 0);
+  await within(sc.ready, left(), 'the notebook did not finish loading');
+  // what the server has now: drops a stale session connection, keeps a live one
+  await within(sessions.refreshRunning(), left(), 'the server did not list its sessions');
+  let failedBefore = false;
+  const attempt = async (): Promise<boolean> => {
+    try {
+      if (!(await within(attachSession(panel, nb, sessions, options.swap), left(), 'it could not be attached'))) {
+        return false;
+      }
+      restoreKernelPreference(panel);
+      const kernel = sc.session?.kernel;
+      if (!kernel || kernel.isDisposed) {
+        throw new Error('its kernel connection was closed');
+      }
+      const probe = Math.max(Math.min(options.probeTimeout, left()), 1);
+      const stale = (lastConnected.get(panel) ?? -Infinity) <= options.staleBefore;
+      if (failedBefore || stale || kernel.connectionStatus !== 'connected') {
+        await within(kernel.reconnect(), probe, 'its socket did not reconnect');
+      }
+      await within(kernel.requestKernelInfo(), probe, 'its kernel did not answer');
+      // The first answer on a fresh socket may come before its status messages flow; the kernel
+      // indicator says "Unknown" until one does. Ask again (briefly) so that it shows the real state.
+      for (let i = 0; i < 2 && kernel.status === 'unknown'; i++) {
+        await within(kernel.requestKernelInfo(), probe, 'its kernel did not answer');
+      }
+      return true;
+    } catch (error) {
+      failedBefore = true; // the socket may be the dead one after all: a fresh one on the next try
+      throw error;
+    }
+  };
+  // Tries until one succeeds or the deadline passes, backing off in between.
+  const attempts = new Poll<boolean, Error>({
+    auto: false,
+    factory: attempt,
+    frequency: { interval: 250, backoff: 2, max: Math.max(options.probeTimeout, 250) },
+    name: 'jupyter-gkews:reattach'
+  });
+  return new Promise<boolean>((resolve, reject) => {
+    attempts.ticked.connect((_, state) => {
+      if (state.phase === 'resolved' || state.phase === 'reconnected') {
+        attempts.dispose();
+        resolve(!!state.payload);
+      } else if (state.phase === 'rejected' && left() <= 0) {
+        attempts.dispose();
+        reject(state.payload);
+      }
+    });
+    void attempts.start();
+  });
 }
 
 function restoreKernelPreference(panel: NotebookPanel): void {
@@ -114,27 +221,4 @@ function restoreKernelPreference(panel: NotebookPanel): void {
   if (sc.kernelPreference.shouldStart === false) {
     sc.kernelPreference = { ...sc.kernelPreference, shouldStart: true };
   }
-}
-
-/** After a resume: every open panel of a resumed notebook, back on its kernel. */
-export async function reattachAll(
-  panels: Iterable<NotebookPanel>,
-  status: IStatus,
-  sessions: Session.IManager
-): Promise<string[]> {
-  const resumed = status.notebooks.filter(nb => nb.verdict && nb.verdict !== 'failed');
-  const problems: string[] = [];
-  const work: Promise<void>[] = [];
-  for (const panel of panels) {
-    const nb = resumed.find(nb => belongsTo(panel, nb));
-    if (nb) {
-      work.push(
-        reattachPanel(panel, nb, sessions).catch(error => {
-          problems.push(`${nb.path}: ${(error as Error).message}`);
-        })
-      );
-    }
-  }
-  await Promise.all(work);
-  return problems;
 }

@@ -1,6 +1,6 @@
 import { Widget } from '@lumino/widgets';
 
-import { statusLabel } from './describe';
+import { summarySentence } from './describe';
 import { GkewsModel } from './model';
 
 /**
@@ -22,13 +22,13 @@ export class GkewsStatusItem extends Widget {
   }
 
   private render(): void {
-    const label = statusLabel(this.model.status, this.model.connected);
+    const label = this.model.label;
     const node = this.node as HTMLButtonElement;
     node.textContent = label;
     node.dataset.gkewsState = this.model.display;
     node.setAttribute('aria-label', `${label}. Show the details of the GPU session`);
     node.title = this.model.connected
-      ? `${this.model.status?.message || label}\nClick for the timeline, verdicts and next steps.`
+      ? `${this.model.status ? summarySentence(this.model.status) : label}\nClick for the timeline, verdicts and next steps.`
       : `The Jupyter server does not answer (${this.model.lastError ?? 'no answer yet'}); retrying.`;
   }
 }

@@ -49,6 +49,18 @@ export class PauseResumeButton extends Widget {
       label = 'Resume';
       tooltip = 'Resume the GPU session: bring the kernels back and verify or restore them';
       resumeIcon.element({ container: this.iconNode });
+    } else if (action === 'queue-resume') {
+      label = 'Resume after pause';
+      tooltip = 'The pause is still finishing: press to resume as soon as it is done';
+      resumeIcon.element({ container: this.iconNode });
+    } else if (this.model.resumeQueued) {
+      label = 'Resume queued';
+      tooltip = 'The resume is posted as soon as the pause is done';
+      waitIcon.element({ container: this.iconNode });
+    } else if (state === 'reconnecting') {
+      label = 'Reconnecting…';
+      tooltip = 'Wait: the notebooks are being reconnected to their resumed kernels';
+      waitIcon.element({ container: this.iconNode });
     } else {
       label = state === 'offline' ? 'Offline' : state === 'pausing' ? 'Pausing…' : 'Resuming…';
       tooltip =

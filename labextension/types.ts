@@ -63,6 +63,8 @@ export interface IStatus {
   restored_from?: Record<string, unknown>;
   timeline: Record<string, number | null>;
   notebooks: INotebookStatus[];
+  /** The last pause's snapshot; failed means the resume restores from the checkpoints. */
+  snapshot?: { status: string; error?: string } | null;
   updated: number;
 }
 
@@ -99,7 +101,7 @@ export interface IRestoreResult {
 /** What the model needs from the server; the real one is in api.ts, tests pass a fake. */
 export interface IGkewsApi {
   status(): Promise<IStatus>;
-  pause(notebooks?: string[]): Promise<IStatus>;
+  pause(notebooks?: string[], interrupt?: boolean): Promise<IStatus>;
   resume(notebooks?: string[]): Promise<IStatus>;
   checkpoints(notebook?: string): Promise<ICheckpoint[]>;
   deleteCheckpoint(id: string): Promise<void>;

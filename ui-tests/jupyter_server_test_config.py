@@ -15,3 +15,5 @@ c.ServerApp.allow_root = True  # noqa: F821  (CI runs as root)
 c.ServerApp.jpserver_extensions = {"jupyter_gkews": True}  # noqa: F821
 c.GkewsApp.checkpoint_root = mkdtemp(prefix="gkews-ui-checkpoints-")  # noqa: F821
 c.GkewsApp.state_dir = mkdtemp(prefix="gkews-ui-state-")  # noqa: F821
+# A cell left running at Pause is interrupted (when the user chose to) after this many seconds, not 60 (a cell may run longer while the pause waits).
+c.GkewsApp.busy_timeout = 8.0  # noqa: F821

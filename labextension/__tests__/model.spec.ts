@@ -2,7 +2,7 @@
  * The frontend model against a fake server: what the status item and the
  * notifications would say as the server's status changes.
  */
-import { display, statusLabel, timelineRows, transitionMessage, verdictText } from '../describe';
+import { display, names, statusLabel, summarySentence, timelineRows, transitionMessage, verdictText } from '../describe';
 import { GkewsModel, ITransition } from '../model';
 import { GkewsError, IGkewsApi, INotebookStatus, IStatus } from '../types';
 
@@ -89,15 +89,21 @@ describe('GkewsModel', () => {
     await model.pause();
     expect(server.posted).toEqual(['pause']);
     expect(model.display).toBe('pausing');
-    expect(model.nextAction).toBeNull();
+    // no second pause; a resume pressed now is queued until the pause is done
+    expect(model.nextAction).toBe('queue-resume');
     expect(changes).toHaveBeenCalled();
 
-    server.answer = status({ state: 'paused', cycle: 1, message: 'paused 1 notebook(s)' });
+    server.answer = status({
+      state: 'paused',
+      cycle: 1,
+      message: 'paused 1 notebook(s)',
+      notebooks: [{ path: 'work/train.ipynb', kernel_id: 'k1', status: 'released' }]
+    });
     await model.refresh();
     expect(model.display).toBe('paused');
     expect(model.nextAction).toBe('resume');
     expect(seen.map(t => t.kind)).toEqual(['paused']);
-    expect(transitionMessage('paused', model.status!)).toContain('paused 1 notebook(s)');
+    expect(transitionMessage('paused', model.status!)).toBe('Paused train.ipynb; Resume brings its kernel back.');
   });
 
   it('notices a pause that finished between two reads', async () => {
@@ -121,7 +127,7 @@ describe('GkewsModel', () => {
     expect(model.display).toBe('ready');
     expect(seen.map(t => t.kind)).toEqual(['resumed']);
     expect(transitionMessage('resumed', seen[0].status)).toBe(
-      'Resumed. restored from checkpoint: 4 variables; 1 skipped: gen (a generator, re-run cell 7)'
+      'Resumed train.ipynb from its checkpoint: 4 variables restored; gen (a generator, re-run cell 7) was not saved.'
     );
   });
 
@@ -177,10 +183,10 @@ describe('GkewsModel', () => {
     expect(seen.map(t => t.kind)).toEqual(['paused', 'reconnected']);
   });
 
-  it('keeps polling on its own and backs off while the server is away', async () => {
+  it('keeps polling on its own (a lumino Poll) and backs off while the server is away', async () => {
     jest.useFakeTimers();
     try {
-      const fast = new GkewsModel(server, { idleInterval: 1000, maxBackoff: 4000 });
+      const fast = new GkewsModel(server, { idleInterval: 1000, retryInterval: 1000, maxBackoff: 4000 });
       const reads = jest.spyOn(server, 'status');
       fast.start();
       await jest.advanceTimersByTimeAsync(0);
@@ -188,17 +194,130 @@ describe('GkewsModel', () => {
       await jest.advanceTimersByTimeAsync(1000);
       expect(reads).toHaveBeenCalledTimes(2);
       server.answer = new Error('down');
-      await jest.advanceTimersByTimeAsync(1000); // read 3 fails: next in 1 s
-      await jest.advanceTimersByTimeAsync(1000); // read 4 fails: next in 2 s
-      await jest.advanceTimersByTimeAsync(1000);
-      expect(reads).toHaveBeenCalledTimes(4);
+      await jest.advanceTimersByTimeAsync(1000); // read 3 fails
+      expect(fast.connected).toBe(false);
+      // while the server is away the waits grow (1 s, then up to 2 s, 4 s, capped at 4 s)
+      const timesOfReads: number[] = [];
+      reads.mockClear();
+      for (let t = 0; t < 20_000; t += 100) {
+        await jest.advanceTimersByTimeAsync(100);
+        while (timesOfReads.length < reads.mock.calls.length) {
+          timesOfReads.push(t);
+        }
+      }
+      const gaps = timesOfReads.slice(1).map((t, i) => t - timesOfReads[i]);
+      expect(gaps.length).toBeGreaterThanOrEqual(4);
+      expect(Math.max(...gaps)).toBeLessThanOrEqual(4100);
+      expect(gaps.slice(-3).every(g => g >= 1000)).toBe(true);
+      expect(reads.mock.calls.length).toBeLessThan(20); // not every second: it backed off
       server.answer = status();
-      await jest.advanceTimersByTimeAsync(1000);
-      expect(reads).toHaveBeenCalledTimes(5);
+      await jest.advanceTimersByTimeAsync(4100);
       expect(fast.connected).toBe(true);
       fast.dispose();
     } finally {
       jest.useRealTimers();
+    }
+  });
+
+  it('reads faster while a transition runs, with the intervals the settings give', async () => {
+    jest.useFakeTimers();
+    try {
+      const m = new GkewsModel(server);
+      m.configure({ idleInterval: 5000, busyInterval: 250 });
+      const reads = jest.spyOn(server, 'status');
+      m.start();
+      await jest.advanceTimersByTimeAsync(0);
+      await jest.advanceTimersByTimeAsync(4900);
+      expect(reads).toHaveBeenCalledTimes(1);
+      await jest.advanceTimersByTimeAsync(100);
+      expect(reads).toHaveBeenCalledTimes(2);
+      server.answer = status({ state: 'pausing', phase: 'checkpointing', cycle: 1 });
+      await jest.advanceTimersByTimeAsync(5000);
+      reads.mockClear();
+      await jest.advanceTimersByTimeAsync(1000);
+      expect(reads).toHaveBeenCalledTimes(4);
+      m.dispose();
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+
+  it('queues a resume pressed while the pause finishes, and posts it once paused', async () => {
+    const resumed: string[] = [];
+    server.resume = async () => {
+      resumed.push('resume');
+      return status({ state: 'resuming', phase: 'waiting-for-capacity', cycle: 1 });
+    };
+    server.answer = status({ state: 'pausing', phase: 'releasing', cycle: 1 });
+    await model.refresh();
+    expect(await model.resume()).toBeNull();
+    expect(model.resumeQueued).toBe(true);
+    expect(model.nextAction).toBeNull();
+    expect(model.label).toBe('GPU session: pausing (releasing); resume queued');
+    server.answer = status({ state: 'paused', cycle: 1 });
+    await model.refresh();
+    await new Promise(resolve => setTimeout(resolve, 0));
+    expect(resumed).toEqual(['resume']);
+    expect(model.resumeQueued).toBe(false);
+    expect(model.display).toBe('waiting for capacity');
+  });
+
+  it('drops a queued resume when the pause fails, and says why', async () => {
+    const why: string[] = [];
+    model.queuedResumeFailed.connect((_, w) => why.push(w));
+    server.answer = status({ state: 'pausing', phase: 'checkpointing', cycle: 1 });
+    await model.refresh();
+    await model.resume();
+    server.answer = status({ state: 'failed', cycle: 1, error: { reason: 'No notebook could be checkpointed.', next_step: 'Pause again.' } });
+    await model.refresh();
+    expect(why).toEqual(['the pause failed, so there was nothing to resume']);
+    expect(model.resumeQueued).toBe(false);
+  });
+
+  it('says ready only once this page reconnected the notebooks of the resumed cycle', async () => {
+    model.expectAttachment();
+    server.answer = status({ state: 'resuming', phase: 'verifying', cycle: 2 });
+    await model.refresh();
+    server.answer = status({ state: 'active', cycle: 2, notebooks: [restoredNotebook] });
+    await model.refresh();
+    expect(model.display).toBe('reconnecting');
+    expect(model.label).toBe('GPU session: reconnecting the notebooks');
+    expect(model.nextAction).toBe('pause');
+    model.setAttachment({ cycle: 2, waiting: ['work/train.ipynb', 'eval.ipynb'], failed: {} });
+    expect(model.label).toBe('GPU session: reconnecting train.ipynb and eval.ipynb');
+    model.setAttachment({ cycle: 1, waiting: [], failed: {} }); // an older cycle does not count
+    expect(model.display).toBe('reconnecting');
+    model.setAttachment({ cycle: 2, waiting: [], failed: { 'work/train.ipynb': 'its kernel did not answer within 5 s' } });
+    expect(model.label).toBe('GPU session: train.ipynb not reconnected');
+    model.setAttachment({ cycle: 2, waiting: [], failed: {} });
+    expect(model.label).toBe('GPU session: ready');
+  });
+});
+
+describe('sentences', () => {
+  it('names the notebooks, with plurals', () => {
+    expect(names(['a/x.ipynb'])).toBe('x.ipynb');
+    expect(names(['x.ipynb', 'y.ipynb', 'z.ipynb'])).toBe('x.ipynb, y.ipynb and z.ipynb');
+    const two = status({
+      state: 'paused',
+      cycle: 1,
+      notebooks: [
+        { path: 'a.ipynb', kernel_id: 'k1', status: 'released' },
+        { path: 'b.ipynb', kernel_id: 'k2', status: 'released' },
+        { path: 'c.ipynb', kernel_id: 'k3', status: 'busy', error: 'its kernel was still running a cell after 60 s' }
+      ]
+    });
+    expect(transitionMessage('paused', two)).toBe(
+      'Paused a.ipynb and b.ipynb; Resume brings their kernels back. ' +
+        'c.ipynb is still running: its kernel was still running a cell after 60 s.'
+    );
+    expect(summarySentence(status({ state: 'pausing', phase: 'checkpointing', cycle: 1, notebooks: two.notebooks.slice(0, 1) }))).toBe(
+      'Pausing a.ipynb: writing the checkpoints.'
+    );
+    const live = status({ notebooks: [{ ...restoredNotebook, verdict: 'live-verified' }] });
+    expect(transitionMessage('resumed', live)).toBe('Resumed train.ipynb; its live model was verified.');
+    for (const text of [transitionMessage('paused', two), summarySentence(live)]) {
+      expect(text).not.toMatch(/\(s\)/);
     }
   });
 });

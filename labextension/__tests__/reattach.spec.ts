@@ -1,0 +1,80 @@
+/**
+ * The reconnection of one notebook after a resume, with a fake panel and
+ * kernel connection: a socket that may be bound to the released process is
+ * replaced, the kernel must answer over it, and a kernel that never answers
+ * is given up on within the deadline (the page then says so).
+ */
+import { Signal } from '@lumino/signaling';
+
+import { reattachPanel, rememberSession } from '../reattach';
+import { INotebookStatus } from '../types';
+
+const nb: INotebookStatus = { path: 'work/train.ipynb', session_id: 's1', kernel_id: 'k1', status: 'resumed' };
+
+/** A notebook panel on kernel k1 whose kernel answers kernel_info (or never does). */
+function fakePanel(answers: boolean) {
+  const owner = {};
+  const connectionStatusChanged = new Signal<any, string>(owner);
+  const kernel = {
+    id: 'k1',
+    isDisposed: false,
+    status: 'idle',
+    connectionStatus: 'connected',
+    reconnect: jest.fn(async () => {
+      connectionStatusChanged.emit('connected');
+    }),
+    requestKernelInfo: jest.fn(() => (answers ? Promise.resolve({}) : new Promise(() => undefined)))
+  };
+  const sessionContext = {
+    ready: Promise.resolve(),
+    session: { id: 's1', kernel },
+    kernelPreference: {},
+    sessionChanged: new Signal(owner),
+    kernelChanged: new Signal(owner),
+    connectionStatusChanged,
+    changeKernel: jest.fn()
+  };
+  const panel: any = { sessionContext, context: { path: nb.path } };
+  rememberSession(panel);
+  return { panel, kernel, connectionStatusChanged };
+}
+
+const sessions: any = { refreshRunning: async () => undefined };
+
+describe('reattachPanel', () => {
+  it('replaces a socket that opened before the cycle was seen, then proves it with kernel_info', async () => {
+    const { panel, kernel, connectionStatusChanged } = fakePanel(true);
+    connectionStatusChanged.emit('connected'); // opened before the pause: maybe bound to the released process
+    const staleBefore = performance.now() + 1;
+    const ok = await reattachPanel(panel, nb, sessions, { probeTimeout: 1000, deadline: 5000, staleBefore, swap: true });
+    expect(ok).toBe(true);
+    expect(kernel.reconnect).toHaveBeenCalledTimes(1);
+    expect(kernel.requestKernelInfo).toHaveBeenCalled();
+  });
+
+  it('keeps a socket that opened after the cycle was seen: the round trip alone proves it', async () => {
+    const { panel, kernel, connectionStatusChanged } = fakePanel(true);
+    const staleBefore = performance.now() - 1;
+    connectionStatusChanged.emit('connected');
+    await reattachPanel(panel, nb, sessions, { probeTimeout: 1000, deadline: 5000, staleBefore, swap: true });
+    expect(kernel.reconnect).not.toHaveBeenCalled();
+  });
+
+  it('gives up on a kernel that never answers within the deadline, after fresh sockets', async () => {
+    const { panel, kernel } = fakePanel(false);
+    const started = performance.now();
+    await expect(
+      reattachPanel(panel, nb, sessions, { probeTimeout: 100, deadline: 800, staleBefore: -Infinity, swap: true })
+    ).rejects.toThrow('its kernel did not answer');
+    expect(performance.now() - started).toBeLessThan(3000);
+    expect(kernel.reconnect.mock.calls.length).toBeGreaterThanOrEqual(2);
+  });
+
+  it('leaves alone a panel on another kernel when this page did not see the pause', async () => {
+    const { panel } = fakePanel(true);
+    panel.sessionContext.session.kernel.id = 'k-chosen-by-the-user';
+    const ok = await reattachPanel(panel, nb, sessions, { probeTimeout: 100, deadline: 800, staleBefore: 0, swap: false });
+    expect(ok).toBe(false);
+    expect(panel.sessionContext.changeKernel).not.toHaveBeenCalled();
+  });
+});

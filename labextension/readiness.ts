@@ -1,0 +1,127 @@
+/**
+ * "Ready" means ready: after a resume, every open notebook of a resumed
+ * kernel is back on that kernel and has answered a kernel_info request over
+ * its own connection. Until then the status item says which notebooks it is
+ * reconnecting; a notebook that cannot be reconnected in time is named in a
+ * notification.
+ */
+import { Notification } from '@jupyterlab/apputils';
+import { NotebookPanel } from '@jupyterlab/notebook';
+import { Session } from '@jupyterlab/services';
+
+import { clip, names } from './describe';
+import { GkewsModel } from './model';
+import { belongsTo, reattachPanel } from './reattach';
+import { INotebookStatus, IStatus } from './types';
+
+export interface IReadinessOptions {
+  /** Milliseconds one kernel_info round trip may take. */
+  probeTimeout: number;
+  /** Milliseconds the reconnection of one notebook may take before the page gives up and says so. */
+  reattachTimeout: number;
+}
+
+export const DEFAULT_READINESS: IReadinessOptions = { probeTimeout: 5000, reattachTimeout: 30000 };
+
+/** Was this status the end of a resume (the server is active again and the notebooks carry verdicts)? */
+function resumedNotebooks(status: IStatus | null): INotebookStatus[] {
+  if (!status || status.state !== 'active') {
+    return [];
+  }
+  return status.notebooks.filter(nb => nb.verdict && nb.verdict !== 'failed');
+}
+
+export class Readiness {
+  /**
+   * Connect before any view of the model: the model's changed signal runs its
+   * handlers in order, so "reconnecting" is set before anything renders "ready".
+   */
+  constructor(
+    private model: GkewsModel,
+    private panels: () => NotebookPanel[],
+    private sessions: Session.IManager,
+    private restored: Promise<unknown>,
+    public options: IReadinessOptions = DEFAULT_READINESS
+  ) {
+    model.expectAttachment();
+    model.changed.connect(this.onChanged, this);
+    this.onChanged(); // the status the page read before this was wired
+  }
+
+  private onChanged(): void {
+    const status = this.model.status;
+    const firstRead = !this.seenStatus;
+    this.seenStatus = this.seenStatus || !!status;
+    if (!status || status.state !== 'active' || !status.notebooks.some(nb => nb.verdict)) {
+      return;
+    }
+    if (this.handled === status.cycle) {
+      return;
+    }
+    this.handled = status.cycle;
+    const resumed = resumedNotebooks(status);
+    this.model.setAttachment({ cycle: status.cycle, waiting: resumed.map(nb => nb.path), failed: {} });
+    void this.reattach(status, resumed, !firstRead);
+  }
+
+  /** Reconnect the open panels of the resumed notebooks; swap kernels only if this page saw the pause. */
+  private async reattach(status: IStatus, resumed: INotebookStatus[], sawPause: boolean): Promise<void> {
+    const cycle = status.cycle;
+    await this.restored; // a reloaded page restores its notebooks first
+    const remaining = new Map<string, number>(); // panels left per notebook: it may be open twice
+    const failed: Record<string, string> = {};
+    const work: Promise<void>[] = [];
+    const update = () => {
+      if (this.handled === cycle) {
+        this.model.setAttachment({ cycle, waiting: [...remaining.keys()], failed: { ...failed } });
+      }
+    };
+    for (const panel of this.panels()) {
+      const nb = resumed.find(nb => belongsTo(panel, nb));
+      if (!nb) {
+        continue;
+      }
+      remaining.set(nb.path, (remaining.get(nb.path) ?? 0) + 1);
+      const options = {
+        probeTimeout: this.options.probeTimeout,
+        deadline: this.options.reattachTimeout,
+        staleBefore: this.model.cycleSeenAt(cycle) ?? performance.now(),
+        swap: sawPause
+      };
+      work.push(
+        reattachPanel(panel, nb, this.sessions, options)
+          .then(
+            () => undefined,
+            error => {
+              failed[nb.path] = (error as Error).message;
+            }
+          )
+          .finally(() => {
+            const left = (remaining.get(nb.path) ?? 1) - 1;
+            if (left > 0) {
+              remaining.set(nb.path, left);
+            } else {
+              remaining.delete(nb.path);
+            }
+            update();
+          })
+      );
+    }
+    update();
+    await Promise.all(work);
+    const broken = Object.keys(failed);
+    if (broken.length && this.handled === cycle) {
+      const reasons = broken.map(p => failed[p]);
+      Notification.error(
+        clip(
+          `${names(broken)} could not be reconnected to ${broken.length === 1 ? 'its resumed kernel' : 'their resumed kernels'} within ${Math.round(this.options.reattachTimeout / 1000)} s ` +
+            `(${reasons[0]}). Reload the page to reconnect.`
+        ),
+        { autoClose: false }
+      );
+    }
+  }
+
+  private seenStatus = false;
+  private handled: number | null = null;
+}

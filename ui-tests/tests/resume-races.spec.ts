@@ -1,0 +1,136 @@
+/**
+ * "Ready" means the next cell runs, however the user clicks. Each test presses
+ * the buttons as soon as the state they wait for is visible (no pause of its
+ * own between a state showing and the next click), then types a new cell and
+ * reads its output and its prompt number in the page. Run with --repeat-each
+ * to shake out the races (docs/ui.md).
+ */
+import { expect, test } from '@jupyterlab/galata';
+import type { Page } from '@playwright/test';
+
+import { newNotebook, notification, shutDownEverything, statusItem, typeAndRun } from './helpers';
+
+test.use({ autoGoto: true, viewport: { width: 1280, height: 720 } });
+test.afterEach(async ({ request }) => shutDownEverything(request));
+
+const PAUSED = { timeout: 120_000 };
+const READY = { timeout: 180_000 };
+
+/** Upload and open notebooks (each with one cell that sets w), and run that cell in each. */
+async function openAndRun(page: Page, tmpPath: string, names: string[]): Promise<string[]> {
+  const paths: string[] = [];
+  for (const name of names) {
+    const path = `${tmpPath}/${name}`;
+    await page.contents.uploadContent(JSON.stringify(newNotebook(['w = 41'])), 'text', path);
+    // (the command, not the file browser: its listing may lag behind the upload)
+    await page.evaluate(async p => {
+      await (window as any).jupyterapp.commands.execute('docmanager:open', { path: p });
+    }, path);
+    await expect(page.getByRole('main').getByRole('tab', { name })).toBeVisible();
+    await page.notebook.activate(name);
+    await page.notebook.runCell(0, true);
+    paths.push(path);
+  }
+  return paths;
+}
+
+function pauseButton(page: Page) {
+  return page.getByRole('button', { name: /^Pause:/ });
+}
+
+function resumeButton(page: Page) {
+  return page.getByRole('button', { name: /^Resume:/ });
+}
+
+test('Resume pressed the instant "paused" shows: the next cell runs as [2]', async ({ page, tmpPath }) => {
+  await openAndRun(page, tmpPath, ['instant.ipynb']);
+  await pauseButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  await resumeButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  const { prompt } = await typeAndRun(page, 'print(w + 1)', '42\n');
+  expect(prompt).toBe('[2]:'); // the restored kernel continues the notebook's counter
+  await expect(notification(page, 'Paused instant.ipynb; Resume brings its kernel back.')).toHaveCount(1);
+  await expect(notification(page, 'Resumed instant.ipynb from its checkpoint: 1 variable restored.')).toHaveCount(1);
+});
+
+test('Resume pressed while the pause is still finishing is queued, then posted', async ({ page, tmpPath }) => {
+  await openAndRun(page, tmpPath, ['queued.ipynb']);
+  // a cell that keeps the pause waiting (it waits for the kernel to be idle) for a few seconds
+  await page.notebook.setCell(0, 'code', 'import time\ntime.sleep(4)\nw = 41');
+  await page.notebook.runCell(0, { inplace: true, wait: false } as any);
+  await expect(page.locator('#jp-main-statusbar')).toContainText('Busy');
+  await pauseButton(page).click();
+  await page.locator('.jp-Dialog').getByRole('button', { name: 'Wait and pause' }).click();
+  await page.getByRole('button', { name: /^Resume after pause:/ }).click();
+  await expect(statusItem(page)).toContainText('resume queued');
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  const { prompt } = await typeAndRun(page, 'print(w + 1)', '42\n');
+  expect(prompt).toBe('[3]:');
+});
+
+test('the page reloaded during the resume: the reloaded notebook runs its next cell', async ({ page, tmpPath }) => {
+  await openAndRun(page, tmpPath, ['reloaded.ipynb']);
+  await pauseButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  const accepted = page.waitForResponse(r => new URL(r.url()).pathname.endsWith('/gkews/resume') && r.status() === 202);
+  await resumeButton(page).click();
+  await accepted;
+  await page.reload({ waitForIsReady: false });
+  await expect(page.getByRole('main').locator('.jp-NotebookPanel')).toBeVisible();
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  const { prompt } = await typeAndRun(page, 'print(w + 1)', '42\n');
+  expect(prompt).toBe('[2]:');
+});
+
+test('the same notebook open in two tabs: both run their next cell', async ({ page, tmpPath, baseURL }) => {
+  const [path] = await openAndRun(page, tmpPath, ['twotabs.ipynb']);
+  const second = await page.context().newPage();
+  await second.goto(`${baseURL}/lab/workspaces/gkews-second-tab/tree/${path}`);
+  const secondPanel = second.locator('.jp-NotebookPanel:visible');
+  await expect(secondPanel.locator('.jp-Notebook .jp-Cell')).toHaveCount(1, { timeout: 60_000 });
+  await expect(second.locator('#jp-main-statusbar')).toContainText('Idle', { timeout: 60_000 });
+
+  await pauseButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  await resumeButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  await expect(statusItem(second)).toHaveText('GPU session: ready', READY);
+  await typeAndRun(second, 'print(w + 1)', '42\n');
+  await typeAndRun(page, 'print(w + 2)', '43\n');
+  await second.close();
+});
+
+test('two notebooks open: each runs its next cell in its own kernel', async ({ page, tmpPath }) => {
+  await openAndRun(page, tmpPath, ['first.ipynb', 'second.ipynb']);
+  await pauseButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  await resumeButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  await expect(notification(page, 'Paused first.ipynb and second.ipynb; Resume brings their kernels back.')).toHaveCount(1);
+  for (const name of ['first.ipynb', 'second.ipynb']) {
+    await page.notebook.activate(name);
+    const { prompt } = await typeAndRun(page, 'print(w + 1)', '42\n');
+    expect(prompt).toBe('[2]:');
+  }
+});
+
+test('a cell left running at Pause is interrupted on request, and the next cell runs after Resume', async ({
+  page,
+  tmpPath
+}) => {
+  await openAndRun(page, tmpPath, ['running.ipynb']);
+  await page.notebook.addCell('code', 'import time\nfor _ in range(600):\n    time.sleep(1)');
+  await page.notebook.runCell(1, { inplace: true, wait: false } as any);
+  await expect(page.locator('#jp-main-statusbar')).toContainText('Busy');
+  await pauseButton(page).click();
+  await page.locator('.jp-Dialog').getByRole('button', { name: 'Interrupt and pause' }).click();
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  await expect(page.locator('.jp-Notebook .jp-Cell').nth(1).locator('.jp-OutputArea-output')).toContainText(
+    'KeyboardInterrupt'
+  );
+  await resumeButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  const { prompt } = await typeAndRun(page, 'print(w + 1)', '42\n');
+  expect(prompt).toBe('[3]:');
+});
