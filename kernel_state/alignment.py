@@ -54,15 +54,18 @@ def is_aligned(pointer: int) -> bool:
     return pointer % ALIGNMENT == 0
 
 
-def array_from_bytes(data, dtype, shape, fortran: bool, writeable: bool = True):
-    """Unpickling a small numpy array: its bytes copied into aligned memory, in its memory order."""
+def array_from_layout(data, carrier_dtype, carrier_shape, dtype, shape, offset, strides, writeable=True):
+    """Unpickling a small numpy array: the memory it views copied onto aligned memory, then the same
+    view (offset, strides, memory order) of it."""
     import numpy as np
-    dtype = np.dtype(dtype)
-    arr = aligned_empty(tuple(reversed(shape)) if fortran else shape, dtype)
-    if arr.nbytes:
-        memoryview(arr).cast("B")[:] = memoryview(data).cast("B")
-    if fortran:
-        arr = arr.T
+    carrier = aligned_empty(carrier_shape, carrier_dtype)
+    if carrier.nbytes:
+        memoryview(carrier).cast("B")[:] = memoryview(data).cast("B")
+    if carrier.shape == tuple(shape) and carrier.dtype == np.dtype(dtype) and offset == 0 and \
+            carrier.strides == tuple(strides):
+        arr = carrier
+    else:
+        arr = np.ndarray(tuple(shape), dtype=np.dtype(dtype), buffer=carrier, offset=offset, strides=tuple(strides))
     if not writeable:
         arr.flags.writeable = False
     return arr

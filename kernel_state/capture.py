@@ -26,7 +26,7 @@ import weakref
 import dill
 
 from . import byvalue
-from .alignment import array_from_bytes
+from .alignment import array_from_layout
 from .errors import CheckpointWriteError
 from .resources import refuse
 from .fingerprint import cpu_fingerprint, memory_view, storage_fingerprint
@@ -451,11 +451,17 @@ class Capture:
 
 
 def _small_array(arr):
-    """A small array is pickled inline, as its bytes in its memory order, and comes back on 64-byte
-    aligned memory (numpy's own unpickling would leave it inside the pickle's buffer)."""
-    fortran = arr.flags.f_contiguous and not arr.flags.c_contiguous
-    data = (arr.T if fortran else np.ascontiguousarray(arr)).tobytes()
-    return array_from_bytes, (data, arr.dtype, tuple(arr.shape), fortran, bool(arr.flags.writeable))
+    """A small array is pickled inline with the memory it views (a small root), and comes back as the
+    same view of a 64-byte aligned copy (numpy's own unpickling would leave it, compacted, inside the
+    pickle's buffer)."""
+    root = arr
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    carrier = _carrier(root) if arr.size else np.empty(arr.shape, arr.dtype)
+    if not arr.size:
+        arr = carrier
+    return array_from_layout, (carrier.tobytes(), carrier.dtype, tuple(carrier.shape), arr.dtype, tuple(arr.shape),
+                               arr.ctypes.data - carrier.ctypes.data, tuple(arr.strides), bool(arr.flags.writeable))
 
 
 def _carrier(root):
