@@ -82,9 +82,17 @@ def is_enum_class(obj) -> bool:
 def reduce_enum(cls):
     members = [(name, member._value_) for name, member in cls.__members__.items() if member.name == name]
     namespace = {k: v for k, v in cls.__dict__.items()
-                 if k not in _ENUM_INTERNAL and k not in cls.__members__}
+                 if k not in _ENUM_INTERNAL and k not in cls.__members__ and _defined_by_user(k, v)}
     return rebuild_enum, (type(cls), cls.__name__, cls.__qualname__, cls.__bases__, members, namespace,
                           cls.__doc__)
+
+
+def _defined_by_user(key: str, value) -> bool:
+    """Methods the notebook wrote, and plain attributes; not what EnumMeta derives or copies in."""
+    function = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
+    if callable(function) or isinstance(value, (staticmethod, classmethod, property)):
+        return getattr(function, "__module__", None) == "__main__"
+    return not (key.startswith("_") and key.endswith("_"))
 
 
 def rebuild_enum(meta, name, qualname, bases, members, namespace, doc):
