@@ -65,6 +65,7 @@ class Restorer:
         self._assembled: dict = {}
         self._loading: set[str] = set()
         self._memos: dict[str, dict] = {}
+        self._mapped: dict = {}
         self._cuda_warned = False
 
     # -- blobs --------------------------------------------------------------------------------------
@@ -271,22 +272,7 @@ class Restorer:
         self._arrays[key] = arr
         return arr
 
-    def _numpy_root(self, skey: str):
-        """The stored buffer as the C-contiguous array it was saved from, on memory of its own."""
-        if skey not in self._storages:
-            srec, buf, begin, end = self._raw(skey)
-            view = memoryview(buf)[begin:end]
-            if not is_aligned(address(view)):
-                view = aligned_copy(view)
-            if "numpy_shape" in srec:
-                root = np.ndarray(tuple(srec["numpy_shape"]), dtype=np.dtype(srec["numpy_dtype"]), buffer=view)
-            else:  # written before numpy_shape was recorded
-                root = np.frombuffer(view, dtype=np.uint8)
-            self._storages[skey] = root
-        return self._storages[skey]
-
-    def _file_backed(self, record, source):
-        """An np.memmap mapped from its file again when the file holds what it held at save time."""
+    def _map_file(self, source, carrier):
         from .hashing import new_hasher
         path = source["path"]
         try:
@@ -303,9 +289,33 @@ class Restorer:
                                  f"the checkpoint ({source['size']} bytes then, {size} now)")
             return None
         mode = {"w+": "r+"}.get(source["mode"], source["mode"])  # never create or truncate the file
-        carrier = self.manifest["storages"][record["buffer"]]  # the memmap's own array, C-ordered
-        base = np.memmap(path, dtype=np.dtype(carrier["numpy_dtype"]), mode=mode, offset=source["file_offset"],
+        # the memmap's own array (C-ordered, as stored); every view is made of it
+        return np.memmap(path, dtype=np.dtype(carrier["numpy_dtype"]), mode=mode, offset=source["file_offset"],
                          shape=tuple(carrier["numpy_shape"]))
+
+    def _numpy_root(self, skey: str):
+        """The stored buffer as the C-contiguous array it was saved from, on memory of its own."""
+        if skey not in self._storages:
+            srec, buf, begin, end = self._raw(skey)
+            view = memoryview(buf)[begin:end]
+            if not is_aligned(address(view)):
+                view = aligned_copy(view)
+            if "numpy_shape" in srec:
+                root = np.ndarray(tuple(srec["numpy_shape"]), dtype=np.dtype(srec["numpy_dtype"]), buffer=view)
+            else:  # written before numpy_shape was recorded
+                root = np.frombuffer(view, dtype=np.uint8)
+            self._storages[skey] = root
+        return self._storages[skey]
+
+    def _file_backed(self, record, source):
+        """An np.memmap mapped from its file again when the file holds what it held at save time; views of
+        one memmap share one mapping, as they did."""
+        skey = record["buffer"]
+        if skey not in self._mapped:
+            self._mapped[skey] = self._map_file(source, self.manifest["storages"][skey])
+        base = self._mapped[skey]
+        if base is None:
+            return None
         arr = np.ndarray.__new__(np.memmap, tuple(record["shape"]), dtype=np.dtype(record["dtype"]), buffer=base,
                                  offset=record["offset"], strides=tuple(record["strides"]))
         arr._mmap, arr.filename, arr.mode = base._mmap, base.filename, base.mode
