@@ -92,18 +92,14 @@ def storages():
 
 
 def test_restored_storages_are_aligned_and_outputs_are_bit_identical(tmp_path):
-    first = Kernel(tmp_path)
-    try:
+    with Kernel(tmp_path) as first:
         first.run(BUILD)
         out = first.run("%gkews_checkpoint save")
         assert "Saved checkpoint" in out and "Skipped" not in out
         expected = first.value("outputs()")          # the uninterrupted run
         expected_layouts = first.value("layouts()")
-    finally:
-        first.close()
 
-    fresh = Kernel(tmp_path)
-    try:
+    with Kernel(tmp_path) as fresh:
         out = fresh.run("%gkews_checkpoint restore")
         assert "Not restored" not in out, out
         fresh.run(ALIGNMENT)
@@ -115,5 +111,3 @@ def test_restored_storages_are_aligned_and_outputs_are_bit_identical(tmp_path):
         assert fresh.value("layouts()") == expected_layouts  # values, strides, memory order, flags
         assert fresh.value("np.shares_memory(negative_large, large) and np.shares_memory(fortran_view, fortran_large)")
         assert fresh.value("broadcast_large.strides[0] == 0 and broadcast_large.base.nbytes < 200_000")
-    finally:
-        fresh.close()

@@ -57,40 +57,30 @@ CHECK = ("[favourite is Color.GREEN, favourite.shout(), Color('g') is favourite,
 
 
 def test_notebook_definitions_round_trip_in_a_fresh_kernel(tmp_path):
-    first = Kernel(tmp_path)
-    try:
+    with Kernel(tmp_path) as first:
         first.run(BUILD)
         out = first.run("%gkews_checkpoint save")
         assert "Skipped" not in out, out
         expected = first.run(f"print({CHECK})")
-    finally:
-        first.close()
-    fresh = Kernel(tmp_path)
-    try:
+    with Kernel(tmp_path) as fresh:
         out = fresh.run("%gkews_checkpoint restore")
         assert "Not restored" not in out, out
         assert fresh.run(f"print({CHECK})") == expected
         assert "True, 'GREEN!', True, 6, True" in expected
-    finally:
-        fresh.close()
 
 
 def test_what_only_main_could_name_is_reported_at_save(tmp_path):
-    k = Kernel(tmp_path)
-    try:
+    with Kernel(tmp_path) as k:
         k.run("class Token:\n    def __reduce__(self): return 'TOKEN'\nTOKEN = Token()\nholder = {'t': TOKEN}\nfine = 1")
         out = k.run("%gkews_checkpoint save")
         assert "TOKEN: TypeError: Token object 'TOKEN' can only be saved as a reference to __main__.TOKEN" in out
         assert "re-run cell [1]: TOKEN = Token()" in out
         assert "holder: TypeError: Token object 'TOKEN' can only be saved" in out
         assert "Skipped 2 (not saved):" in out
-    finally:
-        k.close()
 
 
 def test_restore_semantics(tmp_path):
-    k = Kernel(tmp_path)
-    try:
+    with Kernel(tmp_path) as k:
         # a __reduce__ with a side effect: once per save, even when the variable needs dill (a code object)
         k.run("calls = []\nclass Audited:\n    def __reduce__(self):\n        calls.append(1)\n        return (Audited, ())\n"
               "needs_dill = [Audited(), (lambda: 1).__code__]")
@@ -103,18 +93,12 @@ def test_restore_semantics(tmp_path):
         k.run("def build():\n    class Hidden:\n        pass\n    return Hidden\nH = build()\n"
               "one, two = H(), H()\ndel H\ntype(one).label = 'v1'")
         k.run("%gkews_checkpoint save one two")
-    finally:
-        k.close()
-    fresh = Kernel(tmp_path)
-    try:
+    with Kernel(tmp_path) as fresh:
         out = fresh.run("%gkews_checkpoint restore")
         assert "Not restored" not in out, out
         assert fresh.value("[type(one) is type(two), type(one).label]") == [True, "v1"]
-    finally:
-        fresh.close()
 
-    same = Kernel(tmp_path)
-    try:
+    with Kernel(tmp_path) as same:
         # a same-kernel restore brings back the checkpoint's definition, and says so
         same.run("class Model:\n    version = 1\nm = Model()")
         same.run("%gkews_checkpoint save Model m")
@@ -123,5 +107,3 @@ def test_restore_semantics(tmp_path):
         assert ("Warning: Model: this kernel redefined it since the checkpoint; the checkpoint's definition is "
                 "restored (re-run its cell to use the new one)") in out
         assert same.value("[Model.version, type(m) is Model]") == [1, True]
-    finally:
-        same.close()

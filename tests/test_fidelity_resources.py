@@ -32,8 +32,7 @@ mapped = mmap.mmap(reader.fileno(), 0, access=mmap.ACCESS_READ)
 holder = {{"log": log, "epochs": 1}}
 kept = [1, 2, 3]
 '''
-    first = Kernel(store)
-    try:
+    with Kernel(store) as first:
         first.run(build)
         scratch = first.value("scratch.name")
         before = _state([log, data, appended])
@@ -62,12 +61,9 @@ kept = [1, 2, 3]
         out = first.run("%gkews_checkpoint restore")  # in the same kernel
         assert "Not restored" not in out and "Never saved (re-run these cells):" in out
         assert _state([log, data, appended]) == before
-    finally:
-        first.close()
     before = _state([log, data, appended])
 
-    fresh = Kernel(store)
-    try:
+    with Kernel(store) as fresh:
         out = fresh.run("%gkews_checkpoint restore")
         assert "Not restored" not in out and "  log: TypeError: cannot pickle 'TextIOWrapper'" in out
         assert fresh.value("[kept, 'log' in dir(), 'scratch' in dir()]") == [[1, 2, 3], False, False]
@@ -75,5 +71,3 @@ kept = [1, 2, 3]
         assert _state([log, data, appended]) == before
         assert log.read_text() == "epoch 1\n"
         assert os.path.isdir(scratch)
-    finally:
-        fresh.close()

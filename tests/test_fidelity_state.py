@@ -15,18 +15,14 @@ DRAWS = "[random.random(), float(np.random.rand()), torch.rand(2).tolist()]"
 
 
 def test_random_state_continues_the_uninterrupted_stream(tmp_path):
-    first = Kernel(tmp_path)
-    try:
+    with Kernel(tmp_path) as first:
         first.run("import random, numpy as np, torch\nrandom.seed(1); np.random.seed(2); torch.manual_seed(3)\n"
                   f"warm = {DRAWS}")
         first.run("%gkews_checkpoint save")
         expected = first.value(DRAWS)  # what the uninterrupted run draws next
         first.run("%gkews_checkpoint save --no-random-state")
         off = first.call({"op": "list"})["result"][0]["id"]
-    finally:
-        first.close()
-    fresh = Kernel(tmp_path)
-    try:
+    with Kernel(tmp_path) as fresh:
         fresh.run("import random, numpy as np, torch")
         checkpoints = [c["id"] for c in fresh.call({"op": "list"})["result"]]
         on = [c for c in checkpoints if c != off][0]
@@ -42,8 +38,6 @@ def test_random_state_continues_the_uninterrupted_stream(tmp_path):
         assert result["random_state"] == ["python", "numpy", "torch"] and fresh.value(DRAWS) == expected
         result = fresh.call({"op": "restore", "checkpoint": off})["result"]  # saved without it
         assert result["random_state"] == []
-    finally:
-        fresh.close()
     manifests = {json.loads(p.read_text())["id"]: json.loads(p.read_text())
                  for p in tmp_path.glob("notebooks/*/manifests/*.json")}
     assert manifests[off]["random_state"] is None
@@ -52,8 +46,7 @@ def test_random_state_continues_the_uninterrupted_stream(tmp_path):
 
 def test_autograd_memmap_and_shared_objects(tmp_path):
     store, path = tmp_path / "store", tmp_path / "features.f32"
-    first = Kernel(store)
-    try:
+    with Kernel(store) as first:
         first.run(f'''
 import numpy as np, torch
 leaf = torch.ones(3, requires_grad=True)
@@ -68,12 +61,9 @@ b = [0, common, common["t"]]
 del common
 ''')
         assert "Skipped" not in first.run("%gkews_checkpoint save")
-    finally:
-        first.close()
     before = (path.read_bytes(), path.stat().st_mtime_ns)
 
-    fresh = Kernel(store)
-    try:
+    with Kernel(store) as fresh:
         out = fresh.run("%gkews_checkpoint restore")
         assert "Not restored" not in out and "Warning" not in out, out
         assert fresh.value("[derived.requires_grad, derived.is_leaf, leaf.requires_grad, frozen.requires_grad,"
@@ -85,15 +75,10 @@ del common
         assert np.fromfile(path, dtype=np.float32)[0] == -1
         assert fresh.value("[a['meta'] is b[1], a['meta']['t'] is b[2], a['meta']['steps'] is b[1]['steps']]") == \
             [True, True, True]
-    finally:
-        fresh.close()
 
-    changed = Kernel(store)  # the file changed since the checkpoint: a copy, and a warning naming it
-    try:
+    with Kernel(store) as changed:  # the file changed since the checkpoint: a copy, and a warning naming it
         out = changed.run("%gkews_checkpoint restore mm rows np")
         assert f"Warning: np.memmap of {path} restored as an in-memory copy: the file changed since the checkpoint" in out
         assert changed.value("[type(mm).__name__, float(mm[0, 0]), float(rows[0, 0]), np.shares_memory(rows, mm)]") == \
             ["ndarray", 0.0, 640.0, True]
         assert np.fromfile(path, dtype=np.float32)[0] == -1
-    finally:
-        changed.close()

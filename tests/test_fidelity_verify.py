@@ -49,19 +49,15 @@ def _all_match(verdicts: dict) -> list:
 
 
 def test_verify_matches_after_restore_in_fresh_processes_and_finds_one_change(tmp_path):
-    first = Kernel(tmp_path)
-    try:
+    with Kernel(tmp_path) as first:
         first.run(BUILD)
         first.run("%gkews_checkpoint save")
         verdicts = first.value(VERIFY)
         assert len(verdicts) > 20 and _all_match(verdicts) == []
         assert "Verified: the live state is the checkpointed state." in first.run("%gkews_checkpoint verify")
-    finally:
-        first.close()
 
     for run in range(2):  # run after run, each in a new process (new string hash salt)
-        fresh = Kernel(tmp_path)
-        try:
+        with Kernel(tmp_path) as fresh:
             assert "Not restored" not in fresh.run("%gkews_checkpoint restore")
             assert _all_match(fresh.value(VERIFY)) == [], f"run {run}"
             assert _all_match(fresh.value(VERIFY)) == [], f"run {run}, verified twice"
@@ -77,5 +73,3 @@ def test_verify_matches_after_restore_in_fresh_processes_and_finds_one_change(tm
                     ["adder", "frame", "halves", "model", "opt", "tags"]
                 out = fresh.run("%gkews_checkpoint verify")
                 assert "model: changed (1 of 8 tensors/arrays differ)" in out
-        finally:
-            fresh.close()
