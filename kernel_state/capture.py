@@ -161,7 +161,8 @@ class Capture:
             record["digest"] = value_digest(value, self)
             self.variables[name] = record
             self.saved_vars.add(name)
-            self._share(name, _memo_of(pickler))
+            if kind == "pickle":  # dill edits its memo as it goes: its indices are not the unpickler's
+                self._share(name, _memo_of(pickler))
             return record
         exc = errors[0]
         raise VariableSkipped(f"{type(exc).__name__}: {str(exc)[:300]}")
