@@ -20,10 +20,10 @@ _OPS = {
     "save": lambda req: checkpoint.save(
         notebook=req.get("notebook"), root=req.get("root"), names=req.get("names"),
         exclude=req.get("exclude", ()), keep_last=req.get("keep_last"), max_bytes=req.get("max_bytes"),
-        progress=_print_progress if req.get("progress") else None),
+        progress=_print_progress if req.get("progress") else None, random_state=req.get("random_state", True)),
     "restore": lambda req: checkpoint.restore(
         notebook=req.get("notebook"), root=req.get("root"), checkpoint=req.get("checkpoint"),
-        names=req.get("names"), device=req.get("device")),
+        names=req.get("names"), device=req.get("device"), random_state=req.get("random_state", True)),
     "verify": lambda req: checkpoint.verify(notebook=req.get("notebook"), root=req.get("root"),
                                             checkpoint=req.get("checkpoint")),
     "list": lambda req: checkpoint.list_checkpoints(notebook=req.get("notebook"), root=req.get("root")),

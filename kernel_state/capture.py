@@ -1,29 +1,34 @@
 """Capturing variables: one pickle per variable, every tensor and large array as safetensors data.
 
 Each variable is pickled on its own, so one that cannot be pickled is skipped with its reason and costs
-nothing else. Three kinds of object never enter a pickle; the pickle holds a reference instead:
+nothing else. Some objects never enter a pickle; the pickle holds a reference instead:
 - torch tensors (and Parameters): a row in the checkpoint's tensor table (storage, offset, shape,
   stride, dtype, requires_grad); storages go to safetensors blobs, so views and tied weights share one;
-- numpy arrays of 64 KiB or more: a row in the array table, as an offset and strides into the
-  outermost array that owns the memory, so a view stays a view of its base;
-- a value that is itself another saved variable: ("var", name), so that an optimizer, a model and a
-  class keep their identity across variables.
-Functions and classes defined in the notebook go by value through dill; everything else through the
-standard pickler, falling back to dill for what only dill can handle.
+- numpy arrays of 64 KiB or more (and every np.memmap): a row in the array table, as an offset and
+  strides into the memory of the outermost array, so a view stays a view of its base;
+- a value that is itself another saved variable: ("var", name), and an object an earlier variable's
+  pickle already holds: ("memo", name, index), so that identities between variables survive;
+- a live resource (open file, socket, lock, child process...): never; the variable is skipped.
+Functions, classes, enums and cached functions defined in the notebook go by value (byvalue.py);
+everything else through the standard pickler, falling back to dill for what only dill can handle. Each
+object's __reduce__ runs once per save, whichever pickler ends up saving it.
 """
 from __future__ import annotations
 
+import copyreg
 import io
+import os
 import pickle
 import sys
-import threading
 import types
 import weakref
 
 import dill
 
-from . import cuda_io
+from . import byvalue, cuda_io
+from .alignment import array_from_layout
 from .errors import CheckpointWriteError
+from .resources import refuse
 from .fingerprint import cpu_fingerprint, memory_view, storage_fingerprint
 from .hashing import digest_bytes
 
@@ -39,6 +44,8 @@ CHUNK = 8 << 20          # so that an in-place change to a slice rewrites one ch
 CHUNKS_ALGORITHM = "xxh3-128-chunks"
 PROTOCOL = 5
 _PLAIN = (int, float, str, bytes, bool, type(None), complex)
+# what both picklers save by their own code, before any reducer_override
+_BASIC = {int, float, str, bytes, bool, type(None), complex, list, dict, tuple, set, frozenset, bytearray}
 
 TORCH_DTYPES = {
     "float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64",
@@ -75,16 +82,23 @@ class _Hooks:
 
 class FastPickler(_Hooks, pickle.Pickler):
     def reducer_override(self, obj):
-        if isinstance(obj, (types.FunctionType, type)) and defined_interactively(obj):
-            return dill.loads, (dill.dumps(obj, protocol=PROTOCOL),)
-        return NotImplemented
+        return self.capture.reduce(obj, dill_pickler=False)
 
 
 class DillPickler(_Hooks, dill.Pickler):
-    pass
+    def reducer_override(self, obj):
+        t = type(obj)
+        if t in _BASIC or t in dill.Pickler.dispatch:
+            return NotImplemented
+        return self.capture.reduce(obj, dill_pickler=True)
 
 
 PICKLERS = {"pickle": FastPickler, "dill": DillPickler}
+
+
+def _memo_of(pickler) -> dict:
+    memo = pickler.memo
+    return memo.copy() if hasattr(memo, "copy") else dict(memo)
 
 
 class VariableSkipped(Exception):
@@ -114,9 +128,12 @@ class Capture:
         self._pack: list = []
         self._current: str | None = None
         self._var_storages: list[str] = []
+        self._shared: dict[int, tuple] = {}
+        self._reductions: dict[int, tuple] = {}
 
     # -- per variable -------------------------------------------------------------------------------
     def add_variable(self, name: str, value, picklers=("pickle", "dill")) -> dict:
+        from .compare import value_digest
         self._current = name
         errors = []
         for kind in picklers:
@@ -141,19 +158,43 @@ class Capture:
                       "bytes": len(data) + sum(self.storages[s]["nbytes"] for s in self._var_storages),
                       "storages": list(self._var_storages)}
             record.update(_describe(value))
+            record["digest"] = value_digest(value, self)
             self.variables[name] = record
             self.saved_vars.add(name)
+            if kind == "pickle":  # dill edits its memo as it goes: its indices are not the unpickler's
+                self._share(name, _memo_of(pickler))
             return record
         exc = errors[0]
         raise VariableSkipped(f"{type(exc).__name__}: {str(exc)[:300]}")
 
-    # -- the pickler hook ---------------------------------------------------------------------------
+    def _share(self, name: str, memo: dict) -> None:
+        """Objects this variable's pickle holds: a later variable that reaches one refers to it here."""
+        self._keep.append(memo)  # temporaries in the memo must not die: their ids would be reused
+        for oid, (index, obj) in memo.items():
+            if oid not in self._shared and not isinstance(obj, _PLAIN) and not self._by_name(obj):
+                self._shared[oid] = (name, index)
+
+    def _by_name(self, obj) -> bool:
+        """Saved as a name (an imported class, function or module, torch.float32): every pickle can
+        name it itself, so no variable needs another one for it."""
+        if isinstance(obj, (type, types.FunctionType)):
+            return not defined_interactively(obj)
+        if isinstance(obj, (types.BuiltinFunctionType, types.ModuleType)):
+            return True
+        cached = self._reductions.get(id(obj))
+        return cached is not None and isinstance(cached[1], str)
+
+    # -- the pickler hooks --------------------------------------------------------------------------
     def reference(self, obj):
         if isinstance(obj, _PLAIN):
             return None
         name = self.var_ids.get(id(obj))
         if name is not None and name != self._current and name in self.saved_vars:
             return ("var", name)
+        shared = self._shared.get(id(obj))
+        if shared is not None and shared[0] != self._current:
+            self.variables[shared[0]]["shared"] = True
+            return ("memo",) + shared
         torch = _torch()
         if torch is not None:
             if isinstance(obj, torch.Tensor):
@@ -164,13 +205,55 @@ class Capture:
                 return ("storage", skey, str(obj.dtype)[6:])
             if isinstance(obj, torch.UntypedStorage):
                 return ("storage", self._storage(obj, None, None), None)
-        if np is not None and type(obj) is np.ndarray:
-            key = self._array(obj)
-            return None if key is None else ("array", key)
-        if isinstance(obj, threading.Thread) and obj.is_alive():
-            # dill would save the Thread object, but never the running code: it would come back dead
-            raise TypeError(f"cannot pickle a running thread ({obj.name}): its stack lives only in this process")
+        if np is not None and isinstance(obj, np.ndarray):
+            if isinstance(obj, np.memmap) and not obj.dtype.hasobject:
+                return ("array", self._array(obj, memmap=True))
+            if type(obj) is np.ndarray:
+                key = self._array(obj)
+                return None if key is None else ("array", key)
+        refuse(obj)
         return None
+
+    def reduce(self, obj, dill_pickler: bool):
+        """reducer_override: notebook definitions by value, small arrays onto aligned memory, and every
+        other object's __reduce_ex__ called once per save (kept for the dill retry and the digest)."""
+        t = type(obj)
+        if np is not None and t is np.ndarray and not obj.dtype.hasobject:
+            return _small_array(obj)
+        if isinstance(obj, type):
+            if byvalue.is_enum_class(obj) and defined_interactively(obj):
+                return byvalue.reduce_enum(obj)
+            if dill_pickler or not defined_interactively(obj):
+                return NotImplemented
+            return dill.loads, (byvalue.dumps(obj),)
+        if isinstance(obj, types.FunctionType):
+            if dill_pickler or not defined_interactively(obj):
+                return NotImplemented
+            return byvalue.load_function, (byvalue.dumps(obj), obj.__qualname__)
+        if byvalue.is_cached_function(obj) and defined_interactively(obj.__wrapped__):
+            return byvalue.reduce_cached(obj)
+        if t in copyreg.dispatch_table or isinstance(obj, (types.ModuleType, types.BuiltinFunctionType)):
+            return NotImplemented
+        cached = self._reductions.get(id(obj))
+        if cached is None:
+            rv = obj.__reduce_ex__(PROTOCOL)
+            if not isinstance(rv, str):
+                rv = tuple(rv)
+                rv = rv[:3] + tuple(None if items is None else list(items) for items in rv[3:5]) + rv[5:]
+            self._reductions[id(obj)] = (obj, rv)
+        else:
+            rv = cached[1]
+        if isinstance(rv, str):
+            if getattr(obj, "__module__", None) == "__main__":
+                raise TypeError(f"{type(obj).__qualname__} object {rv!r} can only be saved as a reference to "
+                                f"__main__.{rv}, which a fresh kernel does not have")
+            return NotImplemented
+        return rv[:3] + tuple(None if items is None else iter(items) for items in rv[3:5]) + rv[5:]
+
+    def reduction(self, obj):
+        """The reduction this save's pickler used for `obj`, if it went through reduce()."""
+        cached = self._reductions.get(id(obj))
+        return None if cached is None else cached[1]
 
     def _use(self, skey: str) -> None:
         if skey not in self._var_storages:
@@ -192,8 +275,10 @@ class Capture:
         self._keep.append(t)
         record = {"storage": skey, "offset": t.storage_offset(), "shape": list(t.shape),
                   "stride": list(t.stride()), "dtype": dtype,
-                  "requires_grad": bool(t.requires_grad and t.is_leaf),
+                  "requires_grad": bool(t.requires_grad),
                   "parameter": isinstance(t, torch.nn.Parameter)}
+        if t.requires_grad and not t.is_leaf:
+            record["non_leaf"] = True  # comes back as a leaf that requires grad, as torch.save does
         self.tensors[key] = record
         if t.is_leaf and t.grad is not None:
             grad = self._tensor(t.grad, torch)
@@ -250,8 +335,8 @@ class Capture:
         return record
 
     # -- numpy --------------------------------------------------------------------------------------
-    def _array(self, arr) -> str | None:
-        if arr.dtype.hasobject or arr.dtype.fields is not None or not arr.dtype.isnative:
+    def _array(self, arr, memmap: bool = False) -> str | None:
+        if not memmap and (arr.dtype.hasobject or arr.dtype.fields is not None or not arr.dtype.isnative):
             return None
         key = self._array_keys.get(id(arr))
         if key is not None:
@@ -260,16 +345,20 @@ class Capture:
         root = arr
         while isinstance(root.base, np.ndarray):
             root = root.base
-        if root.nbytes < SMALL_ARRAY:  # small and not a view of anything large: inline is cheaper
+        if root.nbytes < SMALL_ARRAY and not memmap:  # small and not a view of anything large: inline
             return None
-        if not root.flags.c_contiguous:
-            root = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+        carrier = _carrier(root)
         key = f"a{len(self._array_keys)}"
         self._array_keys[id(arr)] = key
-        self._keep.extend((arr, root))
-        skey = self._buffer(root)
-        self.arrays[key] = {"buffer": skey, "offset": arr.ctypes.data - root.ctypes.data,
-                            "shape": list(arr.shape), "strides": list(arr.strides), "dtype": arr.dtype.str}
+        self._keep.extend((arr, root, carrier))
+        skey = self._buffer(carrier)
+        record = {"buffer": skey, "offset": arr.ctypes.data - carrier.ctypes.data,
+                  "shape": list(arr.shape), "strides": list(arr.strides), "dtype": arr.dtype.str}
+        if not arr.flags.writeable:
+            record["writeable"] = False
+        if memmap and isinstance(root, np.memmap) and isinstance(root.filename, str):
+            record["memmap"] = _memmap_source(arr, root)
+        self.arrays[key] = record
         return key
 
     def _buffer(self, root) -> str:
@@ -284,7 +373,7 @@ class Capture:
         dtype = dtype or "U8"
         data = memory_view(root.ctypes.data, root.nbytes)
         record = {"kind": "numpy", "nbytes": root.nbytes, "dtype": dtype, "shape": shape,
-                  "numpy_dtype": root.dtype.str}
+                  "numpy_dtype": root.dtype.str, "numpy_shape": list(root.shape)}
         # no version counter in numpy: the hash decides what changed
         if root.nbytes >= CHUNKED:
             pieces = [data[i:i + CHUNK] for i in range(0, root.nbytes, CHUNK)]
@@ -363,6 +452,52 @@ class Capture:
     def _progress_bytes(self, n: int) -> None:
         if self.progress:
             self.progress(bytes_done=n)
+
+
+def _small_array(arr):
+    """A small array is pickled inline with the memory it views (a small root), and comes back as the
+    same view of a 64-byte aligned copy (numpy's own unpickling would leave it, compacted, inside the
+    pickle's buffer)."""
+    root = arr
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    carrier = _carrier(root) if arr.size else np.empty(arr.shape, arr.dtype)
+    if not arr.size:
+        arr = carrier
+    return array_from_layout, (carrier.tobytes(), carrier.dtype, tuple(carrier.shape), arr.dtype, tuple(arr.shape),
+                               arr.ctypes.data - carrier.ctypes.data, tuple(arr.strides), bool(arr.flags.writeable))
+
+
+def _carrier(root):
+    """A C-contiguous array over exactly the memory `root` spans: what is stored as the buffer.
+
+    A C-ordered root is its own carrier; a Fortran-ordered one is carried by its transpose; anything
+    else (negative or zero strides, as_strided) by the bytes from its lowest to its highest address."""
+    if root.flags.c_contiguous:
+        return root
+    if root.flags.f_contiguous:
+        return root.T
+    low = high = 0
+    for n, stride in zip(root.shape, root.strides):
+        if n == 0:
+            return np.empty(0, np.uint8)
+        low += min(0, stride * (n - 1))
+        high += max(0, stride * (n - 1))
+    start = root.ctypes.data + low
+    return np.frombuffer(memory_view(start, high - low + root.itemsize), dtype=np.uint8)
+
+
+def _memmap_source(arr, root) -> dict:
+    """Where an np.memmap's data lives in its file, and what the file held (to trust it at restore)."""
+    from .hashing import new_hasher
+    path = os.path.abspath(root.filename)
+    hasher = new_hasher()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(8 << 20), b""):
+            hasher.update(block)
+        size = f.tell()
+    return {"path": path, "size": size, "digest": hasher.hexdigest(), "mode": root.mode,
+            "file_offset": root.offset}
 
 
 def len_header(dtype, shape) -> int:

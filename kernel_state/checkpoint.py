@@ -9,7 +9,7 @@ import sys
 import time
 import types
 
-from . import config, counter
+from . import config, counter, randomstate
 from .capture import Capture, VariableSkipped, defined_interactively
 from .errors import CheckpointError
 from .fingerprint import cpu_fingerprint, memory_view, storage_fingerprint
@@ -94,8 +94,9 @@ class Progress:
 
 
 def save(namespace=None, *, notebook=None, root=None, names=None, exclude=(), progress=None,
-         keep_last=None, max_bytes=None) -> dict:
+         keep_last=None, max_bytes=None, random_state: bool = True) -> dict:
     ns, shell = _namespace(namespace)
+    generators = randomstate.capture() if random_state else None  # before anything can draw
     nb = config.notebook_name(notebook)
     store = Store(root)
     started = time.perf_counter()
@@ -115,6 +116,11 @@ def save(namespace=None, *, notebook=None, root=None, names=None, exclude=(), pr
                     skipped[name] = {"reason": str(exc), **(defining_cell(shell, name) or {})}
                 tracker(variables_done=1)
             capture.flush_pack()
+            saved_random = None
+            if generators is not None:
+                digest, size, new = store.put_bytes(randomstate.dumps(generators))
+                capture._account(digest, size, new)
+                saved_random = {"pickle": digest, "generators": sorted(generators)}
             manifest = {
                 "format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "id": new_checkpoint_id(),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "notebook": nb,
@@ -123,6 +129,7 @@ def save(namespace=None, *, notebook=None, root=None, names=None, exclude=(), pr
                 "tensors": capture.tensors, "arrays": capture.arrays, "storages": capture.storages,
                 "blobs": capture.blobs, "probes": _evaluate_probes(ns, store, nb),
                 "execution_count": counter.current(shell),
+                "random_state": saved_random,
                 "stats": {"seconds": round(time.perf_counter() - started, 4),
                           "bytes_written": capture.bytes_written, "bytes_total": sum(capture.blobs.values())},
             }
@@ -151,7 +158,8 @@ def _collect_quietly(store: Store) -> None:
         pass
 
 
-def restore(namespace=None, *, notebook=None, root=None, checkpoint=None, names=None, device=None) -> dict:
+def restore(namespace=None, *, notebook=None, root=None, checkpoint=None, names=None, device=None,
+            random_state: bool = True) -> dict:
     if device not in (None, "cpu", "cuda") and not str(device).startswith("cuda:"):
         raise ValueError(f"device must be 'cpu' or 'cuda' (got {device!r})")
     if device and device.startswith("cuda"):
@@ -166,7 +174,7 @@ def restore(namespace=None, *, notebook=None, root=None, checkpoint=None, names=
     _activity.update(operation="restore")
     try:
         with store.lock():
-            result = restore_namespace(ns, store, manifest, names=names, device=device)
+            result = restore_namespace(ns, store, manifest, names=names, device=device, random_state=random_state)
     finally:
         _activity.update(operation=None)
     counter.continue_from(_shell, manifest.get("execution_count"))
@@ -196,9 +204,11 @@ def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict
             continue
         saved_fp = [manifest["storages"][s]["fingerprint"]["value"] for s in saved["storages"]]
         live_fp = [dry.storages[s]["fingerprint"]["value"] for s in live["storages"]]
-        if live["pickle"] == saved["pickle"] and saved_fp == live_fp:
+        # the value digest (compare.py) where the checkpoint has one; older ones compare pickles
+        same_value = live["digest"] == saved["digest"] if "digest" in saved else live["pickle"] == saved["pickle"]
+        if same_value and saved_fp == live_fp:
             variables[name] = {"verdict": "match", "tensors": len(saved_fp)}
-        elif len(saved_fp) == len(live_fp) and live["pickle"] == saved["pickle"]:
+        elif len(saved_fp) == len(live_fp) and same_value:
             differ = sum(a != b for a, b in zip(saved_fp, live_fp))
             variables[name] = {"verdict": "changed", "detail": f"{differ} of {len(saved_fp)} tensors/arrays differ"}
         else:

@@ -57,6 +57,8 @@ class CheckpointMagics(Magics):
     @argument("--checkpoint", metavar="ID", help="restore/verify: this checkpoint instead of the newest")
     @argument("--device", choices=("cpu", "cuda"), help="restore: put every tensor on this device")
     @argument("--notebook", help="checkpoints of this notebook path (default: this kernel's notebook)")
+    @argument("--no-random-state", dest="random_state", action="store_false",
+              help="save: leave the global random generators out; restore: leave them as they are")
     @line_magic
     def gkews_checkpoint(self, line):
         """Save this kernel's state to durable storage and bring it back.
@@ -68,6 +70,9 @@ class CheckpointMagics(Magics):
         %gkews_checkpoint status                                identity, store and progress
         %gkews_checkpoint probe EXPR                            re-check EXPR's result at verify time
         %gkews_checkpoint delete ID                             delete one checkpoint
+
+        save and restore carry the global random states (random, numpy, torch, CUDA) unless
+        --no-random-state is given.
 
         Tensors and arrays are stored as safetensors, everything else with pickle/dill, under
         $GKEWS_CHECKPOINT_ROOT (default: the Jupyter data dir).
@@ -85,7 +90,7 @@ class CheckpointMagics(Magics):
     # -- actions ----------------------------------------------------------------------------------
     def _save(self, args):
         result = checkpoint.save(self.shell.user_ns, notebook=args.notebook, names=args.names or None,
-                                 exclude=args.exclude, progress=_ProgressLine())
+                                 exclude=args.exclude, progress=_ProgressLine(), random_state=args.random_state)
         print(f"Saved checkpoint {result['id']}: {len(result['saved'])} variables, "
               f"{human_bytes(result['bytes'])} ({human_bytes(result['bytes_written'])} written) "
               f"in {result['seconds']:.2f} s.")
@@ -95,9 +100,12 @@ class CheckpointMagics(Magics):
 
     def _restore(self, args):
         result = checkpoint.restore(self.shell.user_ns, notebook=args.notebook, checkpoint=args.checkpoint,
-                                    names=args.names or None, device=args.device)
+                                    names=args.names or None, device=args.device,
+                                    random_state=args.random_state)
         print(f"Restored {len(result['restored'])} variables from checkpoint {result['checkpoint']} "
               f"(saved {result['created']}) in {result['seconds']:.2f} s: {', '.join(result['restored'])}")
+        if result.get("random_state"):
+            print(f"Random state restored: {', '.join(result['random_state'])}.")
         for warning in result["warnings"]:
             print(f"Warning: {warning}")
         if result["failed"]:

@@ -11,11 +11,13 @@ import io
 import mmap
 import pickle
 import time
+import types
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import dill
 
 from . import cuda_io
+from .alignment import address, aligned_copy, is_aligned
 from .errors import CheckpointError, CorruptBlob
 from .safetensors_io import read_blob
 
@@ -63,6 +65,8 @@ class Restorer:
         self._regions: set = set()
         self._assembled: dict = {}
         self._loading: set[str] = set()
+        self._memos: dict[str, dict] = {}
+        self._mapped: dict = {}
         self._cuda_warned = False
 
     # -- blobs --------------------------------------------------------------------------------------
@@ -158,6 +162,9 @@ class Restorer:
             unpickler = UNPICKLERS[record.get("pickler", "pickle")](io.BytesIO(data))
             unpickler.restorer = self
             value = unpickler.load()
+            if record.get("shared"):  # later variables refer to objects inside this one
+                memo = unpickler.memo
+                self._memos[name] = memo.copy() if hasattr(memo, "copy") else dict(memo)
         finally:
             self._loading.discard(name)
         self.values[name] = value
@@ -167,6 +174,9 @@ class Restorer:
         kind = pid[0]
         if kind == "var":
             return self.variable(pid[1])
+        if kind == "memo":
+            self.variable(pid[1])
+            return self._memos[pid[1]][pid[2]]
         if kind == "tensor":
             return self._tensor(pid[1])
         if kind == "array":
@@ -191,12 +201,14 @@ class Restorer:
         if end - begin != record["nbytes"]:
             raise CorruptBlob(f"blob {record['blob'][:12]}: tensor {record['name']!r} has {end - begin} bytes, "
                               f"the manifest expects {record['nbytes']}")
+        view = memoryview(buf)[begin:end]
         region = (record["blob"], record["name"])
-        if region in self._regions:
-            # equal contents were stored once; distinct storages must not share memory again
-            buf, begin, end = bytearray(memoryview(buf)[begin:end]), 0, end - begin
+        if region in self._regions or not is_aligned(address(view)):
+            # a packed blob puts storages at any offset, and equal contents are stored once: each
+            # storage gets memory of its own, on a 64-byte boundary
+            view = aligned_copy(view)
         self._regions.add(region)
-        return record, buf, begin, end
+        return record, view, 0, end - begin
 
     def _storage(self, skey: str):
         if skey in self._storages:
@@ -264,19 +276,85 @@ class Restorer:
         if key in self._arrays:
             return self._arrays[key]
         record = self.manifest["arrays"][key]
-        skey = record["buffer"]
-        if skey not in self._storages:
-            _srec, buf, begin, end = self._raw(skey)
-            self._storages[skey] = np.frombuffer(buf, dtype=np.uint8, count=end - begin, offset=begin)
-        raw = self._storages[skey]
-        arr = np.ndarray(tuple(record["shape"]), dtype=np.dtype(record["dtype"]), buffer=raw,
-                         offset=record["offset"], strides=tuple(record["strides"]))
+        source = record.get("memmap")
+        arr = self._file_backed(record, source) if source else None
+        if arr is None:
+            root = self._numpy_root(record["buffer"])
+            arr = np.ndarray(tuple(record["shape"]), dtype=np.dtype(record["dtype"]), buffer=root,
+                             offset=record["offset"], strides=tuple(record["strides"]))
+            if record.get("writeable") is False:
+                arr.flags.writeable = False
         self._arrays[key] = arr
         return arr
 
+    def _map_file(self, source, carrier):
+        from .hashing import new_hasher
+        path = source["path"]
+        try:
+            with open(path, "rb") as f:
+                hasher = new_hasher()
+                for block in iter(lambda: f.read(8 << 20), b""):
+                    hasher.update(block)
+                size = f.tell()
+        except OSError as exc:
+            self.warnings.append(f"np.memmap of {path} restored as an in-memory copy: the file cannot be read ({exc})")
+            return None
+        if size != source["size"] or hasher.hexdigest() != source["digest"]:
+            self.warnings.append(f"np.memmap of {path} restored as an in-memory copy: the file changed since "
+                                 f"the checkpoint ({source['size']} bytes then, {size} now)")
+            return None
+        mode = {"w+": "r+"}.get(source["mode"], source["mode"])  # never create or truncate the file
+        # the memmap's own array (C-ordered, as stored); every view is made of it
+        return np.memmap(path, dtype=np.dtype(carrier["numpy_dtype"]), mode=mode, offset=source["file_offset"],
+                         shape=tuple(carrier["numpy_shape"]))
 
-def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, device=None) -> dict:
-    """Put the checkpoint's variables (or `names`) into `namespace`; report what came back and what did not."""
+    def _numpy_root(self, skey: str):
+        """The stored buffer as the C-contiguous array it was saved from, on memory of its own."""
+        if skey not in self._storages:
+            srec, buf, begin, end = self._raw(skey)
+            view = memoryview(buf)[begin:end]
+            if not is_aligned(address(view)):
+                view = aligned_copy(view)
+            if "numpy_shape" in srec:
+                root = np.ndarray(tuple(srec["numpy_shape"]), dtype=np.dtype(srec["numpy_dtype"]), buffer=view)
+            else:  # written before numpy_shape was recorded
+                root = np.frombuffer(view, dtype=np.uint8)
+            self._storages[skey] = root
+        return self._storages[skey]
+
+    def _file_backed(self, record, source):
+        """An np.memmap mapped from its file again when the file holds what it held at save time; views of
+        one memmap share one mapping, as they did."""
+        skey = record["buffer"]
+        if skey not in self._mapped:
+            self._mapped[skey] = self._map_file(source, self.manifest["storages"][skey])
+        base = self._mapped[skey]
+        if base is None:
+            return None
+        arr = np.ndarray.__new__(np.memmap, tuple(record["shape"]), dtype=np.dtype(record["dtype"]), buffer=base,
+                                 offset=record["offset"], strides=tuple(record["strides"]))
+        arr._mmap, arr.filename, arr.mode = base._mmap, base.filename, base.mode
+        arr.offset = source["file_offset"] + record["offset"]
+        return arr
+
+
+def _redefined(old, new) -> bool:
+    """A class or function the kernel defined again since the checkpoint, differently."""
+    from .compare import value_digest
+    if old is new or not isinstance(old, (type, types.FunctionType)) or type(old) is not type(new):
+        return False
+    try:
+        return value_digest(old) != value_digest(new)
+    except Exception:
+        return True
+
+
+def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, device=None,
+                      random_state: bool = True) -> dict:
+    """Put the checkpoint's variables (or `names`) into `namespace`; report what came back and what did not.
+
+    A restore brings back the checkpoint's state, class and function definitions included: one the
+    kernel has redefined since is replaced by the saved one, and the report says so."""
     started = time.perf_counter()
     restorer = Restorer(store, manifest, device)
     wanted = list(names) if names else None
@@ -293,12 +371,27 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
         if wanted and name not in wanted:
             continue
         try:
-            namespace[name] = restorer.variable(name)
+            value = restorer.variable(name)
+            if name in namespace and _redefined(namespace[name], value):
+                restorer.warnings.append(
+                    f"{name}: this kernel redefined it since the checkpoint; the checkpoint's definition is "
+                    f"restored (re-run its cell to use the new one)")
+            namespace[name] = value
             restored.append(name)
         except Exception as exc:  # each variable fails alone, with its reason
             restorer.failed[name] = reason = f"{type(exc).__name__}: {exc}" if not isinstance(
                 exc, CheckpointError) else str(exc)
             failed[name] = reason
+    generators = []
+    saved_random = manifest.get("random_state")
+    if saved_random and random_state and not wanted:
+        from . import randomstate
+        try:
+            states = pickle.loads(restorer.pickle_bytes(saved_random["pickle"]))
+            generators, notes = randomstate.apply(states)
+            restorer.warnings.extend(notes)
+        except Exception as exc:
+            restorer.warnings.append(f"the random state was not restored: {exc}")
     skipped = {n: s for n, s in manifest["skipped"].items() if not wanted or n in wanted}
     if wanted:
         known = set(manifest["variables"]) | set(manifest["modules"]) | set(manifest["skipped"])
@@ -307,4 +400,5 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
                 failed[name] = f"checkpoint {manifest['id']} has no variable {name!r}"
     return {"checkpoint": manifest["id"], "created": manifest.get("created"), "restored": restored,
             "failed": failed, "skipped_at_save": skipped, "warnings": restorer.warnings,
+            "random_state": generators,
             "seconds": round(time.perf_counter() - started, 4)}

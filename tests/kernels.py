@@ -75,3 +75,9 @@ class Kernel:
     def close(self) -> None:
         self.client.stop_channels()
         self.km.shutdown_kernel(now=True)
+
+    def __enter__(self) -> "Kernel":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

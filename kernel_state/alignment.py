@@ -1,0 +1,71 @@
+"""Memory for restored data that starts on a 64-byte boundary, as torch's CPU allocator gives.
+
+A restored tensor or array must not sit at an odd address inside a shared buffer: SIMD kernels pick
+other code paths for unaligned data (different last bits) and some refuse it. Everything restore
+allocates for tensor or array data comes from here.
+"""
+from __future__ import annotations
+
+import ctypes
+import mmap
+
+ALIGNMENT = 64
+_PAGE_FROM = 1 << 20  # from this size on, an anonymous mapping: page-aligned and zeroed lazily by the OS
+
+
+def address(buffer) -> int:
+    """The address of a writable buffer's first byte."""
+    view = memoryview(buffer).cast("B")
+    if not len(view):
+        return 0
+    return ctypes.addressof(ctypes.c_char.from_buffer(view))
+
+
+def aligned_buffer(nbytes: int) -> memoryview:
+    """A writable byte buffer of `nbytes` whose first byte is 64-byte aligned. The memoryview keeps its
+    owner alive; numpy and torch arrays built on it keep the memoryview alive."""
+    if nbytes >= _PAGE_FROM:
+        return memoryview(mmap.mmap(-1, nbytes))  # mappings start on a page
+    raw = bytearray(nbytes + ALIGNMENT)
+    pad = -address(raw) % ALIGNMENT
+    return memoryview(raw)[pad:pad + nbytes]
+
+
+def aligned_copy(source) -> memoryview:
+    """A 64-byte aligned copy of a bytes-like object."""
+    src = memoryview(source).cast("B")
+    out = aligned_buffer(len(src))
+    out[:] = src
+    return out
+
+
+def aligned_empty(shape, dtype):
+    """An uninitialised numpy array on 64-byte aligned memory; its base is the buffer, not an array,
+    so it is its own outermost array (what capture treats as the storage)."""
+    import numpy as np
+    dtype = np.dtype(dtype)
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    return np.ndarray(tuple(shape), dtype=dtype, buffer=aligned_buffer(max(count * dtype.itemsize, 1)))
+
+
+def is_aligned(pointer: int) -> bool:
+    return pointer % ALIGNMENT == 0
+
+
+def array_from_layout(data, carrier_dtype, carrier_shape, dtype, shape, offset, strides, writeable=True):
+    """Unpickling a small numpy array: the memory it views copied onto aligned memory, then the same
+    view (offset, strides, memory order) of it."""
+    import numpy as np
+    carrier = aligned_empty(carrier_shape, carrier_dtype)
+    if carrier.nbytes:
+        memoryview(carrier).cast("B")[:] = memoryview(data).cast("B")
+    if carrier.shape == tuple(shape) and carrier.dtype == np.dtype(dtype) and offset == 0 and \
+            carrier.strides == tuple(strides):
+        arr = carrier
+    else:
+        arr = np.ndarray(tuple(shape), dtype=np.dtype(dtype), buffer=carrier, offset=offset, strides=tuple(strides))
+    if not writeable:
+        arr.flags.writeable = False
+    return arr

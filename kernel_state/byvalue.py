@@ -1,0 +1,131 @@
+"""Saving what the notebook defined (classes, functions, enums, cached functions) by value.
+
+A fresh kernel has nothing in `__main__`, so a pickle that names `__main__.X` fails there with an
+AttributeError. Everything defined in the notebook is therefore pickled by value, and anything that
+could still only be named is refused at save time (the variable is skipped with the reason) instead of
+being discovered at restore.
+"""
+from __future__ import annotations
+
+import enum
+import functools
+import pickletools
+import types
+
+import dill
+
+PROTOCOL = 5
+_STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"}
+_GETS = {"BINGET", "LONG_BINGET", "GET"}
+# what the enum machinery puts in an Enum class's namespace itself (rebuilt by EnumMeta)
+_ENUM_INTERNAL = {"_generate_next_value_", "__module__", "__doc__", "_member_names_", "_member_map_",
+                  "_value2member_map_", "_unhashable_values_", "_member_type_", "_value_repr_", "__new__",
+                  "_new_member_", "_use_args_", "__dict__", "__weakref__", "_hashable_values_",
+                  "__qualname__", "_sort_order_", "__firstlineno__", "__static_attributes__"}
+
+
+def main_references(data: bytes) -> list[str]:
+    """The names a pickle takes from `__main__` by reference (GLOBAL or STACK_GLOBAL opcodes)."""
+    if b"__main__" not in data:
+        return []
+    found, memo, last = [], {}, []
+    for op, arg, _pos in pickletools.genops(data):
+        name = op.name
+        if name in _STRINGS:
+            last.append(arg)
+        elif name in _GETS:
+            last.append(memo.get(arg))
+        elif name == "MEMOIZE":
+            memo[len(memo)] = last[-1] if last else None
+            continue
+        elif name in ("BINPUT", "LONG_BINPUT", "PUT"):
+            memo[arg] = last[-1] if last else None
+            continue
+        elif name == "GLOBAL":
+            module, _, qualname = arg.partition(" ")
+            if module == "__main__":
+                found.append(qualname)
+            last.append(None)
+        elif name == "STACK_GLOBAL":
+            if len(last) >= 2 and last[-2] == "__main__":
+                found.append(str(last[-1]))
+            last.append(None)
+        else:
+            last.append(None)
+        del last[:-2]
+    return found
+
+
+def dumps(obj) -> bytes:
+    """dill's by-value pickle of a notebook-defined function or class; refuses a by-name `__main__` one."""
+    data = dill.dumps(obj, protocol=PROTOCOL)
+    refused = main_references(data)
+    if refused:
+        raise TypeError(f"{getattr(obj, '__qualname__', type(obj).__qualname__)} can only be saved as a reference "
+                        f"to __main__.{refused[0]}, which a fresh kernel does not have; define it in a module "
+                        f"and import it, or exclude this variable")
+    return data
+
+
+def load_function(data: bytes, qualname: str):
+    """dill rebuilds a function's __qualname__ from its code; functools.wraps had set another one."""
+    function = dill.loads(data)
+    function.__qualname__ = qualname
+    return function
+
+
+# -- Enum classes: dill cannot pickle them by value (it recurses through the members) --------------
+def is_enum_class(obj) -> bool:
+    return isinstance(obj, enum.EnumMeta)
+
+
+def reduce_enum(cls):
+    members = [(name, member._value_) for name, member in cls.__members__.items() if member.name == name]
+    namespace = {k: v for k, v in cls.__dict__.items()
+                 if k not in _ENUM_INTERNAL and k not in cls.__members__ and _defined_by_user(k, v)}
+    return rebuild_enum, (type(cls), cls.__name__, cls.__qualname__, cls.__bases__, members, namespace,
+                          cls.__doc__)
+
+
+def _defined_by_user(key: str, value) -> bool:
+    """Methods the notebook wrote, and plain attributes; not what EnumMeta derives or copies in."""
+    function = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
+    if callable(function) or isinstance(value, (staticmethod, classmethod, property)):
+        return getattr(function, "__module__", None) == "__main__"
+    return not (key.startswith("_") and key.endswith("_"))
+
+
+def rebuild_enum(meta, name, qualname, bases, members, namespace, doc):
+    classdict = meta.__prepare__(name, bases)
+    for key, value in members:
+        classdict[key] = value
+    classdict["__module__"] = "__main__"
+    classdict["__qualname__"] = qualname
+    if doc is not None:
+        classdict["__doc__"] = doc
+    for key, value in namespace.items():
+        if key not in classdict:
+            classdict[key] = value
+    return meta(name, bases, classdict)
+
+
+# -- functools.lru_cache / cache: the wrapper pickles as a name; rebuild it around its function -----
+def is_cached_function(obj) -> bool:
+    return isinstance(obj, functools._lru_cache_wrapper)
+
+
+def reduce_cached(obj):
+    params = obj.cache_parameters()
+    return rebuild_cached, (obj.__wrapped__, params["maxsize"], params["typed"], dict(obj.__dict__))
+
+
+def rebuild_cached(function, maxsize, typed, attributes):
+    """The cache comes back empty: its entries are results, recomputed on demand."""
+    wrapper = functools.lru_cache(maxsize=maxsize, typed=typed)(function)
+    attributes.pop("__wrapped__", None)
+    wrapper.__dict__.update(attributes)
+    return wrapper
+
+
+def is_notebook_function(obj) -> bool:
+    return isinstance(obj, types.FunctionType) and getattr(obj, "__module__", None) in ("__main__", None)

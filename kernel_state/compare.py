@@ -1,0 +1,235 @@
+"""What verify compares: a digest of each variable's value, stable across processes.
+
+A pickle's bytes are not a value: they depend on which equal strings happen to be one object, on the
+iteration order of sets (string hashes are salted per process) and, for classes and functions, on
+dill's incidental choices. The digest here walks the same objects the pickler saved and feeds a hash
+with what makes two values equal:
+
+- None, bool, int, str, bytes: type and value; float and complex: type and exact bits (float.hex);
+- list, tuple, dict: type, length, items in order (dict insertion order is part of the value);
+- set, frozenset: type and the sorted digests of the elements (independent of iteration order);
+- numpy arrays pickled inline: dtype, shape and the bytes in C order; object arrays element by element;
+- tensors and arrays in the checkpoint's tables: dtype, shape, strides, offset, requires_grad and which
+  of the variable's storages they view; the storages' bytes are compared by their fingerprints;
+- functions defined in the notebook: qualified name, code (bytecode, constants, names, argument
+  layout; not file names or line numbers), defaults, closure contents and attributes; imported
+  functions and classes: module and qualified name;
+- classes defined in the notebook: name, bases and their attributes sorted by name (not the caches
+  `__slotnames__` and `_abc_impl`, nor `__annotations__` and `__orig_bases__`, which dill drops);
+- any other object: the reduction its pickler used (callable, arguments, state, items), recursively;
+- another saved variable: its name.
+
+Shared objects and cycles are walked once; a second meeting records only that it is the same object.
+"""
+from __future__ import annotations
+
+import copyreg
+import marshal
+import sys
+import types
+
+from .hashing import new_hasher
+
+_SCALARS = (int, float, str, bytes, bool, type(None))
+# caches, not definitions; and annotations, which dill does not carry for every kind of class
+_SKIP_CLASS_ATTRS = {"__dict__", "__weakref__", "__slotnames__", "_abc_impl", "__annotations__",
+                     "__orig_bases__"}
+
+
+def _defined_here(obj) -> bool:
+    return getattr(obj, "__module__", None) in ("__main__", None)
+
+
+def value_digest(value, capture=None) -> str:
+    return _Digest(capture).run(value)
+
+
+class _Digest:
+    def __init__(self, capture):
+        self.capture = capture
+        self.hasher = new_hasher()
+        self.memo: dict[int, int] = {}
+        self.keep: list = []
+
+    def run(self, value) -> str:
+        self.walk(value)
+        return self.hasher.hexdigest()
+
+    def emit(self, *parts) -> None:
+        self.hasher.update(repr(parts).encode())
+        self.hasher.update(b"\0")
+
+    def sub(self, value) -> str:
+        return _Digest(self.capture).run(value)
+
+    def walk(self, obj) -> None:
+        t = type(obj)
+        if t in (int, str, bytes, bool) or obj is None:
+            self.emit(t.__name__, obj)
+            return
+        if t is float:
+            self.emit("float", obj.hex())
+            return
+        if t is complex:
+            self.emit("complex", obj.real.hex(), obj.imag.hex())
+            return
+        seen = self.memo.get(id(obj))
+        if seen is not None:
+            self.emit("same", seen)
+            return
+        self.memo[id(obj)] = len(self.memo)
+        self.keep.append(obj)
+        if self._reference(obj):
+            return
+        if t in (list, tuple):
+            if all(type(x) in _SCALARS for x in obj):  # fast path: marshal v2 has no identity refs
+                self.emit(t.__name__, marshal.dumps(obj, 2))
+                return
+            self.emit(t.__name__, len(obj))
+            for item in obj:
+                self.walk(item)
+            return
+        if t is dict:
+            self.emit("dict", len(obj))
+            for key, value in obj.items():
+                self.walk(key)
+                self.walk(value)
+            return
+        if t in (set, frozenset):
+            self.emit(t.__name__, sorted(self.sub(x) for x in obj))
+            return
+        if t is bytearray:
+            self.emit("bytearray", bytes(obj))
+            return
+        if isinstance(obj, type):
+            self._class(obj)
+            return
+        if t is types.FunctionType:
+            self._function(obj)
+            return
+        if t is types.CodeType:
+            self._code(obj)
+            return
+        if t is types.MethodType:
+            self.emit("method")
+            self.walk(obj.__func__)
+            self.walk(obj.__self__)
+            return
+        if t is types.ModuleType:
+            self.emit("module", obj.__name__)
+            return
+        if t in (types.BuiltinFunctionType, types.WrapperDescriptorType, types.MethodDescriptorType):
+            owner = getattr(obj, "__self__", None)
+            self.emit("builtin", getattr(obj, "__module__", None), getattr(obj, "__qualname__", repr(obj)),
+                      owner.__name__ if isinstance(owner, types.ModuleType) else None)
+            return
+        if t in (staticmethod, classmethod):
+            self.emit(t.__name__)
+            self.walk(obj.__func__)
+            return
+        if t is property:
+            self.emit("property")
+            for f in (obj.fget, obj.fset, obj.fdel):
+                self.walk(f)
+            return
+        if t is types.CellType:
+            try:
+                contents = obj.cell_contents
+            except ValueError:
+                self.emit("empty-cell")
+                return
+            self.emit("cell")
+            self.walk(contents)
+            return
+        np = sys.modules.get("numpy")
+        if np is not None and isinstance(obj, np.ndarray) and not obj.dtype.hasobject:
+            data = np.ascontiguousarray(obj)
+            self.emit("ndarray", obj.dtype.str, obj.shape)
+            self.hasher.update(memoryview(data).cast("B") if data.nbytes else b"")
+            return
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(obj, torch.Tensor) and obj.layout == torch.strided:
+            cpu = obj.detach().to("cpu").contiguous()
+            self.emit("tensor", str(obj.dtype), tuple(obj.shape), obj.requires_grad)
+            self.hasher.update(cpu.view(torch.uint8).numpy().tobytes() if cpu.numel() else b"")
+            return
+        self._reduced(obj)
+
+    def _reference(self, obj) -> bool:
+        """Tensors, arrays and other variables: what the checkpoint's tables hold instead of a pickle."""
+        c = self.capture
+        if c is None:
+            return False
+        name = c.var_ids.get(id(obj))
+        if name is not None and name != c._current and name in c.saved_vars:
+            self.emit("var", name)
+            return True
+        key = c._tensor_keys.get(id(obj))
+        if key is not None:
+            r = c.tensors[key]
+            self.emit("tensor", self._storage_index(r["storage"]), r["offset"], r["shape"], r["stride"],
+                      r["dtype"], r["requires_grad"], r["parameter"])
+            if "grad" in r:
+                self.walk(obj.grad)
+            return True
+        key = c._array_keys.get(id(obj))
+        if key is not None:
+            r = c.arrays[key]
+            source = r.get("memmap")
+            self.emit("array", self._storage_index(r["buffer"]), r["offset"], r["shape"], r["strides"],
+                      r["dtype"], source and (source["path"], source["file_offset"]))
+            return True
+        return False
+
+    def _storage_index(self, skey: str) -> int:
+        storages = self.capture._var_storages
+        return storages.index(skey) if skey in storages else -1
+
+    def _class(self, cls) -> None:
+        if not _defined_here(cls):
+            self.emit("class", cls.__module__, cls.__qualname__)
+            return
+        self.emit("notebook-class", type(cls).__qualname__, cls.__qualname__, len(cls.__bases__))
+        for base in cls.__bases__:
+            self.walk(base)
+        for key in sorted(k for k in cls.__dict__ if k not in _SKIP_CLASS_ATTRS):
+            value = cls.__dict__[key]
+            self.emit("attr", key)
+            if key.startswith("_") and key.endswith("_") and isinstance(value, (dict, list)) and \
+                    type(cls).__module__ == "enum":
+                self.emit(len(value))  # the enum machinery's own tables: rebuilt from the members
+                continue
+            self.walk(value)
+
+    def _function(self, fn) -> None:
+        if not _defined_here(fn):
+            self.emit("function", fn.__module__, fn.__qualname__)
+            return
+        self.emit("notebook-function", fn.__qualname__, fn.__name__)
+        self._code(fn.__code__)
+        self.walk(fn.__defaults__)
+        self.walk(fn.__kwdefaults__)
+        self.walk(tuple(fn.__closure__ or ()))
+        self.walk(dict(sorted(fn.__dict__.items())))
+
+    def _code(self, code) -> None:
+        self.emit("code", code.co_code, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
+                  code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount, code.co_flags)
+        self.walk(code.co_consts)
+
+    def _reduced(self, obj) -> None:
+        rv = self.capture.reduction(obj) if self.capture is not None else None
+        if rv is None:
+            try:
+                reducer = copyreg.dispatch_table.get(type(obj))
+                rv = reducer(obj) if reducer else obj.__reduce_ex__(5)
+            except Exception as exc:  # what neither pickler could reduce: compare its type only
+                self.emit("opaque", type(obj).__module__, type(obj).__qualname__, type(exc).__name__)
+                return
+        if isinstance(rv, str):
+            self.emit("global", getattr(obj, "__module__", None), rv)
+            return
+        rv = tuple(rv)
+        self.emit("reduce", len(rv))
+        for i, part in enumerate(rv):
+            self.walk(list(part) if i in (3, 4) and part is not None and not isinstance(part, list) else part)

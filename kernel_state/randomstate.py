@@ -1,0 +1,62 @@
+"""The global random number generators, saved with a checkpoint and put back by its restore.
+
+An experiment continues from a restore with the same draws as the uninterrupted run: Python's
+`random`, numpy's legacy global state (`np.random.rand` and friends), torch's CPU generator and, when
+CUDA is initialised in the kernel, every CUDA device's generator. Generators the user created
+(`np.random.default_rng()`, `torch.Generator()`) are ordinary variables and are saved as such. Only
+modules the kernel has imported are read: saving never imports numpy or torch, nor initialises CUDA.
+"""
+from __future__ import annotations
+
+import pickle
+import random
+import sys
+
+
+def capture() -> dict:
+    """{generator name: state}, picklable."""
+    states = {"python": random.getstate()}
+    np = sys.modules.get("numpy")
+    if np is not None and hasattr(np, "random"):
+        states["numpy"] = np.random.get_state()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        states["torch"] = torch.get_rng_state().numpy().tobytes()
+        cuda = getattr(torch, "cuda", None)
+        if cuda is not None and cuda.is_available() and cuda.is_initialized():
+            states["cuda"] = [s.numpy().tobytes() for s in cuda.get_rng_state_all()]
+    return states
+
+
+def dumps(states: dict) -> bytes:
+    return pickle.dumps(states, protocol=5)
+
+
+def apply(states: dict) -> tuple[list[str], list[str]]:
+    """Put the saved states back; returns (generators restored, warnings)."""
+    restored, warnings = [], []
+    random.setstate(states["python"])
+    restored.append("python")
+    if "numpy" in states:
+        import numpy as np
+        np.random.set_state(states["numpy"])
+        restored.append("numpy")
+    if "torch" in states or "cuda" in states:
+        try:
+            import torch
+        except ImportError:
+            warnings.append("torch's random state was saved but torch cannot be imported here; not restored")
+            return restored, warnings
+        if "torch" in states:
+            torch.set_rng_state(torch.frombuffer(bytearray(states["torch"]), dtype=torch.uint8))
+            restored.append("torch")
+        if "cuda" in states:
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            for index, state in enumerate(states["cuda"]):
+                if index < count:
+                    torch.cuda.set_rng_state(torch.frombuffer(bytearray(state), dtype=torch.uint8), index)
+                    restored.append(f"cuda:{index}")
+            if count < len(states["cuda"]):
+                warnings.append(f"the random state of {len(states['cuda'])} CUDA device(s) was saved, this kernel "
+                                f"has {count}: the others were not restored")
+    return restored, warnings

@@ -1,0 +1,63 @@
+"""Live resources: objects whose value is a handle on something outside the process.
+
+Pickling one saves the handle, not the thing, and unpickling it re-opens or re-creates that thing: dill
+re-opens a file in its saved mode (mode 'w' truncates it), a restored TemporaryDirectory deletes its
+folder when it is collected. A checkpoint never holds one: the variable that reaches one is skipped,
+named with the cell that made it, and a restore touches nothing outside the checkpoint store.
+"""
+from __future__ import annotations
+
+import io
+import mmap
+import socket
+import sys
+import threading
+import weakref
+
+_LOCKS = (type(threading.Lock()), type(threading.RLock()))
+_IN_MEMORY = (io.BytesIO, io.StringIO)
+
+
+def _describe_file(obj) -> str:
+    name = getattr(obj, "name", None)
+    return f"an open file ({name})" if isinstance(name, str) else "a file object"
+
+
+def live_resource(obj) -> str | None:
+    """What kind of live resource `obj` is, or None when it is a plain value."""
+    if isinstance(obj, io.IOBase) and not isinstance(obj, _IN_MEMORY):
+        return _describe_file(obj)
+    if isinstance(obj, socket.socket):
+        return "an open socket"
+    if isinstance(obj, mmap.mmap):
+        return "a memory map of a file or of shared memory"
+    if isinstance(obj, _LOCKS):
+        return "a lock (its holder is a thread of this process)"
+    if isinstance(obj, weakref.finalize):
+        return "a finalizer (it would run its cleanup again in the restored kernel)"
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None and isinstance(obj, (tempfile.TemporaryDirectory, tempfile._TemporaryFileWrapper)):
+        return "a temporary file or directory (restoring it would delete it again)"
+    subprocess = sys.modules.get("subprocess")
+    if subprocess is not None and isinstance(obj, subprocess.Popen):
+        return "a child process"
+    mp = sys.modules.get("multiprocessing.process")
+    if mp is not None and isinstance(obj, mp.BaseProcess):
+        return "a child process"
+    selectors = sys.modules.get("selectors")
+    if selectors is not None and isinstance(obj, selectors.BaseSelector):
+        return "a selector (open file descriptors)"
+    return None
+
+
+def refuse(obj) -> None:
+    """Raise the TypeError that makes capture skip the variable holding `obj`, with the reason."""
+    if isinstance(obj, threading.Thread):
+        if obj.is_alive():
+            # dill would save the Thread object, but never the running code: it would come back dead
+            raise TypeError(f"cannot pickle a running thread ({obj.name}): its stack lives only in this process")
+        return
+    what = live_resource(obj)
+    if what is not None:
+        raise TypeError(f"cannot pickle {type(obj).__qualname__!r} object: {what} is a live resource, never saved "
+                        f"so that a restore cannot touch anything outside the checkpoint")

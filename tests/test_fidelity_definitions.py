@@ -1,0 +1,109 @@
+"""What the notebook defines comes back in a fresh kernel; what could only be named is refused at save
+time; restore semantics (one __reduce__ per save, one class object, a redefined class)."""
+from __future__ import annotations
+
+import pytest
+
+from kernels import Kernel
+
+BUILD = r'''
+import enum, dataclasses, functools, typing
+class Color(enum.Enum):
+    RED = 1
+    GREEN = "g"
+    def shout(self): return self.name + "!"
+class Flags(enum.IntFlag):
+    R = 4
+    W = 2
+@dataclasses.dataclass(frozen=True)
+class Config:
+    lr: float
+    layers: tuple = (3, 4)
+    tags: list = dataclasses.field(default_factory=list)
+class Pair(typing.NamedTuple):
+    left: int
+    right: str = "r"
+class Slotted:
+    __slots__ = ("a", "b")
+    def __init__(self, a, b): self.a, self.b = a, b
+    def total(self): return self.a + self.b
+def logged(fn):
+    @functools.wraps(fn)
+    def wrapper(*args):
+        return ("logged", fn(*args))
+    return wrapper
+@logged
+def area(w, h):
+    """width times height"""
+    return w * h
+@functools.lru_cache(maxsize=32)
+def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)
+@functools.cache
+def cube(n): return n ** 3
+fib(20)
+favourite = Color.GREEN
+perms = Flags.R | Flags.W
+cfg = Config(0.5, tags=["a"])
+pair = Pair(3)
+slot = Slotted(2, 5)
+table = {"color": Color.RED, "cfg": cfg, "fn": fib}
+'''
+
+CHECK = ("[favourite is Color.GREEN, favourite.shout(), Color('g') is favourite, int(perms), perms == Flags.R | Flags.W,"
+         " cfg, cfg == Config(0.5, tags=['a']), dataclasses.is_dataclass(cfg), pair, pair._fields, Pair(1).right,"
+         " slot.total(), hasattr(slot, '__dict__'), area(2, 3), area.__name__, area.__doc__, area.__qualname__,"
+         " fib(30), fib.cache_info().maxsize, cube(3), table['color'] is Color.RED, table['fn'] is fib,"
+         " table['cfg'] is cfg]")
+
+
+def test_notebook_definitions_round_trip_in_a_fresh_kernel(tmp_path):
+    with Kernel(tmp_path) as first:
+        first.run(BUILD)
+        out = first.run("%gkews_checkpoint save")
+        assert "Skipped" not in out, out
+        expected = first.run(f"print({CHECK})")
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out, out
+        assert fresh.run(f"print({CHECK})") == expected
+        assert "True, 'GREEN!', True, 6, True" in expected
+
+
+def test_what_only_main_could_name_is_reported_at_save(tmp_path):
+    with Kernel(tmp_path) as k:
+        k.run("class Token:\n    def __reduce__(self): return 'TOKEN'\nTOKEN = Token()\nholder = {'t': TOKEN}\nfine = 1")
+        out = k.run("%gkews_checkpoint save")
+        assert "TOKEN: TypeError: Token object 'TOKEN' can only be saved as a reference to __main__.TOKEN" in out
+        assert "re-run cell [1]: TOKEN = Token()" in out
+        assert "holder: TypeError: Token object 'TOKEN' can only be saved" in out
+        assert "Skipped 2 (not saved):" in out
+
+
+def test_restore_semantics(tmp_path):
+    with Kernel(tmp_path) as k:
+        # a __reduce__ with a side effect: once per save, even when the variable needs dill (a code object)
+        k.run("calls = []\nclass Audited:\n    def __reduce__(self):\n        calls.append(1)\n        return (Audited, ())\n"
+              "needs_dill = [Audited(), (lambda: 1).__code__]")
+        out = k.run("%gkews_checkpoint save needs_dill")
+        assert "Skipped" not in out
+        assert k.value("len(calls)") == 1
+        manifest = k.call({"op": "status"})["result"]["latest"]
+        assert manifest["variables"] == 1
+        # two instances of a class that is no variable share one class after restore
+        k.run("def build():\n    class Hidden:\n        pass\n    return Hidden\nH = build()\n"
+              "one, two = H(), H()\ndel H\ntype(one).label = 'v1'")
+        k.run("%gkews_checkpoint save one two")
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out, out
+        assert fresh.value("[type(one) is type(two), type(one).label]") == [True, "v1"]
+
+    with Kernel(tmp_path) as same:
+        # a same-kernel restore brings back the checkpoint's definition, and says so
+        same.run("class Model:\n    version = 1\nm = Model()")
+        same.run("%gkews_checkpoint save Model m")
+        same.run("class Model:\n    version = 2")
+        out = same.run("%gkews_checkpoint restore")
+        assert ("Warning: Model: this kernel redefined it since the checkpoint; the checkpoint's definition is "
+                "restored (re-run its cell to use the new one)") in out
+        assert same.value("[Model.version, type(m) is Model]") == [1, True]

@@ -1,0 +1,73 @@
+"""A restore writes nowhere outside the checkpoint store: live resources are skipped, named with the
+cell that made them, and the files they point at keep their bytes and their mtime."""
+from __future__ import annotations
+
+import os
+
+from kernels import Kernel
+
+
+def _state(paths):
+    return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) for p in paths}
+
+
+def test_live_resources_are_skipped_and_their_files_untouched(tmp_path):
+    store, outside = tmp_path / "store", tmp_path / "outside"
+    outside.mkdir()
+    log, data, appended = outside / "train.log", outside / "data.bin", outside / "append.txt"
+    data.write_bytes(os.urandom(4096))
+    appended.write_text("kept\n")
+    build = f'''
+import os, socket, threading, subprocess, tempfile, mmap, time
+log = open({str(log)!r}, "w"); log.write("epoch 1\\n"); log.flush()
+reader = open({str(data)!r}, "rb")
+appender = open({str(appended)!r}, "a")
+sock = socket.socket()
+_r, _w = os.pipe(); pipe = os.fdopen(_w, "w")
+lock = threading.Lock(); rlock = threading.RLock(); cond = threading.Condition()
+worker = threading.Thread(target=time.sleep, args=(60,), daemon=True); worker.start()
+child = subprocess.Popen(["sleep", "60"])
+scratch = tempfile.TemporaryDirectory(dir={str(outside)!r})
+mapped = mmap.mmap(reader.fileno(), 0, access=mmap.ACCESS_READ)
+holder = {{"log": log, "epochs": 1}}
+kept = [1, 2, 3]
+'''
+    with Kernel(store) as first:
+        first.run(build)
+        scratch = first.value("scratch.name")
+        before = _state([log, data, appended])
+        out = first.run("%gkews_checkpoint save")
+        reasons = {
+            "log": f"cannot pickle 'TextIOWrapper' object: an open file ({log}) is a live resource",
+            "reader": f"cannot pickle 'BufferedReader' object: an open file ({data}) is a live resource",
+            "appender": f"an open file ({appended}) is a live resource",
+            "sock": "cannot pickle 'socket' object: an open socket is a live resource",
+            "pipe": "cannot pickle 'TextIOWrapper' object:",
+            "lock": "cannot pickle 'lock' object: a lock",
+            "rlock": "cannot pickle 'RLock' object: a lock",
+            "cond": "cannot pickle 'RLock' object: a lock",
+            "worker": "cannot pickle a running thread",
+            "child": "cannot pickle 'Popen' object: a child process is a live resource",
+            "scratch": "cannot pickle 'TemporaryDirectory' object: a temporary file or directory",
+            "mapped": "cannot pickle 'mmap' object: a memory map",
+            "holder": f"an open file ({log})",
+        }
+        for name, reason in reasons.items():
+            line = next((x for x in out.splitlines() if x.startswith(f"  {name}: TypeError: ")), "")
+            assert reason in line, (name, out)
+            assert "; re-run cell [1]: " in line, line
+        assert "re-run cell [1]: log = open(" in out and f"Skipped {len(reasons)} (not saved):" in out
+        assert _state([log, data, appended]) == before
+        out = first.run("%gkews_checkpoint restore")  # in the same kernel
+        assert "Not restored" not in out and "Never saved (re-run these cells):" in out
+        assert _state([log, data, appended]) == before
+    before = _state([log, data, appended])
+
+    with Kernel(store) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out and "  log: TypeError: cannot pickle 'TextIOWrapper'" in out
+        assert fresh.value("[kept, 'log' in dir(), 'scratch' in dir()]") == [[1, 2, 3], False, False]
+        fresh.run("import gc; gc.collect()")
+        assert _state([log, data, appended]) == before
+        assert log.read_text() == "epoch 1\n"
+        assert os.path.isdir(scratch)

@@ -1,0 +1,84 @@
+"""Random state, autograd flags, memory-mapped arrays and shared objects come back as they were
+(real kernels)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from kernels import Kernel
+
+torch = pytest.importorskip("torch")
+
+DRAWS = "[random.random(), float(np.random.rand()), torch.rand(2).tolist()]"
+
+
+def test_random_state_continues_the_uninterrupted_stream(tmp_path):
+    with Kernel(tmp_path) as first:
+        first.run("import random, numpy as np, torch\nrandom.seed(1); np.random.seed(2); torch.manual_seed(3)\n"
+                  f"warm = {DRAWS}")
+        first.run("%gkews_checkpoint save")
+        expected = first.value(DRAWS)  # what the uninterrupted run draws next
+        first.run("%gkews_checkpoint save --no-random-state")
+        off = first.call({"op": "list"})["result"][0]["id"]
+    with Kernel(tmp_path) as fresh:
+        fresh.run("import random, numpy as np, torch")
+        checkpoints = [c["id"] for c in fresh.call({"op": "list"})["result"]]
+        on = [c for c in checkpoints if c != off][0]
+        out = fresh.run(f"%gkews_checkpoint restore --checkpoint {on}")
+        assert "Random state restored: python, numpy, torch." in out
+        assert fresh.value(DRAWS) == expected
+        out = fresh.run(f"%gkews_checkpoint restore --checkpoint {on} --no-random-state")
+        assert "Random state restored" not in out
+        assert fresh.value(DRAWS) != expected
+        result = fresh.call({"op": "restore", "checkpoint": on, "random_state": False})["result"]
+        assert result["random_state"] == [] and fresh.value(DRAWS) != expected
+        result = fresh.call({"op": "restore", "checkpoint": on})["result"]
+        assert result["random_state"] == ["python", "numpy", "torch"] and fresh.value(DRAWS) == expected
+        result = fresh.call({"op": "restore", "checkpoint": off})["result"]  # saved without it
+        assert result["random_state"] == []
+    manifests = {json.loads(p.read_text())["id"]: json.loads(p.read_text())
+                 for p in tmp_path.glob("notebooks/*/manifests/*.json")}
+    assert manifests[off]["random_state"] is None
+    assert manifests[on]["random_state"]["generators"] == ["numpy", "python", "torch"]
+
+
+def test_autograd_memmap_and_shared_objects(tmp_path):
+    store, path = tmp_path / "store", tmp_path / "features.f32"
+    with Kernel(store) as first:
+        first.run(f'''
+import numpy as np, torch
+leaf = torch.ones(3, requires_grad=True)
+derived = leaf * 2                       # not a leaf: comes back as a leaf that requires grad
+frozen = torch.ones(2)
+mm = np.memmap({str(path)!r}, dtype=np.float32, mode="w+", shape=(256, 64))
+mm[:] = np.arange(256 * 64, dtype=np.float32).reshape(256, 64); mm.flush()
+rows = mm[10:20]
+common = {{"lr": 0.5, "steps": [1, 2], "t": torch.arange(4.0)}}
+a = {{"meta": common, "name": "a"}}
+b = [0, common, common["t"]]
+del common
+''')
+        assert "Skipped" not in first.run("%gkews_checkpoint save")
+    before = (path.read_bytes(), path.stat().st_mtime_ns)
+
+    with Kernel(store) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out and "Warning" not in out, out
+        assert fresh.value("[derived.requires_grad, derived.is_leaf, leaf.requires_grad, frozen.requires_grad,"
+                           " derived.tolist()]") == [True, True, True, False, [2.0, 2.0, 2.0]]
+        assert fresh.value("[type(mm).__name__, mm.filename, type(rows).__name__, rows.filename, float(rows[0, 0]),"
+                           " np.shares_memory(rows, mm)]") == ["memmap", str(path), "memmap", str(path), 640.0, True]
+        assert (path.read_bytes(), path.stat().st_mtime_ns) == before  # mapped again, not rewritten
+        fresh.run("mm[0, 0] = -1; mm.flush()")  # backed by the file: a write reaches it
+        assert np.fromfile(path, dtype=np.float32)[0] == -1
+        assert fresh.value("[a['meta'] is b[1], a['meta']['t'] is b[2], a['meta']['steps'] is b[1]['steps']]") == \
+            [True, True, True]
+
+    with Kernel(store) as changed:  # the file changed since the checkpoint: a copy, and a warning naming it
+        out = changed.run("%gkews_checkpoint restore mm rows np")
+        assert f"Warning: np.memmap of {path} restored as an in-memory copy: the file changed since the checkpoint" in out
+        assert changed.value("[type(mm).__name__, float(mm[0, 0]), float(rows[0, 0]), np.shares_memory(rows, mm)]") == \
+            ["ndarray", 0.0, 640.0, True]
+        assert np.fromfile(path, dtype=np.float32)[0] == -1

@@ -1,0 +1,75 @@
+"""verify compares values: right after a correct restore every variable matches, in fresh process after
+fresh process, and one changed weight or element is still found."""
+from __future__ import annotations
+
+import pytest
+
+from kernels import Kernel
+
+torch = pytest.importorskip("torch")
+
+BUILD = r'''
+import numpy as np, torch, collections
+torch.manual_seed(1)
+class Frame:
+    """DataFrame-like: named columns of arrays over an index."""
+    def __init__(self, columns, index):
+        self.columns = dict(columns); self.index = list(index)
+    def mean(self, name): return float(self.columns[name].mean())
+class Point:
+    __slots__ = ("x", "y")
+    def __init__(self, x, y): self.x, self.y = x, y
+def scale(v, k=2.0): return v * k
+def make_adder(n):
+    def add(v): return v + n
+    return add
+adder = make_adder(7)
+square = lambda v: v * v
+tags = {"alpha", "beta", "gamma", "delta", "epsilon"}
+frozen = frozenset({"x", "yy", "zzz", ("t", 1)})
+nested = {"sets": [tags, frozen], "by_name": {f"key{i}": i * 0.5 for i in range(50)}, "point": Point(1, 2)}
+halves = np.linspace(-2, 2, 1000, dtype=np.float16)
+singles = np.linspace(-2, 2, 50000, dtype=np.float32)         # above the inline size: the array table
+complexes = (np.arange(400) * (1 + 0.5j)).astype(np.complex128)
+frame = Frame({"a": np.arange(100.0), "b": np.ones(100, dtype=np.float32), "c": np.array(["u", "v"] * 50, dtype=object)},
+              index=[f"row{i}" for i in range(100)])
+counts = collections.Counter("mississippi")
+ordered = collections.OrderedDict(b=1, a=2)
+model = torch.nn.Sequential(torch.nn.Linear(20, 30), torch.nn.ReLU(), torch.nn.Linear(30, 5))
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+model(torch.randn(4, 20)).sum().backward(); opt.step()
+mixed = {1: "one", "two": 2.0, (3, "three"): None, 4.5: b"bytes", True: [1, 2]}
+'''
+
+VERIFY = "{n: v['verdict'] for n, v in __import__('kernel_state').verify()['variables'].items()}"
+
+
+def _all_match(verdicts: dict) -> list:
+    return [f"{n}: {v}" for n, v in verdicts.items() if v != "match"]
+
+
+def test_verify_matches_after_restore_in_fresh_processes_and_finds_one_change(tmp_path):
+    with Kernel(tmp_path) as first:
+        first.run(BUILD)
+        first.run("%gkews_checkpoint save")
+        verdicts = first.value(VERIFY)
+        assert len(verdicts) > 20 and _all_match(verdicts) == []
+        assert "Verified: the live state is the checkpointed state." in first.run("%gkews_checkpoint verify")
+
+    for run in range(2):  # run after run, each in a new process (new string hash salt)
+        with Kernel(tmp_path) as fresh:
+            assert "Not restored" not in fresh.run("%gkews_checkpoint restore")
+            assert _all_match(fresh.value(VERIFY)) == [], f"run {run}"
+            assert _all_match(fresh.value(VERIFY)) == [], f"run {run}, verified twice"
+            if run == 1:
+                fresh.run("with torch.no_grad(): model[2].weight[3, 4] += 2 ** -20")
+                fresh.run("halves[517] = np.float16(0.125)")
+                fresh.run("tags.discard('gamma'); tags.add('gammb')")
+                fresh.run("frame.columns['a'][42] = -1.0")
+                fresh.run("adder = make_adder(8)")
+                verdicts = fresh.value(VERIFY)
+                # nested holds tags as the variable `tags`, and opt holds the model's weights
+                assert sorted(n for n, v in verdicts.items() if v != "match") == \
+                    ["adder", "frame", "halves", "model", "opt", "tags"]
+                out = fresh.run("%gkews_checkpoint verify")
+                assert "model: changed (1 of 8 tensors/arrays differ)" in out
