@@ -83,7 +83,8 @@ def peak_memory(big_gib: float, device: str, work: str) -> dict:
     for phase in ("save", "restore"):
         cmd = [sys.executable, os.path.join(HERE, "gpu", "peak_memory.py"), phase, "--device",
                "fake" if device == "cpu" else "cuda", "--root", root, "--mib", str(int(big_gib * 1024))]
-        run = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=os.path.dirname(HERE)))
+        run = subprocess.run(cmd, capture_output=True, text=True,
+                             env=dict(os.environ, PYTHONPATH=os.path.dirname(HERE)))
         if run.returncode:
             raise SystemExit(f"{phase} of a {big_gib} GiB tensor failed:\n{run.stderr[-3000:]}")
         out[phase] = json.loads(run.stdout.strip().splitlines()[-1])
@@ -197,8 +198,8 @@ def main() -> None:
             checks["safetensors load_file: bit-identical"] = same_weights(reference, back)
         run(f"safetensors load_file(device='{device}') cold", st_load, setup=lambda: cold([st_file]))
         torch.save(model.state_dict(), out)
-        run(f"torch.load(map_location='{device}') cold", lambda: torch.load(out, map_location=device, weights_only=True),
-            setup=lambda: cold([out]))
+        run(f"torch.load(map_location='{device}') cold",
+            lambda: torch.load(out, map_location=device, weights_only=True), setup=lambda: cold([out]))
         cpu = {}
         kernel_state.restore(cpu, notebook="bench", root=root, device="cpu")
         checks["restore --device cpu: bit-identical, on the CPU"] = (
@@ -236,12 +237,14 @@ def main() -> None:
         "unchanged re-save / full save": med["kernel_state.save (unchanged)"] / full,
         "verify / full save": med["kernel_state.verify"] / full,
     }
-    loader = "pinned" if restore_best <= med["kernel_state.restore cold (GKEWS_CUDA_LOADER=safetensors)"] else "safetensors"
+    safetensors_loader = med["kernel_state.restore cold (GKEWS_CUDA_LOADER=safetensors)"]
+    loader = "pinned" if restore_best <= safetensors_loader else "safetensors"
     machine = {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
                "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None, "cold": sorted(set(how_cold)),
                "staging_bytes": config.staging_bytes(), "ring": list(cuda_io.ring_shape(config.staging_bytes()))}
 
-    print(f"\nmodel: {nbytes / 2**30:.3f} GiB on {device} ({'CPU stand-in device, --smoke' if args.smoke else machine['gpu']}),"
+    print(f"\nmodel: {nbytes / 2**30:.3f} GiB on {device}"
+          f" ({'CPU stand-in device, --smoke' if args.smoke else machine['gpu']}),"
           f" medians of {args.repeat} after a warm-up; dd source in {shm}; cold reads by {', '.join(machine['cold'])}")
     print(f"{'mode':<58} {'median s':>9} {'GB/s':>7}")
     for name, seconds in med.items():

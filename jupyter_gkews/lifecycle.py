@@ -429,9 +429,10 @@ class Lifecycle:
                 if self.state["state"] != "paused":
                     raise Conflict("nothing to resume: no notebook is paused")
                 # paused, but every notebook was lost (a server stopped before their checkpoints)
+                message = "resumed: no notebook had a checkpoint to restore"
                 await self._begin(lambda state: state.update(state="active", phase=None, progress=None, error=None,
-                                                             message="resumed: no notebook had a checkpoint to restore"),
-                                  "resumed", message="resumed: no notebook had a checkpoint to restore")
+                                                             message=message),
+                                  "resumed", message=message)
                 return self.status()
             finally:
                 self._busy = False

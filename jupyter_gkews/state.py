@@ -60,7 +60,8 @@ class StateStore:
             os.close(fd)
             raise
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n".encode(), 0)
+        since = time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {since}\n".encode(), 0)
         self._owner_fd = fd
 
     def release_claim(self) -> None:

@@ -1,14 +1,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import {
-  GkewsError,
-  ICheckpoint,
-  ICheckpointNow,
-  IGkewsApi,
-  IRestoreResult,
-  IStatus
-} from './types';
+import { GkewsError, ICheckpoint, ICheckpointNow, IGkewsApi, IRestoreResult, IStatus } from './types';
 
 /**
  * The REST client: every call goes through ServerConnection, so the page's
@@ -34,9 +27,7 @@ export class GkewsApi implements IGkewsApi {
 
   async checkpoints(notebook?: string): Promise<ICheckpoint[]> {
     const query = notebook ? `?notebook=${encodeURIComponent(notebook)}` : '';
-    const reply = await this.request<{ checkpoints: ICheckpoint[] }>(
-      `checkpoints${query}`
-    );
+    const reply = await this.request<{ checkpoints: ICheckpoint[] }>(`checkpoints${query}`);
     return reply.checkpoints;
   }
 
@@ -49,18 +40,10 @@ export class GkewsApi implements IGkewsApi {
   }
 
   restore(id: string, notebook: string): Promise<IRestoreResult> {
-    return this.request<IRestoreResult>(
-      `checkpoints/${encodeURIComponent(id)}/restore`,
-      'POST',
-      { notebook }
-    );
+    return this.request<IRestoreResult>(`checkpoints/${encodeURIComponent(id)}/restore`, 'POST', { notebook });
   }
 
-  private async request<T>(
-    path: string,
-    method = 'GET',
-    body?: unknown
-  ): Promise<T> {
+  private async request<T>(path: string, method = 'GET', body?: unknown): Promise<T> {
     const url = URLExt.join(this.settings.baseUrl, 'gkews', path);
     const init: RequestInit = { method };
     if (body !== undefined) {
@@ -70,10 +53,7 @@ export class GkewsApi implements IGkewsApi {
     try {
       response = await ServerConnection.makeRequest(url, init, this.settings);
     } catch (error) {
-      throw new GkewsError(
-        `the Jupyter server cannot be reached (${String(error)}); it may be restarting`,
-        0
-      );
+      throw new GkewsError(`the Jupyter server cannot be reached (${String(error)}); it may be restarting`, 0);
     }
     const text = await response.text();
     let data: any = null;
@@ -85,8 +65,7 @@ export class GkewsApi implements IGkewsApi {
       }
     }
     if (!response.ok) {
-      const message =
-        data?.message ?? `${method} gkews/${path} answered ${response.status}`;
+      const message = data?.message ?? `${method} gkews/${path} answered ${response.status}`;
       throw new GkewsError(message, response.status, data?.status);
     }
     return data as T;

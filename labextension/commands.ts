@@ -94,8 +94,7 @@ export function addCommands(
   commands.addCommand(CommandIDs.checkpointNow, {
     label: 'Checkpoint the current notebook now',
     caption: "Save the current notebook's kernel state as a checkpoint, without pausing",
-    isEnabled: () =>
-      !!tracker.currentWidget?.sessionContext.session?.kernel && model.connected && !model.busy,
+    isEnabled: () => !!tracker.currentWidget?.sessionContext.session?.kernel && model.connected && !model.busy,
     execute: async () => {
       const panel = tracker.currentWidget;
       if (!panel) {

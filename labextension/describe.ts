@@ -24,11 +24,7 @@ export type Display =
  * kernels (attachment: undefined when nobody reconnects, as in unit tests of
  * the server's states alone; null when the reconnection has not started).
  */
-export function display(
-  status: IStatus | null,
-  connected: boolean,
-  attachment?: IAttachment | null
-): Display {
+export function display(status: IStatus | null, connected: boolean, attachment?: IAttachment | null): Display {
   if (!connected || !status) {
     return 'offline';
   }
@@ -40,9 +36,7 @@ export function display(
     case 'failed':
       return 'failed';
     case 'resuming':
-      return status.phase === 'waiting-for-capacity'
-        ? 'waiting for capacity'
-        : 'restoring';
+      return status.phase === 'waiting-for-capacity' ? 'waiting for capacity' : 'restoring';
     default:
       if (!status.notebooks.some(nb => nb.verdict)) {
         return 'active';
@@ -84,9 +78,7 @@ export function progressText(progress: IProgress | null): string {
     );
   }
   if (progress.variables_total) {
-    parts.push(
-      `${progress.variables_done ?? 0}/${progress.variables_total} variables`
-    );
+    parts.push(`${progress.variables_done ?? 0}/${progress.variables_total} variables`);
   }
   if (progress.bytes_done) {
     parts.push(formatBytes(progress.bytes_done));
@@ -119,10 +111,7 @@ export function statusLabel(status: IStatus | null, connected: boolean, extras: 
   if (what === 'not reconnected') {
     return `GPU session: ${names(Object.keys(extras.attachment?.failed ?? {}))} not reconnected`;
   }
-  const detail = [
-    status.state === 'pausing' ? status.phase : null,
-    progressText(status.progress)
-  ].filter(Boolean);
+  const detail = [status.state === 'pausing' ? status.phase : null, progressText(status.progress)].filter(Boolean);
   const queued = extras.resumeQueued && status.state === 'pausing' ? '; resume queued' : '';
   return `GPU session: ${what}${detail.length ? ` (${detail.join(', ')})` : ''}${queued}`;
 }
@@ -153,9 +142,7 @@ export function verdictText(nb: INotebookStatus): string {
   }
   const skipped = Object.entries(nb.skipped_at_save ?? {});
   if (skipped.length) {
-    parts.push(
-      `${skipped.length} skipped: ${skipped.map(([k, v]) => describeSkipped(k, v)).join(', ')}`
-    );
+    parts.push(`${skipped.length} skipped: ${skipped.map(([k, v]) => describeSkipped(k, v)).join(', ')}`);
   }
   return parts.join('; ');
 }
@@ -167,9 +154,7 @@ export function nextStep(status: IStatus): string | null {
   }
   const broken = status.notebooks.filter(nb => nb.verdict === 'failed');
   if (broken.length) {
-    return broken
-      .map(nb => `${nb.path}: ${nb.next_step ?? 'resume again, or re-run its cells'}`)
-      .join('; ');
+    return broken.map(nb => `${nb.path}: ${nb.next_step ?? 'resume again, or re-run its cells'}`).join('; ');
   }
   return null;
 }
@@ -195,7 +180,9 @@ export function resumedSentence(nb: INotebookStatus): string {
   }
   const skipped = Object.entries(nb.skipped_at_save ?? {});
   if (skipped.length) {
-    parts.push(`${skipped.map(([k, v]) => describeSkipped(k, v)).join(', ')} ${skipped.length === 1 ? 'was' : 'were'} not saved`);
+    parts.push(
+      `${skipped.map(([k, v]) => describeSkipped(k, v)).join(', ')} ${skipped.length === 1 ? 'was' : 'were'} not saved`
+    );
   }
   return `${parts.join('; ')}.`;
 }
@@ -211,7 +198,9 @@ export function pausedSentence(status: IStatus): string {
     parts.push('Paused; no notebook had a kernel to release.');
   }
   if (status.snapshot?.status === 'failed') {
-    parts.push(`The snapshot failed, so Resume restores ${released.length === 1 ? 'it' : 'them'} from ${their(released.length, 'checkpoint')}.`);
+    parts.push(
+      `The snapshot failed, so Resume restores ${released.length === 1 ? 'it' : 'them'} from ${their(released.length, 'checkpoint')}.`
+    );
   }
   for (const nb of left) {
     parts.push(`${baseName(nb.path)} is still running: ${nb.error ?? nb.status}.`);
@@ -242,7 +231,10 @@ export function summarySentence(status: IStatus): string {
       return status.error ? `${status.error.reason} ${status.error.next_step}` : status.message;
     default:
       return status.notebooks.some(nb => nb.verdict)
-        ? status.notebooks.filter(nb => nb.verdict).map(resumedSentence).join(' ')
+        ? status.notebooks
+            .filter(nb => nb.verdict)
+            .map(resumedSentence)
+            .join(' ')
         : 'The kernels run; Pause checkpoints them and releases the GPU.';
   }
 }
@@ -261,7 +253,9 @@ export function transitionMessage(kind: 'paused' | 'resumed' | 'failed', status:
     return clip(pausedSentence(status));
   }
   const resumed = status.notebooks.filter(nb => nb.verdict);
-  return clip(resumed.length ? resumed.map(resumedSentence).join(' ') : 'Resumed; no notebook had a checkpoint to restore.');
+  return clip(
+    resumed.length ? resumed.map(resumedSentence).join(' ') : 'Resumed; no notebook had a checkpoint to restore.'
+  );
 }
 
 export function baseName(path: string): string {

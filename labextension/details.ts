@@ -48,7 +48,10 @@ export function detailsNode(
   root.appendChild(el('p', label, 'jp-gkews-Details-state'));
   if (!connected || !status) {
     root.appendChild(
-      el('p', `The Jupyter server does not answer (${lastError ?? 'no answer yet'}). The page retries on its own; if it does not come back, restart the server.`)
+      el(
+        'p',
+        `The Jupyter server does not answer (${lastError ?? 'no answer yet'}). The page retries on its own; if it does not come back, restart the server.`
+      )
     );
     return root;
   }
@@ -94,7 +97,9 @@ export function detailsNode(
     const lost: string[] = [];
     for (const nb of status.notebooks) {
       for (const [name, s] of Object.entries(nb.skipped_at_save ?? nb.skipped ?? {})) {
-        lost.push(`${nb.path}: ${name} was not saved: ${s.reason ?? 'unknown reason'}${s.cell ? ` (re-run cell ${s.cell})` : ''}`);
+        lost.push(
+          `${nb.path}: ${name} was not saved: ${s.reason ?? 'unknown reason'}${s.cell ? ` (re-run cell ${s.cell})` : ''}`
+        );
       }
       for (const [name, why] of Object.entries(nb.failed ?? {})) {
         lost.push(`${nb.path}: ${name} could not be restored: ${why}`);

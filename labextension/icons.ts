@@ -13,14 +13,14 @@ export const pauseIcon = new LabIcon({
 
 export const resumeIcon = new LabIcon({
   name: 'jupyter-gkews:resume',
-  svgstr: svg('<g class="jp-icon3" fill="#616161"><path d="M7 4.5v15a1 1 0 0 0 1.5.86l12-7.5a1 1 0 0 0 0-1.72l-12-7.5A1 1 0 0 0 7 4.5z"/></g>')
+  svgstr: svg(
+    '<g class="jp-icon3" fill="#616161"><path d="M7 4.5v15a1 1 0 0 0 1.5.86l12-7.5a1 1 0 0 0 0-1.72l-12-7.5A1 1 0 0 0 7 4.5z"/></g>'
+  )
 });
 
 export const waitIcon = new LabIcon({
   name: 'jupyter-gkews:wait',
-  svgstr: svg(
-    '<g class="jp-icon3" fill="#616161"><path d="M12 2a10 10 0 1 0 10 10h-2a8 8 0 1 1-8-8z"/></g>'
-  )
+  svgstr: svg('<g class="jp-icon3" fill="#616161"><path d="M12 2a10 10 0 1 0 10 10h-2a8 8 0 1 1-8-8z"/></g>')
 });
 
 export const checkpointIcon = new LabIcon({

@@ -1,9 +1,4 @@
-import {
-  ILabShell,
-  ILayoutRestorer,
-  JupyterFrontEnd,
-  JupyterFrontEndPlugin
-} from '@jupyterlab/application';
+import { ILabShell, ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { ICommandPalette, IToolbarWidgetRegistry } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
@@ -45,18 +40,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
   ) => {
     const model = new GkewsModel(new GkewsApi(app.serviceManager.serverSettings));
     // First, before any view: "ready" waits for the open notebooks to be reconnected.
-    const readiness = new Readiness(
-      model,
-      () => tracker.filter(() => true),
-      app.serviceManager.sessions,
-      app.restored
-    );
+    const readiness = new Readiness(model, () => tracker.filter(() => true), app.serviceManager.sessions, app.restored);
     if (settingRegistry) {
-      void settingRegistry.load(PLUGIN_ID).then(settings => {
-        const apply = () => applySettings(settings, model, readiness);
-        settings.changed.connect(apply);
-        apply();
-      }, error => console.warn('jupyter-gkews: settings not loaded, using the defaults', error));
+      void settingRegistry.load(PLUGIN_ID).then(
+        settings => {
+          const apply = () => applySettings(settings, model, readiness);
+          settings.changed.connect(apply);
+          apply();
+        },
+        error => console.warn('jupyter-gkews: settings not loaded, using the defaults', error)
+      );
     }
     // Know the state before notebooks are restored on page load: a paused
     // notebook must not start a fresh kernel (see reattach.ts).

@@ -110,11 +110,7 @@ export class GkewsModel {
 
   /** A pause or resume runs (on the server, or our request is on its way). */
   get busy(): boolean {
-    return (
-      this._requesting ||
-      this._status?.state === 'pausing' ||
-      this._status?.state === 'resuming'
-    );
+    return this._requesting || this._status?.state === 'pausing' || this._status?.state === 'resuming';
   }
 
   /** A Resume pressed while the pause was still finishing: it is posted once the pause is done. */
@@ -142,9 +138,7 @@ export class GkewsModel {
     }
     if (s.state === 'failed') {
       // a failed resume is retried by resuming; a failed pause left the kernels running
-      return s.notebooks.some(nb => nb.status === 'released' || nb.status === 'failed')
-        ? 'resume'
-        : 'pause';
+      return s.notebooks.some(nb => nb.status === 'released' || nb.status === 'failed') ? 'resume' : 'pause';
     }
     return 'pause';
   }
@@ -334,10 +328,7 @@ export class GkewsModel {
  * go from active to paused between two reads, so the state reached counts,
  * not the path; the first read of a page (no previous status) announces nothing.
  */
-export function transitionKind(
-  previous: IStatus | null,
-  current: IStatus
-): ITransition['kind'] | null {
+export function transitionKind(previous: IStatus | null, current: IStatus): ITransition['kind'] | null {
   if (!previous) {
     return null;
   }

@@ -46,7 +46,10 @@ export function rememberSession(panel: NotebookPanel): void {
   const note = () => {
     const session = sc.session;
     if (session) {
-      lastSession.set(panel, { sessionId: session.id, kernelId: session.kernel?.id ?? lastSession.get(panel)?.kernelId });
+      lastSession.set(panel, {
+        sessionId: session.id,
+        kernelId: session.kernel?.id ?? lastSession.get(panel)?.kernelId
+      });
     }
   };
   sc.sessionChanged.connect(note);
@@ -128,8 +131,7 @@ async function attachSession(
     return true;
   }
   const model =
-    (nb.session_id ? await sessions.findById(nb.session_id) : undefined) ??
-    (await sessions.findByPath(nb.path));
+    (nb.session_id ? await sessions.findById(nb.session_id) : undefined) ?? (await sessions.findByPath(nb.path));
   const internals = sc as unknown as SessionContextInternals;
   if (model && model.kernel?.id === nb.kernel_id && typeof internals._handleNewSession === 'function') {
     // the very session the server restored (same id), rather than a second one for the same kernel

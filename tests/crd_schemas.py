@@ -66,7 +66,8 @@ CEL_CHECKS = {
         exactly_one_of_pod_exec_or_jupyter,
     "self.minProbeIntervalSeconds <= self.probeIntervalSeconds": min_probe_interval_at_most_probe_interval,
     "has(self.lastActivity) && self.lastActivity": jupyter_last_activity_is_true,
-    "!(has(self.url) && has(self.configMap)) && (has(self.url) || has(self.configMap))": exactly_one_of_url_or_config_map,
+    "!(has(self.url) && has(self.configMap)) && (has(self.url) || has(self.configMap))":
+        exactly_one_of_url_or_config_map,
     "has(self.pauseWorkspace)": effect_has_pause_workspace,
     "self == oldSelf": immutable,
 }
@@ -113,7 +114,8 @@ def _cel(value, old, node, path: str, errors: list[str]) -> None:
     if isinstance(value, dict) and node.get("type") == "object":
         for key, sub in (node.get("properties") or {}).items():
             if key in value:
-                _cel(value[key], old.get(key) if isinstance(old, dict) else None, sub, f"{path}.{key}".lstrip("."), errors)
+                _cel(value[key], old.get(key) if isinstance(old, dict) else None, sub, f"{path}.{key}".lstrip("."),
+                     errors)
     elif isinstance(value, list) and node.get("items"):
         for i, item in enumerate(value):
             _cel(item, None, node["items"], f"{path}[{i}]", errors)

@@ -130,7 +130,8 @@ class Cluster(kmock.KubernetesEmulator):
         gke = self.gke
         verb, plural, group = VERBS.get(request.action, str(request.method).lower()), request.resource.plural, \
             request.resource.group
-        name = request.name or (request.data.get("metadata", {}).get("name") if isinstance(request.data, dict) else None)
+        name = request.name or (request.data.get("metadata", {}).get("name")
+                                if isinstance(request.data, dict) else None)
         user = gke.user_of(request.headers)
         self.calls.append((verb, plural, name))
         self.callers.append(user)
@@ -264,7 +265,7 @@ class FakeGke:
         if self.rbac is None or user == ADMIN:
             return True
         docs = [d for d in self.rbac if d] + self._kubeflow_role_bindings()
-        roles = {(d["kind"], (d["metadata"].get("namespace") if d["kind"] == "Role" else None), d["metadata"]["name"]): d
+        roles = {(d["kind"], d["metadata"].get("namespace") if d["kind"] == "Role" else None, d["metadata"]["name"]): d
                  for d in docs if d["kind"] in ("Role", "ClusterRole")}
         for binding in docs:
             if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
@@ -353,7 +354,8 @@ class FakeGke:
         found = ws["metadata"].get("annotations") or {}
         if ADDON_ENABLED_ANNOTATION in found and _is(found[ADDON_ENABLED_ANNOTATION], "false"):
             return False
-        opted_in = _is(found.get(ADDON_ENABLED_ANNOTATION), "true") or _is(found.get(MIGRATION_ENABLED_ANNOTATION), "true")
+        opted_in = (_is(found.get(ADDON_ENABLED_ANNOTATION), "true")
+                    or _is(found.get(MIGRATION_ENABLED_ANNOTATION), "true"))
         kind = self._obj(KINDS, None, ws["spec"].get("kind"))
         if kind is None:
             return opted_in
@@ -427,7 +429,8 @@ class FakeGke:
         if pinned and self.addon_on(ws) and not self.tpu:
             return pinned
         ready = [o.raw for (r, _, _), o in self.emu.objects.items() if r == SNAPSHOTS and not o.deleted
-                 and any(c["type"] == "Ready" and c["status"] == "True" for c in o.raw.get("status", {}).get("conditions", []))]
+                 and any(c["type"] == "Ready" and c["status"] == "True"
+                         for c in o.raw.get("status", {}).get("conditions", []))]
         ready.sort(key=lambda s: s["metadata"]["creationTimestamp"])
         return ready[-1]["metadata"]["name"] if ready else None
 
@@ -483,7 +486,8 @@ class FakeGke:
         conditions = {
             "ready": ok + (("Ready", "True", "AllSnapshotsAvailable"),),
             "checkpoint-failed": (("Checkpoint", "False", "Failed"), ("Ready", "False", "Failed")),
-            "storage-failed": (ok[0], ("StorageReplicated", "False", "Failed"), ("Ready", "False", "AwaitingCheckpoint")),
+            "storage-failed": (ok[0], ("StorageReplicated", "False", "Failed"),
+                               ("Ready", "False", "AwaitingCheckpoint")),
             "ready-failed": ok + (("Ready", "False", "Error"),),
         }[self.outcome]
         messages = {"Checkpoint": "gVisor checkpoint failed: not enough host memory to stage GPU memory",
@@ -492,7 +496,8 @@ class FakeGke:
         self.emu.objects[SNAPSHOTS, ns, name] = {
             "apiVersion": f"{SNAPSHOT_GROUP}/v1", "kind": "PodSnapshot",
             "metadata": {"name": name, "namespace": ns, "creationTimestamp": stamp(),
-                         "labels": {TRIGGERED_BY_LABEL: triggered_by, "podsnapshot.gke.io/origin-node": "gke-gpu-node-1"},
+                         "labels": {TRIGGERED_BY_LABEL: triggered_by,
+                                    "podsnapshot.gke.io/origin-node": "gke-gpu-node-1"},
                          "annotations": {ORIGIN_POD_ANNOTATION: pod},
                          "finalizers": ["podsnapshot.gke.io/podsnapshot-finalizer"]},
             "spec": {"policyName": policy},
@@ -556,7 +561,8 @@ class FakeGke:
                         "metadata": {"name": trigger_name, "namespace": ns,
                                      "annotations": {ADDON_STARTED_ANNOTATION: found.get(ADDON_STARTED_ANNOTATION)}},
                         "spec": {"targetPod": self.pod}}
-            elif trigger["metadata"]["annotations"].get(ADDON_STARTED_ANNOTATION) != found.get(ADDON_STARTED_ANNOTATION):
+            elif (trigger["metadata"]["annotations"].get(ADDON_STARTED_ANNOTATION)
+                  != found.get(ADDON_STARTED_ANNOTATION)):
                 self.emu.objects[TRIGGERS, ns, trigger_name].delete()  # from an earlier pause: redo it
             else:
                 created = (trigger.get("status") or {}).get("snapshotCreated") or {}

@@ -72,7 +72,8 @@ def raw(t):
 def namespace():
     torch.manual_seed(0)
     emb = torch.nn.Embedding(1024, 700)
-    model = torch.nn.Sequential(torch.nn.Linear(600, 700), torch.nn.BatchNorm1d(700), torch.nn.Linear(700, 1024, bias=False))
+    model = torch.nn.Sequential(torch.nn.Linear(600, 700), torch.nn.BatchNorm1d(700),
+                                torch.nn.Linear(700, 1024, bias=False))
     model[2].weight = emb.weight  # tied: one storage under two names
     model.register_buffer("table", torch.randn(512, 1100))  # a large buffer, not a parameter
     base = torch.randn(3_000_001)  # not a whole number of buffers, nor of 4 KiB pages
@@ -110,7 +111,7 @@ def assert_same(back, ns):
 
 @pytest.mark.parametrize("direct_io", ["write", "both", "none"])
 def test_dtypes_parameters_buffers_tied_weights_and_views_round_trip_through_the_ring(tmp_path, device, monkeypatch,
-                                                                                    direct_io):
+                                                                                      direct_io):
     monkeypatch.setenv("GKEWS_DIRECT_IO", direct_io)
     ns = namespace()
     kernel_state.save(ns, notebook=NB, root=tmp_path / "ring")
@@ -141,7 +142,8 @@ def test_dtypes_parameters_buffers_tied_weights_and_views_round_trip_through_the
         for t in tensors:  # each storage that came through the ring (small ones share the pack blob)
             if t.untyped_storage().nbytes() >= cuda_io.STREAM_MIN:
                 assert t.untyped_storage().data_ptr() % 64 == 0
-    assert all(v["verdict"] == "match" for v in kernel_state.verify(back, notebook=NB, root=tmp_path / "ring")["variables"].values())
+    verdicts = kernel_state.verify(back, notebook=NB, root=tmp_path / "ring")["variables"]
+    assert all(v["verdict"] == "match" for v in verdicts.values())
 
 
 def test_device_to_host_copies_run_while_the_disk_writes(tmp_path, device, monkeypatch):

@@ -64,7 +64,8 @@ def test_status_pause_resume_and_capacity(fake, gkews):
 
     # a snapshot, as the server in the Pod would take one
     kube = Kube("team-a", gkews.kubeconfig)
-    kube.create("podsnapshotpolicies", policy_body(policy_name("gpu-notebook"), "gpu-notebook", "gkews-snapshots", "7d"))
+    kube.create("podsnapshotpolicies",
+                policy_body(policy_name("gpu-notebook"), "gpu-notebook", "gkews-snapshots", "7d"))
     kube.create("podsnapshotmanualtriggers", trigger_body("gpu-notebook", fake.pod))
     for _ in range(200):
         if fake.all(TRIGGERS)[0].get("status"):

@@ -159,8 +159,8 @@ def test_trigger_mode_refuses_a_pod_outside_gvisor_by_name(tmp_path):
     """Without the add-on nothing sets runtimeClassName: gvisor (a WorkspaceKind cannot); GKE cannot snapshot it."""
     fake = FakeGke(sandbox_admission=False).start()
     try:
-        with pytest.raises(SnapshotFailed, match=f"the Pod {fake.pod} does not run in GKE Sandbox .spec.runtimeClassName "
-                                                 "is not set, not gvisor."):
+        with pytest.raises(SnapshotFailed, match=f"the Pod {fake.pod} does not run in GKE Sandbox "
+                                                 ".spec.runtimeClassName is not set, not gvisor."):
             asyncio.run(backend(fake, tmp_path, snapshot_mode="trigger").snapshot([]))
         assert fake.all(TRIGGERS) == []  # nothing asked of GKE
     finally:

@@ -137,7 +137,7 @@ async def test_trigger_pause_completes_because_the_pod_lives_on_after_its_checkp
 
 @pytest.mark.parametrize("cluster_options,backend_traits", [({"addon": True}, {"snapshot_mode": "auto"})])
 async def test_workspace_addon_snapshots_on_pause_and_the_resumed_pod_is_verified(fake, jp_fetch, jp_serverapp,
-                                                                                 jp_root_dir):
+                                                                                  jp_root_dir):
     kid, before = await start_session(jp_fetch, jp_serverapp, jp_root_dir)
 
     s = await pause_and_wait(jp_fetch)
@@ -168,7 +168,8 @@ async def test_workspace_addon_snapshots_on_pause_and_the_resumed_pod_is_verifie
     ("checkpoint-failed", "failed (Checkpoint=False): Failed: gVisor checkpoint failed", {}),
     ("storage-failed", "failed (StorageReplicated=False): Failed: upload to gs://snapshots failed",
      {"snapshot_timeout": 120.0}),
-    ("ready-failed", "failed (Ready=False): Error: snapshot metadata could not be recorded", {"snapshot_timeout": 120.0}),
+    ("ready-failed", "failed (Ready=False): Error: snapshot metadata could not be recorded",
+     {"snapshot_timeout": 120.0}),
     ("rbac", 'may not create podsnapshotmanualtriggers (apiGroup "podsnapshot.gke.io") in namespace team-a: '
              'add the verb "create" on "podsnapshotmanualtriggers"', {}),
     ("hang", "no Ready PodSnapshot 1 s after the trigger gkews-gpu-notebook-", {"snapshot_timeout": 1.0}),

@@ -48,7 +48,8 @@ def fake():
 
 
 def test_the_backend_in_the_pod_needs_exactly_its_clusterrole(fake, tmp_path):
-    kind = next(d for d in yaml.safe_load_all((DEPLOY / "workspacekind.yaml").read_text()) if d["kind"] == "WorkspaceKind")
+    kind = next(d for d in yaml.safe_load_all((DEPLOY / "workspacekind.yaml").read_text())
+                if d["kind"] == "WorkspaceKind")
     assert kind["spec"]["podTemplate"]["serviceAccount"]["clusterRoles"] == [{"name": "jupyter-gkews"}]
     b = backend(fake, tmp_path, keep_snapshots=0)  # snapshot_mode auto, as the Pod's service account ws-gpu-notebook
 

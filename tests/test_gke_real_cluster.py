@@ -2,7 +2,8 @@
 Runs only when a kubeconfig for one is given (the one skip this suite allows):
 
     GKEWS_TEST_KUBECONFIG=~/.kube/config GKEWS_TEST_WORKSPACE=my-gpu-notebook [GKEWS_TEST_NAMESPACE=team-a] \
-    [GKEWS_TEST_SERVER_URL=https://.../ GKEWS_TEST_SERVER_TOKEN=...] pytest -m gke_cluster tests/test_gke_real_cluster.py -s
+    [GKEWS_TEST_SERVER_URL=https://.../ GKEWS_TEST_SERVER_TOKEN=...] \
+    pytest -m gke_cluster tests/test_gke_real_cluster.py -s
 
 The Workspace must run jupyter-gkews (deploy/workspacekind.yaml, deploy/rbac.yaml applied). What it checks,
 in the order of docs/gke.md ("What was checked against the published APIs"):
@@ -73,8 +74,8 @@ def wait_for(states: tuple[str, ...], timeout: float = 1800, seen_in_between=Non
         d = status()
         if not seen or seen[-1] != d["state"]:
             seen.append(d["state"])
-            print(f"{time.strftime('%H:%M:%S')} {d['state']}{' (snapshot in progress)' if d['snapshot_in_progress'] else ''}"
-                  f": {d['message']}")
+            print(f"{time.strftime('%H:%M:%S')} {d['state']}"
+                  f"{' (snapshot in progress)' if d['snapshot_in_progress'] else ''}: {d['message']}")
         if seen_in_between is not None:
             seen_in_between(d)
         if d["state"] in states:

@@ -82,8 +82,9 @@ def test_the_workspacekind_we_used_to_ship_is_refused_for_the_seven_reasons_of_i
 
 
 @pytest.mark.parametrize("change,error", [
+    # the minimum defaults to 300
     ({"probeIntervalSeconds": 60}, ": minProbeIntervalSeconds must be less than or equal to probeIntervalSeconds "
-                                   "(CEL rule min_probe_interval_at_most_probe_interval)"),  # the minimum defaults to 300
+                                   "(CEL rule min_probe_interval_at_most_probe_interval)"),
     ({"jupyter": None, "podExec": {"script": "true"}, "probeIntervalSeconds": 300}, None),
     ({"podExec": {"script": "true"}}, ": must specify exactly one of 'podExec' or 'jupyter' "
                                       "(CEL rule exactly_one_of_pod_exec_or_jupyter)"),
@@ -165,4 +166,3 @@ def test_the_status_gke_plays_has_the_crds_shape(fake, tmp_path, outcome):
     assert crd_schemas.status_errors(fire_trigger(fake, kube), "podsnapshotmanualtriggers") == []
     for snap in fake.all(SNAPSHOTS):
         assert crd_schemas.status_errors(snap, "podsnapshots") == []
-

@@ -12,13 +12,12 @@ import os
 import queue
 import resource
 import signal
-import sys
 from pathlib import Path
 
 import pytest
 
 from kernel_state.pins import pinned
-from serverkit import events, open_notebook, post, run_cell, status, wait_for, wait_kernel_state
+from serverkit import open_notebook, post, run_cell, status, wait_for, wait_kernel_state
 
 from jupyter_gkews.cleanup import clean_checkpoints
 
@@ -277,7 +276,7 @@ async def test_restore_into_a_busy_kernel_is_refused(jp_fetch, jp_serverapp, jp_
     r = await post(jp_fetch, "checkpoints/now", {"notebook": "a.ipynb"})
     saved = json.loads(r.body)["id"]
     client, msg_id = await start_cell(jp_serverapp, a, "x = 2\n" + WAIT_FOR_GATE.format(gate=str(gate),
-                                                                                          ignore_sigint=False))
+                                                                                        ignore_sigint=False))
     await wait_kernel_state(jp_serverapp, a, "busy")
     for action in (f"checkpoints/{saved}/restore", "checkpoints/now"):
         r = await post(jp_fetch, action, {"notebook": "a.ipynb"})

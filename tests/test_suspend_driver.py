@@ -16,7 +16,7 @@ def fake_bindings(monkeypatch, *, version=12080, init=0, results=None, has_api=T
     driver = types.SimpleNamespace(
         cuInit=lambda flags: (init,), cuDriverGetVersion=lambda: (0, version),
         cuGetErrorName=lambda err: (0, {2: b"CUDA_ERROR_OUT_OF_MEMORY", 801: b"CUDA_ERROR_NOT_SUPPORTED",
-                                         100: b"CUDA_ERROR_NO_DEVICE"}.get(int(err), b"")),
+                                        100: b"CUDA_ERROR_NO_DEVICE"}.get(int(err), b"")),
         CUcheckpointLockArgs=types.SimpleNamespace)
     if has_api:
         for name in ("Lock", "Checkpoint", "Restore", "Unlock"):

@@ -131,11 +131,11 @@ class GkeBackend(LocalBackend):
         runtime = (pod.get("spec") or {}).get("runtimeClassName")
         if runtime != GVISOR_RUNTIME_CLASS:
             raise SnapshotError(
-                f"the Pod {me.pod} does not run in GKE Sandbox (spec.runtimeClassName is {runtime or 'not set'}, not "
-                f"{GVISOR_RUNTIME_CLASS}) and GKE snapshots only gVisor Pods. A WorkspaceKind cannot set it: enable the "
-                "GKE Workspaces snapshot add-on for this Workspace (its Pod webhook sets it; snapshot_mode auto then "
-                "lets the add-on snapshot) or have your cluster's admission set it on Workspace Pods, then restart "
-                "the Workspace")
+                f"the Pod {me.pod} does not run in GKE Sandbox (spec.runtimeClassName is {runtime or 'not set'}, "
+                f"not {GVISOR_RUNTIME_CLASS}) and GKE snapshots only gVisor Pods. A WorkspaceKind cannot set it: "
+                "enable the GKE Workspaces snapshot add-on for this Workspace (its Pod webhook sets it; snapshot_mode "
+                "auto then lets the add-on snapshot) or have your cluster's admission set it on Workspace Pods, then "
+                "restart the Workspace")
         started = time.monotonic()
         policy = policy_name(me.workspace)
         found = await self._io(kube.find, POLICIES, policy)

@@ -2,7 +2,15 @@
  * The frontend model against a fake server: what the status item and the
  * notifications would say as the server's status changes.
  */
-import { display, names, statusLabel, summarySentence, timelineRows, transitionMessage, verdictText } from '../describe';
+import {
+  display,
+  names,
+  statusLabel,
+  summarySentence,
+  timelineRows,
+  transitionMessage,
+  verdictText
+} from '../describe';
 import { GkewsModel, ITransition } from '../model';
 import { GkewsError, IGkewsApi, INotebookStatus, IStatus } from '../types';
 
@@ -139,7 +147,13 @@ describe('GkewsModel', () => {
     const s = status({
       state: 'pausing',
       phase: 'checkpointing',
-      progress: { notebooks_done: 0, notebooks_total: 2, variables_done: 3, variables_total: 14, bytes_done: 12_500_000 }
+      progress: {
+        notebooks_done: 0,
+        notebooks_total: 2,
+        variables_done: 3,
+        variables_total: 14,
+        bytes_done: 12_500_000
+      }
     });
     expect(statusLabel(s, true)).toBe('GPU session: pausing (checkpointing, notebook 1/2, 3/14 variables, 13 MB)');
   });
@@ -268,7 +282,11 @@ describe('GkewsModel', () => {
     server.answer = status({ state: 'pausing', phase: 'checkpointing', cycle: 1 });
     await model.refresh();
     await model.resume();
-    server.answer = status({ state: 'failed', cycle: 1, error: { reason: 'No notebook could be checkpointed.', next_step: 'Pause again.' } });
+    server.answer = status({
+      state: 'failed',
+      cycle: 1,
+      error: { reason: 'No notebook could be checkpointed.', next_step: 'Pause again.' }
+    });
     await model.refresh();
     expect(why).toEqual(['the pause failed, so there was nothing to resume']);
     expect(model.resumeQueued).toBe(false);
@@ -287,7 +305,11 @@ describe('GkewsModel', () => {
     expect(model.label).toBe('GPU session: reconnecting train.ipynb and eval.ipynb');
     model.setAttachment({ cycle: 1, waiting: [], failed: {} }); // an older cycle does not count
     expect(model.display).toBe('reconnecting');
-    model.setAttachment({ cycle: 2, waiting: [], failed: { 'work/train.ipynb': 'its kernel did not answer within 5 s' } });
+    model.setAttachment({
+      cycle: 2,
+      waiting: [],
+      failed: { 'work/train.ipynb': 'its kernel did not answer within 5 s' }
+    });
     expect(model.label).toBe('GPU session: train.ipynb not reconnected');
     model.setAttachment({ cycle: 2, waiting: [], failed: {} });
     expect(model.label).toBe('GPU session: ready');
@@ -311,9 +333,11 @@ describe('sentences', () => {
       'Paused a.ipynb and b.ipynb; Resume brings their kernels back. ' +
         'c.ipynb is still running: its kernel was still running a cell after 60 s.'
     );
-    expect(summarySentence(status({ state: 'pausing', phase: 'checkpointing', cycle: 1, notebooks: two.notebooks.slice(0, 1) }))).toBe(
-      'Pausing a.ipynb: writing the checkpoints.'
-    );
+    expect(
+      summarySentence(
+        status({ state: 'pausing', phase: 'checkpointing', cycle: 1, notebooks: two.notebooks.slice(0, 1) })
+      )
+    ).toBe('Pausing a.ipynb: writing the checkpoints.');
     const live = status({ notebooks: [{ ...restoredNotebook, verdict: 'live-verified' }] });
     expect(transitionMessage('resumed', live)).toBe('Resumed train.ipynb; its live model was verified.');
     for (const text of [transitionMessage('paused', two), summarySentence(live)]) {

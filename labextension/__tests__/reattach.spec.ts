@@ -46,7 +46,12 @@ describe('reattachPanel', () => {
     const { panel, kernel, connectionStatusChanged } = fakePanel(true);
     connectionStatusChanged.emit('connected'); // opened before the pause: maybe bound to the released process
     const staleBefore = performance.now() + 1;
-    const ok = await reattachPanel(panel, nb, sessions, { probeTimeout: 1000, deadline: 5000, staleBefore, swap: true });
+    const ok = await reattachPanel(panel, nb, sessions, {
+      probeTimeout: 1000,
+      deadline: 5000,
+      staleBefore,
+      swap: true
+    });
     expect(ok).toBe(true);
     expect(kernel.reconnect).toHaveBeenCalledTimes(1);
     expect(kernel.requestKernelInfo).toHaveBeenCalled();
@@ -73,7 +78,12 @@ describe('reattachPanel', () => {
   it('leaves alone a panel on another kernel when this page did not see the pause', async () => {
     const { panel } = fakePanel(true);
     panel.sessionContext.session.kernel.id = 'k-chosen-by-the-user';
-    const ok = await reattachPanel(panel, nb, sessions, { probeTimeout: 100, deadline: 800, staleBefore: 0, swap: false });
+    const ok = await reattachPanel(panel, nb, sessions, {
+      probeTimeout: 100,
+      deadline: 800,
+      staleBefore: 0,
+      swap: false
+    });
     expect(ok).toBe(false);
     expect(panel.sessionContext.changeKernel).not.toHaveBeenCalled();
   });

@@ -19,7 +19,11 @@ function loadSessionContext(): typeof import('@jupyterlab/apputils/lib/sessionco
   g.navigator ??= { userAgent: 'node', platform: 'node' };
   g.window ??= g;
   g.WebSocket ??= class {};
-  g.document ??= { createElement: () => ({ style: {} }), getElementById: () => null, addEventListener: () => undefined };
+  g.document ??= {
+    createElement: () => ({ style: {} }),
+    getElementById: () => null,
+    addEventListener: () => undefined
+  };
   return require('@jupyterlab/apputils/lib/sessioncontext').SessionContext;
 }
 
