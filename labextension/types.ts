@@ -59,7 +59,6 @@ export interface IStatus {
   cycle: number;
   progress: IProgress | null;
   error: { reason: string; next_step: string } | null;
-  snapshot?: Record<string, unknown> | null;
   restored_from?: Record<string, unknown>;
   timeline: Record<string, number | null>;
   notebooks: INotebookStatus[];

@@ -58,9 +58,11 @@ from kmock._internal.dicts import patch_dict
 
 from jupyter_gkews.k8s import (ADDON_ENABLED_ANNOTATION, ADDON_LAST_ANNOTATION, ADDON_READINESS_GATE,
                                ADDON_STARTED_ANNOTATION, ADDON_STATE_ANNOTATION, MIGRATION_ENABLED_ANNOTATION,
-                               ORIGIN_POD_ANNOTATION, PINNED_SNAPSHOT_ANNOTATION, SNAPSHOT_GROUP, TPU_RESOURCE,
+                               ORIGIN_POD_ANNOTATION, SNAPSHOT_GROUP, TPU_RESOURCE,
                                TRIGGERED_BY_LABEL, WORKSPACE_LABEL)
 
+# the add-on pins the snapshot a new Pod restores from (the server never sets it; only this fixture plays it)
+PINNED_SNAPSHOT_ANNOTATION = "podsnapshot.gke.io/ps-name"
 PODS = kmock.resource("", "v1", "pods")
 WORKSPACES = kmock.resource("kubeflow.org", "v1beta1", "workspaces")
 KINDS = kmock.resource("kubeflow.org", "v1beta1", "workspacekinds")

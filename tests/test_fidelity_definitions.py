@@ -2,7 +2,6 @@
 time; restore semantics (one __reduce__ per save, one class object, a redefined class)."""
 from __future__ import annotations
 
-import pytest
 
 from kernels import Kernel
 
@@ -49,7 +48,8 @@ slot = Slotted(2, 5)
 table = {"color": Color.RED, "cfg": cfg, "fn": fib}
 '''
 
-CHECK = ("[favourite is Color.GREEN, favourite.shout(), Color('g') is favourite, int(perms), perms == Flags.R | Flags.W,"
+CHECK = ("[favourite is Color.GREEN, favourite.shout(), Color('g') is favourite, int(perms), "
+         "perms == Flags.R | Flags.W,"
          " cfg, cfg == Config(0.5, tags=['a']), dataclasses.is_dataclass(cfg), pair, pair._fields, Pair(1).right,"
          " slot.total(), hasattr(slot, '__dict__'), area(2, 3), area.__name__, area.__doc__, area.__qualname__,"
          " fib(30), fib.cache_info().maxsize, cube(3), table['color'] is Color.RED, table['fn'] is fib,"
@@ -71,7 +71,8 @@ def test_notebook_definitions_round_trip_in_a_fresh_kernel(tmp_path):
 
 def test_what_only_main_could_name_is_reported_at_save(tmp_path):
     with Kernel(tmp_path) as k:
-        k.run("class Token:\n    def __reduce__(self): return 'TOKEN'\nTOKEN = Token()\nholder = {'t': TOKEN}\nfine = 1")
+        k.run("class Token:\n    def __reduce__(self): return 'TOKEN'\n"
+              "TOKEN = Token()\nholder = {'t': TOKEN}\nfine = 1")
         out = k.run("%gkews_checkpoint save")
         assert "TOKEN: TypeError: Token object 'TOKEN' can only be saved as a reference to __main__.TOKEN" in out
         assert "re-run cell [1]: TOKEN = Token()" in out
@@ -82,7 +83,8 @@ def test_what_only_main_could_name_is_reported_at_save(tmp_path):
 def test_restore_semantics(tmp_path):
     with Kernel(tmp_path) as k:
         # a __reduce__ with a side effect: once per save, even when the variable needs dill (a code object)
-        k.run("calls = []\nclass Audited:\n    def __reduce__(self):\n        calls.append(1)\n        return (Audited, ())\n"
+        k.run("calls = []\nclass Audited:\n    def __reduce__(self):\n        calls.append(1)\n"
+              "        return (Audited, ())\n"
               "needs_dill = [Audited(), (lambda: 1).__code__]")
         out = k.run("%gkews_checkpoint save needs_dill")
         assert "Skipped" not in out

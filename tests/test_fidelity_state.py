@@ -78,7 +78,8 @@ del common
 
     with Kernel(store) as changed:  # the file changed since the checkpoint: a copy, and a warning naming it
         out = changed.run("%gkews_checkpoint restore mm rows np")
-        assert f"Warning: np.memmap of {path} restored as an in-memory copy: the file changed since the checkpoint" in out
+        assert (f"Warning: np.memmap of {path} restored as an in-memory copy: "
+                "the file changed since the checkpoint") in out
         assert changed.value("[type(mm).__name__, float(mm[0, 0]), float(rows[0, 0]), np.shares_memory(rows, mm)]") == \
             ["ndarray", 0.0, 640.0, True]
         assert np.fromfile(path, dtype=np.float32)[0] == -1

@@ -31,7 +31,8 @@ nested = {"sets": [tags, frozen], "by_name": {f"key{i}": i * 0.5 for i in range(
 halves = np.linspace(-2, 2, 1000, dtype=np.float16)
 singles = np.linspace(-2, 2, 50000, dtype=np.float32)         # above the inline size: the array table
 complexes = (np.arange(400) * (1 + 0.5j)).astype(np.complex128)
-frame = Frame({"a": np.arange(100.0), "b": np.ones(100, dtype=np.float32), "c": np.array(["u", "v"] * 50, dtype=object)},
+frame = Frame({"a": np.arange(100.0), "b": np.ones(100, dtype=np.float32),
+               "c": np.array(["u", "v"] * 50, dtype=object)},
               index=[f"row{i}" for i in range(100)])
 counts = collections.Counter("mississippi")
 ordered = collections.OrderedDict(b=1, a=2)
