@@ -23,6 +23,7 @@ from .state import StateDirInUse, StateStore
 #: Environment variable through which kernels started by this server learn
 #: where to keep their checkpoints (read by ``kernel_state``).
 CHECKPOINT_ROOT_ENV = "GKEWS_CHECKPOINT_ROOT"
+CONTENTS_ROOT_ENV = "GKEWS_CONTENTS_ROOT"
 
 #: The contents service's events (jupyter_server): a rename moves a paused notebook.
 CONTENTS_EVENTS = "https://events.jupyter.org/jupyter_server/contents_service/v1"
@@ -177,6 +178,10 @@ class GkewsApp(ExtensionApp):
             CHECKPOINT_ROOT_ENV,
             os.environ[CHECKPOINT_ROOT_ENV],
         )
+        # One notebook name for kernels and server: kernel_state turns the absolute path a kernel is given
+        # (JPY_SESSION_NAME) into the path relative to the root our REST API uses (kernel_state.config).
+        kernels = getattr(self.serverapp, "kernel_manager", None)
+        os.environ[CONTENTS_ROOT_ENV] = getattr(kernels, "root_dir", None) or self.serverapp.root_dir
         if getattr(self.serverapp, "kernel_manager", None) is None:  # constructed alone (tests of the settings)
             return
         backend = self.backend_class(parent=self)
@@ -239,3 +244,4 @@ class GkewsApp(ExtensionApp):
             lifecycle.store.release_claim()
         if getattr(self, "_exported_root", False):  # leave the environment as we found it
             os.environ.pop(CHECKPOINT_ROOT_ENV, None)
+        os.environ.pop(CONTENTS_ROOT_ENV, None)

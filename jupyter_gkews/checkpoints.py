@@ -1,9 +1,6 @@
 """The checkpoint list the REST API shows: manifests read as JSON (the server never unpickles)."""
 from __future__ import annotations
 
-import json
-import os
-
 from kernel_state.errors import CheckpointNotFound
 from kernel_state.pins import CheckpointPinned
 from kernel_state.store import Store
@@ -16,15 +13,7 @@ class CheckpointCatalog:
         self.store = Store(root)
 
     def notebooks(self) -> list[str]:
-        base = os.path.join(self.store.root, "notebooks")
-        out = []
-        for key in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-            try:
-                with open(os.path.join(base, key, "notebook.json")) as f:
-                    out.append(json.load(f)["notebook"])
-            except (OSError, ValueError, KeyError):
-                continue
-        return out
+        return self.store.notebooks()
 
     def list(self, notebook: str | None = None) -> list[dict]:
         names = [notebook] if notebook else self.notebooks()

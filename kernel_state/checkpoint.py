@@ -300,7 +300,7 @@ def probe(expr: str, namespace=None, *, notebook=None, root=None) -> dict:
     if expr not in exprs:
         exprs.append(expr)
         store.ensure()
-        os.makedirs(store.notebook_dir(nb), exist_ok=True)
+        store.ensure_notebook_dir(nb)
         write_json_durable({"probes": exprs}, _probe_file(store, nb), store.tmp_dir)
     return {"expr": expr, "repr": repr(value)[:200], "digest": value_digest(value), "probes": exprs}
 

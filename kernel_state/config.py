@@ -3,6 +3,8 @@ import hashlib
 import os
 
 DEFAULT_KEEP_LAST = 5
+#: Set by the server extension in its own environment, so kernels it starts inherit it.
+CONTENTS_ROOT_ENV = "GKEWS_CONTENTS_ROOT"
 
 
 def checkpoint_root(root: str | None = None) -> str:
@@ -20,8 +22,44 @@ def checkpoint_root(root: str | None = None) -> str:
 
 
 def notebook_name(notebook: str | None = None) -> str:
-    """The notebook this state belongs to: explicit, or the path jupyter_server gives the kernel."""
-    return notebook or os.environ.get("GKEWS_NOTEBOOK") or os.environ.get("JPY_SESSION_NAME") or "default"
+    """The notebook this state belongs to: explicit, or the path jupyter_server gives the kernel, named
+    the way the server names it (canonical_notebook)."""
+    return canonical_notebook(
+        notebook or os.environ.get("GKEWS_NOTEBOOK") or os.environ.get("JPY_SESSION_NAME") or "default")
+
+
+def contents_root() -> str | None:
+    """The server's contents root, exported by the jupyter-gkews server extension to its kernels."""
+    root = os.environ.get(CONTENTS_ROOT_ENV)
+    return os.path.abspath(root) if root else None
+
+
+def canonical_notebook(notebook: str) -> str:
+    """One name per notebook for the kernel and the server: the path relative to the contents root.
+
+    jupyter_server gives a kernel its notebook's absolute path (JPY_SESSION_NAME) while its REST API and the
+    extension use the path relative to the contents root; an absolute path under that root becomes the
+    relative one ('/'-separated). Anything else (no server, a path outside the root) is kept as given.
+    """
+    root = contents_root()
+    if not root or not os.path.isabs(notebook):
+        return notebook
+    for base, path in ((root, os.path.normpath(notebook)),
+                       (os.path.realpath(root), os.path.realpath(notebook))):
+        rel = os.path.relpath(path, base)
+        if rel != os.curdir and rel != os.pardir and not rel.startswith(os.pardir + os.sep):
+            return rel.replace(os.sep, "/")
+    return notebook
+
+
+def legacy_names(notebook: str) -> list[str]:
+    """Names earlier versions filed a notebook's checkpoints under from inside its kernel: the absolute path
+    jupyter_server gave the kernel. Lookups search them too, so those checkpoints stay reachable."""
+    root = contents_root()
+    if not root or os.path.isabs(notebook) or notebook == "default":
+        return []
+    raw = os.path.join(os.environ.get(CONTENTS_ROOT_ENV, root), notebook)
+    return list(dict.fromkeys([raw, os.path.normpath(raw), os.path.join(root, notebook)]))
 
 
 def notebook_key(notebook: str) -> str:

@@ -1,9 +1,19 @@
 """Fingerprints of tensor data, computed where the data lives.
 
 CPU bytes: xxh3-128 of the single-tensor safetensors file that would hold them, so the fingerprint of a
-tensor stored in its own blob is that blob's name. CUDA storages: an order-independent 64-bit checksum
-pair computed by integer kernels on the GPU itself (no copy to the host), so that after a Pod snapshot
-restore the weights are proven bit-identical where they sit.
+tensor stored in its own blob is that blob's name. CUDA storages: `mix64`, computed by torch integer ops on
+the GPU itself (no copy to the host), so that after a Pod snapshot restore the weights are proven
+bit-identical where they sit.
+
+mix64 reads the bytes as little-endian 64-bit words w_i (the last one zero-padded) and sums, modulo 2^64,
+fmix64(w_i XOR (i * P)) over every position i, plus fmix64(nbytes XOR L). fmix64 is MurmurHash3's 64-bit
+finalizer (a bijection that mixes every bit into every other); P is odd, so each position has its own key.
+Any change of any element changes its term (fmix64 is a bijection), and several changes cancel only by
+chance, about 2^-64, whatever their distance: a swap or a rotation moves values to positions with other
+keys. Sums modulo 2^64 are exact and associative: the value is the same on any device and in any order.
+
+`sum64`, the algorithm of earlier versions, is kept to verify the checkpoints that recorded it; it cannot
+see a swap or a rotation by a multiple of 65521 words.
 """
 from __future__ import annotations
 
@@ -12,9 +22,71 @@ import ctypes
 from .hashing import new_hasher
 from .safetensors_io import build_header
 
-DEVICE_ALGORITHM = "sum64"
-_MODULUS = 65521
-_CHUNK_WORDS = 1 << 24
+DEVICE_ALGORITHM = "mix64"
+LEGACY_DEVICE_ALGORITHM = "sum64"
+_WORD = 8
+_CHUNK_WORDS = 1 << 23  # 64 MiB of int64 per temporary buffer
+_U64 = (1 << 64) - 1
+
+
+def _signed(x: int) -> int:
+    """A 64-bit constant as the int64 torch computes with (the same bits)."""
+    x &= _U64
+    return x - (1 << 64) if x >> 63 else x
+
+
+POSITION_KEY = 0x9E3779B97F4A7C15  # odd: i -> i * P is a bijection modulo 2^64
+LENGTH_KEY = 0x243F6A8885A308D3
+_FMIX = ((33, 0xFF51AFD7ED558CCD), (33, 0xC4CEB9FE1A85EC53), (33, None))
+
+
+def fmix64(x: int) -> int:
+    """MurmurHash3's finalizer on a Python int: the reference the torch version must equal."""
+    x &= _U64
+    for shift, mul in _FMIX:
+        x ^= x >> shift
+        if mul is not None:
+            x = (x * mul) & _U64
+    return x
+
+
+def mix64_terms(words, positions):
+    """fmix64(w XOR i * P) per word, as int64 tensors on the words' device: the summands of mix64."""
+    import torch
+
+    v = positions.to(torch.int64) * _signed(POSITION_KEY)
+    v.bitwise_xor_(words)
+    t = torch.empty_like(v)
+    for shift, mul in _FMIX:
+        torch.bitwise_right_shift(v, shift, out=t)
+        t.bitwise_and_((1 << (64 - shift)) - 1)  # torch shifts int64 arithmetically: keep it logical
+        v.bitwise_xor_(t)
+        if mul is not None:
+            v.mul_(_signed(mul))  # wraps modulo 2^64
+    return v
+
+
+def mix64(untyped_storage) -> str:
+    """The mix64 fingerprint of a torch storage, computed on its own device (16 hex digits)."""
+    import torch
+
+    nbytes = untyped_storage.nbytes()
+    device = untyped_storage.device
+    raw = torch.empty(0, dtype=torch.uint8, device=device)
+    raw.set_(untyped_storage, 0, (nbytes,), (1,))
+    whole = nbytes // _WORD
+    words = raw[:whole * _WORD].view(torch.int64)
+    total = torch.zeros((), dtype=torch.int64, device=device)
+    for start in range(0, whole, _CHUNK_WORDS):
+        chunk = words[start:start + _CHUNK_WORDS]
+        positions = torch.arange(start, start + chunk.numel(), dtype=torch.int64, device=device)
+        total += mix64_terms(chunk, positions).sum()
+    if nbytes % _WORD:  # the last partial word, zero-padded (the length term tells padding from zeros)
+        tail = torch.zeros(_WORD, dtype=torch.uint8, device=device)
+        tail[:nbytes % _WORD] = raw[whole * _WORD:]
+        total += mix64_terms(tail.view(torch.int64), torch.tensor([whole], device=device)).sum()
+    value = (int(total) + fmix64(nbytes ^ LENGTH_KEY)) & _U64
+    return f"{value:016x}"
 
 
 def cpu_fingerprint(dtype: str, shape, data: memoryview) -> str:
@@ -32,10 +104,8 @@ def memory_view(address: int, nbytes: int) -> memoryview:
 
 
 def device_checksum(untyped_storage) -> str:
-    """sum(w) and sum(w * (i mod 65521 + 1)) over the data as int32 words, in wrapping int64 arithmetic.
-
-    Integer sums are exact and associative, so the result is the same on any device and in any order.
-    """
+    """sum64 (earlier versions): sum(w) and sum(w * (i mod 65521 + 1)) over the data as int32 words, in
+    wrapping int64 arithmetic. Only to verify checkpoints that recorded it."""
     import torch
 
     nbytes = untyped_storage.nbytes()
@@ -47,20 +117,23 @@ def device_checksum(untyped_storage) -> str:
     words = raw.view(torch.int32)
     s1 = torch.zeros((), dtype=torch.int64, device=raw.device)
     s2 = torch.zeros((), dtype=torch.int64, device=raw.device)
-    for start in range(0, words.numel(), _CHUNK_WORDS):
-        w = words[start:start + _CHUNK_WORDS].to(torch.int64)
-        weights = torch.arange(start, start + w.numel(), dtype=torch.int64, device=raw.device) % _MODULUS + 1
+    for start in range(0, words.numel(), 1 << 24):
+        w = words[start:start + (1 << 24)].to(torch.int64)
+        weights = torch.arange(start, start + w.numel(), dtype=torch.int64, device=raw.device) % 65521 + 1
         s1 += w.sum()
         s2 += (w * weights).sum()
-    return f"{int(s1) & (2**64 - 1):016x}{int(s2) & (2**64 - 1):016x}"
+    return f"{int(s1) & _U64:016x}{int(s2) & _U64:016x}"
+
+
+_DEVICE_ALGORITHMS = {DEVICE_ALGORITHM: mix64, LEGACY_DEVICE_ALGORITHM: device_checksum}
 
 
 def storage_fingerprint(untyped_storage, dtype: str, shape, algorithm: str | None = None) -> dict:
     """Fingerprint of a torch storage, on its own device unless a recorded algorithm says otherwise."""
     if algorithm is None:
         algorithm = "xxh3-128" if untyped_storage.device.type == "cpu" else DEVICE_ALGORITHM
-    if algorithm == DEVICE_ALGORITHM:
-        return {"algorithm": algorithm, "value": device_checksum(untyped_storage)}
+    if algorithm in _DEVICE_ALGORITHMS:
+        return {"algorithm": algorithm, "value": _DEVICE_ALGORITHMS[algorithm](untyped_storage)}
     cpu = untyped_storage if untyped_storage.device.type == "cpu" else untyped_storage.cpu()
     mv = memory_view(cpu.data_ptr(), cpu.nbytes())
     return {"algorithm": "xxh3-128", "value": cpu_fingerprint(dtype, shape, mv)}

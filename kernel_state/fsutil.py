@@ -1,7 +1,20 @@
-"""Durable file writes: temp file, fsync, rename, fsync of the directory."""
+"""Durable, private file writes: temp file, fsync, rename, fsync of the directory.
+
+Everything the store creates is private to its owner (files 0600, directories 0700) whatever the umask:
+a pickled variable may hold an API key.
+"""
+import errno
 import json
 import os
+import stat
 import uuid
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+class SymlinkRefused(OSError):
+    """A path inside the store is a symbolic link: following it could write or delete files elsewhere."""
 
 
 def fsync_dir(path: str) -> None:
@@ -24,11 +37,38 @@ def temp_path(tmp_dir: str, suffix: str = "") -> str:
     return os.path.join(tmp_dir, f"{uuid.uuid4().hex}{suffix}.tmp")
 
 
+def create_private(path: str) -> int:
+    """Open a new file for writing, 0600 even under a umask that takes bits away or adds them; never
+    through a symlink (O_EXCL refuses any existing name, links included)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def private_dir(path: str) -> None:
+    """Make sure `path` is a real directory (not a link to one) with mode 0700; create it if missing."""
+    try:
+        os.mkdir(path, DIR_MODE)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise SymlinkRefused(errno.ELOOP, "is a symbolic link", path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory", path)
+    if stat.S_IMODE(st.st_mode) != DIR_MODE:
+        os.chmod(path, DIR_MODE)
+
+
 def write_bytes_durable(data: bytes, final_path: str, tmp_dir: str, *, sync_dir: bool = True) -> None:
     """Write `data` so that `final_path` holds either nothing new or all of it, even after a crash."""
     tmp = temp_path(tmp_dir)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = create_private(tmp)
         try:
             view = memoryview(data)
             while view:

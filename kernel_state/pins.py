@@ -57,6 +57,7 @@ def write_pins(root: str, owner: str, checkpoints: dict[str, str]) -> None:
         remove_quietly(path)
         return
     os.makedirs(pin_dir(root), mode=0o700, exist_ok=True)
+    os.chmod(pin_dir(root), 0o700)  # private whatever the umask, like the rest of the store
     write_json_durable({"owner": owner, "checkpoints": dict(checkpoints)}, path, pin_dir(root))
 
 

@@ -5,6 +5,12 @@
     <root>/notebooks/<key>/notebook.json  which notebook the key stands for
     <root>/notebooks/<key>/manifests/<id>.json
     <root>/tmp/                           files being written; anything here is unfinished
+    <root>/gkews-store.json               the marker: this directory is a store, written by us
+
+The store deletes files (garbage collection, retention), so it only works in a directory it can prove is
+its own: an empty or new one (it writes the marker), or one with the marker. It never follows a symbolic
+link inside itself, and it only ever deletes names of the forms it writes. Everything in it is private to
+its owner: files 0600, directories 0700, whatever the umask.
 
 A checkpoint exists once its manifest is renamed into place. Blobs are written under temp names and only
 renamed to their content address after they are fsynced, all together just before the manifest (so the
@@ -18,13 +24,16 @@ import errno
 import fcntl
 import json
 import os
+import re
 import secrets
+import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from . import config, pins
-from .errors import CheckpointNotFound, CheckpointWriteError, CorruptManifest
-from .fsutil import fsync_dir, fsync_file, remove_quietly, temp_path, write_json_durable
+from .errors import CheckpointError, CheckpointNotFound, CheckpointWriteError, CorruptManifest
+from .fsutil import (SymlinkRefused, create_private, fsync_dir, fsync_file, private_dir, remove_quietly, temp_path,
+                     write_bytes_durable, write_json_durable)
 from .hashing import digest_bytes
 from .safetensors_io import write_blob
 from .timestamps import utc_epoch
@@ -32,6 +41,16 @@ from .timestamps import utc_epoch
 MANIFEST_FORMAT = "gkews-checkpoint"
 _sync_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gkews-fsync")
 MANIFEST_VERSION = 1
+
+MARKER = "gkews-store.json"
+MARKER_FORMAT = "gkews-checkpoint-store"
+LAYOUT = ("blobs", "tmp", "notebooks")
+# The names the store writes; garbage collection and delete touch nothing else.
+CHECKPOINT_ID = re.compile(r"\d{8}-\d{6}-\d{3}-[0-9a-f]{4}")
+BLOB_NAME = re.compile(r"[0-9a-f]{32}\.(safetensors|pkl)")
+TEMP_NAME = re.compile(r"[0-9a-f]{32}(\.[a-z]+)?\.tmp")
+KEY_NAME = re.compile(r"[0-9a-f]{24}")
+PIN_NAME = re.compile(r"[0-9a-f]{24}\.json|[0-9a-f]{32}\.tmp")  # kernel_state.pins: written by the server
 
 _WRITE_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
                  errno.EFBIG: "the file size limit was reached", errno.EROFS: "the file system is read-only",
@@ -44,6 +63,18 @@ def write_error(exc: OSError, root: str) -> CheckpointWriteError:
         f"could not write the checkpoint to {root}: {why} ({exc.strerror or exc}). Free space there, or "
         f"point GKEWS_CHECKPOINT_ROOT (c.GkewsApp.checkpoint_root) at a volume with room; "
         f"the previous checkpoint is intact.")
+
+
+class NotAStore(CheckpointError):
+    """The checkpoint root is not a directory this store can prove it owns, or has a link inside."""
+
+
+def _refuse_link(path: str, root: str) -> NotAStore:
+    return NotAStore(
+        f"{path} is a symbolic link inside the checkpoint store {root}; the store never follows links (one "
+        f"could make it write or delete files elsewhere). Replace the link with a real directory holding the "
+        f"same files, or point GKEWS_CHECKPOINT_ROOT (c.GkewsApp.checkpoint_root) at the real location; "
+        f"nothing was written or deleted.")
 
 
 def new_checkpoint_id() -> str:
@@ -61,29 +92,148 @@ class Store:
 
     # -- layout ---------------------------------------------------------------------------------
     def ensure(self) -> None:
+        """Make the root a store (or check that it is one) with its private, link-free layout."""
         try:
-            for d in (self.blob_dir, self.tmp_dir, os.path.join(self.root, "notebooks")):
-                os.makedirs(d, exist_ok=True)
+            self._claim_root()
+            for d in LAYOUT:
+                private_dir(os.path.join(self.root, d))
+        except SymlinkRefused as exc:
+            raise _refuse_link(exc.filename, self.root) from None
+        except (NotADirectoryError, FileExistsError) as exc:
+            raise NotAStore(f"{exc.filename or self.root} is not a directory, so {self.root} cannot be a checkpoint "
+                            f"store; point GKEWS_CHECKPOINT_ROOT (c.GkewsApp.checkpoint_root) at an empty or new "
+                            f"directory") from None
         except OSError as exc:
             raise write_error(exc, self.root) from None
 
+    def _claim_root(self) -> None:
+        """Accept the root if it has our marker; write the marker into an empty (or new) one, or into a store
+        of an older version (only our own names in it); refuse anything else, before writing anything."""
+        os.makedirs(self.root, mode=0o700, exist_ok=True)
+        marker = os.path.join(self.root, MARKER)
+        try:
+            st = os.lstat(marker)
+        except FileNotFoundError:
+            st = None
+        if st is not None:
+            if not stat.S_ISREG(st.st_mode):
+                raise NotAStore(f"{marker} is not a regular file, so {self.root} is not a checkpoint store this "
+                                f"version wrote; point GKEWS_CHECKPOINT_ROOT at an empty or new directory")
+            self._check_marker(marker)
+        else:
+            foreign = self._foreign_entries()
+            if foreign:
+                shown = ", ".join(sorted(foreign)[:5]) + (", ..." if len(foreign) > 5 else "")
+                raise NotAStore(
+                    f"{self.root} is not a gkews checkpoint store: it holds files the store did not write ({shown}) "
+                    f"and no {MARKER} marker, and the store deletes what it does not reference. Point "
+                    f"GKEWS_CHECKPOINT_ROOT (c.GkewsApp.checkpoint_root) at an empty or new directory; nothing "
+                    f"was written or deleted.")
+            body = json.dumps({"format": MARKER_FORMAT, "version": 1,
+                               "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode()
+            write_bytes_durable(body, marker, self.root)
+        if stat.S_IMODE(os.stat(self.root).st_mode) != 0o700:
+            os.chmod(self.root, 0o700)
+
+    def _check_marker(self, marker: str) -> None:
+        try:
+            with open(marker, "rb") as f:
+                ok = json.loads(f.read()).get("format") == MARKER_FORMAT
+        except (OSError, ValueError, AttributeError):
+            ok = False
+        if not ok:
+            raise NotAStore(f"{marker} is not a gkews store marker, so {self.root} is not a checkpoint store; "
+                            f"point GKEWS_CHECKPOINT_ROOT at an empty or new directory")
+
+    def _foreign_entries(self) -> list[str]:
+        """What in an unmarked root the store cannot prove it wrote (empty for a new root, or for the layout
+        of a store written before the marker existed: only our directories, holding only our names)."""
+        # ignore a marker written meanwhile by another process, or its temp file
+        names = {n for n in os.listdir(self.root) if n != MARKER and not TEMP_NAME.fullmatch(n)}
+        if not names:
+            return []
+        if not names & {"blobs", "notebooks"}:
+            return sorted(names)
+        foreign = [n for n in names if n not in LAYOUT + ("pins",) and n != ".lock"]
+        patterns = {"blobs": BLOB_NAME, "tmp": TEMP_NAME, "notebooks": KEY_NAME, "pins": PIN_NAME}
+        for sub in names & set(LAYOUT + ("pins",)):
+            path = os.path.join(self.root, sub)
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                foreign.append(sub)
+                continue
+            foreign += [f"{sub}/{n}" for n in os.listdir(path) if not patterns[sub].fullmatch(n)]
+        return foreign
+
+    def _real_dir(self, path: str) -> bool:
+        """True for a directory, False when missing; a link (or a file) where a directory belongs is refused."""
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return False
+        if stat.S_ISLNK(st.st_mode):
+            raise _refuse_link(path, self.root)
+        if not stat.S_ISDIR(st.st_mode):
+            raise NotAStore(f"{path} is not a directory; the checkpoint store {self.root} is damaged")
+        return True
+
+    def _readable_dir(self, path: str) -> bool:
+        """For listing: a real directory; a link is never followed (writing there says why)."""
+        try:
+            return self._real_dir(path)
+        except NotAStore:
+            return False
+
     def notebook_dir(self, notebook: str) -> str:
-        return os.path.join(self.root, "notebooks", config.notebook_key(notebook))
+        """Where new checkpoints of this notebook go: the key of its canonical name."""
+        return os.path.join(self.root, "notebooks", config.notebook_key(config.canonical_notebook(notebook)))
 
     def manifest_dir(self, notebook: str) -> str:
         return os.path.join(self.notebook_dir(notebook), "manifests")
+
+    def _manifest_dirs(self, notebook: str) -> list[str]:
+        """The notebook's manifest directory, then those of the names older versions filed it under."""
+        name = config.canonical_notebook(notebook)
+        dirs = []
+        for alias in [name] + config.legacy_names(name):
+            d = os.path.join(self.root, "notebooks", config.notebook_key(alias), "manifests")
+            if d not in dirs:
+                dirs.append(d)
+        return dirs
+
+    def _manifest_path(self, notebook: str, checkpoint_id: str) -> str | None:
+        for d in self._manifest_dirs(notebook):
+            path = os.path.join(d, checkpoint_id + ".json")
+            if self._readable_dir(os.path.dirname(d)) and self._readable_dir(d) and os.path.isfile(path):
+                return path
+        return None
+
+    def notebooks(self) -> list[str]:
+        """Every notebook with a directory in the store, by canonical name, each once."""
+        base = os.path.join(self.root, "notebooks")
+        out = set()
+        for key in sorted(os.listdir(base)) if self._readable_dir(base) else []:
+            try:
+                with open(os.path.join(base, key, "notebook.json")) as f:
+                    out.add(config.canonical_notebook(json.load(f)["notebook"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return sorted(out)
 
     def blob_path(self, digest: str, ext: str) -> str:
         return os.path.join(self.blob_dir, f"{digest}.{ext}")
 
     def has_blob(self, digest: str, ext: str) -> bool:
-        return os.path.exists(self.blob_path(digest, ext))
+        """A blob under its final name, as a regular file (a link there is not ours and gets replaced)."""
+        try:
+            return stat.S_ISREG(os.lstat(self.blob_path(digest, ext)).st_mode)
+        except FileNotFoundError:
+            return False
 
     # -- locking: saves share, garbage collection is exclusive -----------------------------------
     @contextlib.contextmanager
     def lock(self, exclusive: bool = False):
         self.ensure()
-        fd = os.open(os.path.join(self.root, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(os.path.join(self.root, ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             yield
@@ -102,11 +252,11 @@ class Store:
     def put_bytes(self, data: bytes) -> tuple[str, int, bool]:
         digest = digest_bytes(data)
         final = self.blob_path(digest, "pkl")
-        if final in self.staged or os.path.exists(final):
+        if final in self.staged or self.has_blob(digest, "pkl"):
             return digest, len(data), False
         tmp = temp_path(self.tmp_dir, ".pkl")
         try:
-            with open(tmp, "xb") as f:
+            with os.fdopen(create_private(tmp), "wb") as f:
                 f.write(data)
         except OSError as exc:
             remove_quietly(tmp)
@@ -116,7 +266,7 @@ class Store:
 
     def _stage(self, tmp: str, digest: str, ext: str) -> bool:
         final = self.blob_path(digest, ext)
-        if final in self.staged or os.path.exists(final):
+        if final in self.staged or self.has_blob(digest, ext):
             remove_quietly(tmp)
             return False
         self.staged[final] = tmp
@@ -126,28 +276,42 @@ class Store:
         """Make the checkpoint exist: every staged blob durable and in place first, then the manifest."""
         mdir = self.manifest_dir(notebook)
         try:
+            self.ensure_notebook_dir(notebook)  # a link there is refused before any blob is in place
+            private_dir(mdir)
             list(_sync_pool.map(fsync_file, self.staged.values()))
             for final, tmp in self.staged.items():
                 os.replace(tmp, final)
             self.staged.clear()
             fsync_dir(self.blob_dir)
-            os.makedirs(mdir, exist_ok=True)
             info = os.path.join(self.notebook_dir(notebook), "notebook.json")
             if not os.path.exists(info):
-                write_json_durable({"notebook": notebook}, info, self.tmp_dir)
+                write_json_durable({"notebook": config.canonical_notebook(notebook)}, info, self.tmp_dir)
             manifest["checksum"] = manifest_checksum(manifest)
             write_json_durable(manifest, os.path.join(mdir, manifest["id"] + ".json"), self.tmp_dir)
+        except SymlinkRefused as exc:
+            raise _refuse_link(exc.filename, self.root) from None
         except OSError as exc:
             raise write_error(exc, self.root) from None
 
+    def ensure_notebook_dir(self, notebook: str) -> str:
+        """The notebook's own directory, created private; a link in its place is refused."""
+        path = self.notebook_dir(notebook)
+        try:
+            private_dir(path)
+        except SymlinkRefused:
+            raise _refuse_link(path, self.root) from None
+        except OSError as exc:
+            raise write_error(exc, self.root) from None
+        return path
+
     # -- reading ----------------------------------------------------------------------------------
     def checkpoint_ids(self, notebook: str) -> list[str]:
-        """Committed checkpoints of a notebook, newest first."""
-        try:
-            names = os.listdir(self.manifest_dir(notebook))
-        except FileNotFoundError:
-            return []
-        return sorted((n[:-5] for n in names if n.endswith(".json")), reverse=True)
+        """Committed checkpoints of a notebook, newest first (also those filed under an older name)."""
+        ids = set()
+        for mdir in self._manifest_dirs(notebook):
+            if self._readable_dir(os.path.dirname(mdir)) and self._readable_dir(mdir):
+                ids.update(n[:-5] for n in os.listdir(mdir) if n.endswith(".json") and CHECKPOINT_ID.fullmatch(n[:-5]))
+        return sorted(ids, reverse=True)
 
     def load_manifest(self, notebook: str, checkpoint_id: str | None = None) -> dict:
         ids = self.checkpoint_ids(notebook)
@@ -160,7 +324,10 @@ class Store:
             raise CheckpointNotFound(
                 f"checkpoint {checkpoint_id!r} does not exist for notebook {notebook!r}; "
                 f"%gkews_checkpoint list shows the ones that do")
-        return self.read_manifest_file(os.path.join(self.manifest_dir(notebook), checkpoint_id + ".json"))
+        path = self._manifest_path(notebook, checkpoint_id)
+        if path is None:  # deleted since it was listed
+            raise CheckpointNotFound(f"checkpoint {checkpoint_id!r} does not exist for notebook {notebook!r}")
+        return self.read_manifest_file(path)
 
     @staticmethod
     def read_manifest_file(path: str) -> dict:
@@ -198,10 +365,14 @@ class Store:
         return rows
 
     def delete(self, notebook: str, checkpoint_id: str) -> None:
-        path = os.path.join(self.manifest_dir(notebook), checkpoint_id + ".json")
-        if not os.path.exists(path):
-            raise CheckpointNotFound(f"checkpoint {checkpoint_id!r} does not exist for notebook {notebook!r}")
+        """Delete one checkpoint by its id (never a path), then the blobs only it needed."""
+        if not isinstance(checkpoint_id, str) or not CHECKPOINT_ID.fullmatch(checkpoint_id):
+            raise CheckpointNotFound(f"{checkpoint_id!r} is not a checkpoint id (ids look like {new_checkpoint_id()}); "
+                                     f"%gkews_checkpoint list shows this notebook's checkpoints")
         with self.lock(exclusive=True):
+            path = self._manifest_path(notebook, checkpoint_id)
+            if path is None:
+                raise CheckpointNotFound(f"checkpoint {checkpoint_id!r} does not exist for notebook {notebook!r}")
             pins.refuse_if_pinned(self.root, checkpoint_id)  # a paused notebook resumes from it
             os.unlink(path)
             fsync_dir(os.path.dirname(path))
@@ -226,7 +397,7 @@ class Store:
                 doomed = self._expired(notebook, keep, budget, max_age)
                 if doomed:
                     deleted[notebook] = doomed
-                    dropped.update(os.path.join(self.manifest_dir(notebook), cid + ".json") for cid in doomed)
+                    dropped.update(self._manifest_path(notebook, cid) for cid in doomed)
             freed = sum(os.path.getsize(p) for p in dropped)
             if not dry_run:
                 for path in dropped:
@@ -263,25 +434,35 @@ class Store:
 
     def _collect(self, dropped: set[str] = frozenset(), dry_run: bool = False) -> int:
         """Delete blobs that no manifest (other than those in dropped) references, and stale temp files;
-        return the bytes freed (or that would be, with dry_run). Caller holds the exclusive lock."""
-        referenced: set[str] = set()
+        return the bytes freed (or that would be, with dry_run). Caller holds the exclusive lock (so the
+        layout was checked: the root is ours and blobs/, tmp/ are real directories).
+
+        Only regular files under the names the store writes are removed; anything else is left alone."""
+        doomed = [os.path.join(self.tmp_dir, n) for n in os.listdir(self.tmp_dir) if TEMP_NAME.fullmatch(n)]
+        referenced: set[str] | None = set()
         nb_root = os.path.join(self.root, "notebooks")
-        for key in os.listdir(nb_root) if os.path.isdir(nb_root) else []:
-            mdir = os.path.join(nb_root, key, "manifests")
-            for name in os.listdir(mdir) if os.path.isdir(mdir) else []:
-                if not name.endswith(".json") or os.path.join(mdir, name) in dropped:
+        try:
+            for key in os.listdir(nb_root):
+                mdir = os.path.join(nb_root, key, "manifests")
+                if not (KEY_NAME.fullmatch(key) and self._real_dir(os.path.join(nb_root, key)) and self._real_dir(mdir)):
                     continue
-                try:
+                for name in os.listdir(mdir):
+                    if not (name.endswith(".json") and CHECKPOINT_ID.fullmatch(name[:-5])) \
+                            or os.path.join(mdir, name) in dropped:
+                        continue
                     referenced.update(self.read_manifest_file(os.path.join(mdir, name))["blobs"])
-                except CorruptManifest:
-                    return 0  # cannot tell what it needs: keep every blob until it is deleted
+        except (CorruptManifest, NotAStore):
+            referenced = None  # cannot tell what every checkpoint needs: keep every blob until that is fixed
+        if referenced is not None:
+            doomed += [os.path.join(self.blob_dir, n) for n in os.listdir(self.blob_dir)
+                       if BLOB_NAME.fullmatch(n) and n.split(".", 1)[0] not in referenced]
         freed = 0
-        doomed = [os.path.join(self.blob_dir, n) for n in os.listdir(self.blob_dir)
-                  if n.split(".", 1)[0] not in referenced]
-        doomed += [os.path.join(self.tmp_dir, n) for n in os.listdir(self.tmp_dir)]
         for path in doomed:
             try:
-                freed += os.path.getsize(path)
+                st = os.lstat(path)
+                if not stat.S_ISREG(st.st_mode):
+                    continue  # a link or a directory under our name: not something we wrote
+                freed += st.st_size
                 if not dry_run:
                     os.unlink(path)
             except OSError:  # gone meanwhile, or not ours to remove: the next collection tries again

@@ -8,6 +8,8 @@ import sys
 
 from traitlets import Bool
 
+from kernel_state.errors import CheckpointError
+
 from ..cleanup import describe, run_cleanup
 from .serverconfig import ServerConfigApp
 
@@ -38,6 +40,9 @@ class CleanupApp(ServerConfigApp):
                                              dry_run=self.dry_run))
         except ValueError as exc:  # a retention setting out of range
             print(f"{exc}; fix it in jupyter_server_config.py or on the command line", file=sys.stderr)
+            self.exit(2)
+        except CheckpointError as exc:  # not a store, or a link inside it: the message says what to do
+            print(exc, file=sys.stderr)
             self.exit(2)
         print(json.dumps(report, indent=1) if self.as_json else describe(report))
 

@@ -1,0 +1,183 @@
+"""The store only deletes what it wrote, never follows links inside itself, and keeps its files private.
+
+Issue 11, problems 1, 9 and 16: a checkpoint root pointed at an existing folder wiped its tmp/, a blobs/
+link deleted another folder's files, pickled variables were 0644 under umask 022, and
+kernel_state.checkpoint.delete('/x/outside') deleted /x/outside.json.
+"""
+from __future__ import annotations
+
+import os
+import stat
+
+import numpy as np
+import pytest
+
+import kernel_state
+from kernel_state.errors import CheckpointNotFound
+from kernel_state.store import MARKER, NotAStore, Store
+from clikit import jupyter_gkews
+from kernels import Kernel
+
+NB = "work/safety.ipynb"
+
+
+def tree(root) -> dict[str, bytes]:
+    """Every file under root (not following links) with its bytes: what a user would compare."""
+    out = {}
+    for d, dirs, names in os.walk(root):
+        for n in names:
+            p = os.path.join(d, n)
+            out[os.path.relpath(p, root)] = os.readlink(p).encode() if os.path.islink(p) else open(p, "rb").read()
+    return out
+
+
+def users_folder(path):
+    """A folder of somebody's files, with a tmp/ and a blobs/ of their own (what ~ may look like)."""
+    for rel, data in {"notes.txt": b"my notes", "tmp/draft.txt": b"draft", "blobs/photo.jpg": b"\xff\xd8",
+                      "tmp/0123456789abcdef0123456789abcdef.tmp": b"named like ours, but not ours"}.items():
+        p = path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+    return tree(path)
+
+
+def test_a_folder_that_is_not_a_store_is_refused_and_left_as_it_was(tmp_path):
+    before = users_folder(tmp_path / "home")
+    with pytest.raises(NotAStore, match=r"is not a gkews checkpoint store: it holds files the store did not "
+                                        r"write \(blobs/photo.jpg, notes.txt, tmp/draft.txt\).*empty or new"):
+        kernel_state.save({"x": 1}, notebook=NB, root=tmp_path / "home")
+    for call in (lambda: kernel_state.delete("20260101-000000-000-abcd", notebook=NB, root=tmp_path / "home"),
+                 lambda: Store(str(tmp_path / "home")).enforce_retention([NB], keep_last=1)):
+        with pytest.raises(NotAStore):
+            call()
+    assert tree(tmp_path / "home") == before  # nothing written, nothing deleted
+
+
+def test_the_magic_says_why_in_a_real_kernel(tmp_path):
+    before = users_folder(tmp_path / "home")
+    kernel = Kernel(tmp_path / "home", NB)
+    try:
+        out = kernel.run("x = 1\n%gkews_checkpoint save", allow_error=True)
+    finally:
+        kernel.close()
+    assert "UsageError" in out and "is not a gkews checkpoint store" in out and "GKEWS_CHECKPOINT_ROOT" in out
+    assert tree(tmp_path / "home") == before
+
+
+def test_cleanup_pointed_at_a_home_folder_refuses(tmp_path):
+    before = users_folder(tmp_path / "home")
+    done = jupyter_gkews("cleanup", f"--checkpoint-root={tmp_path / 'home'}", "--keep-last=1", home=tmp_path / "jp")
+    assert done.returncode == 2 and "is not a gkews checkpoint store" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert tree(tmp_path / "home") == before
+
+
+def test_a_new_or_empty_folder_becomes_a_store_with_a_marker(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for root in (tmp_path / "empty", tmp_path / "new" / "deeper"):
+        kernel_state.save({"x": 1}, notebook=NB, root=root)
+        assert (root / MARKER).is_file()
+        assert kernel_state.restore({}, notebook=NB, root=root)["restored"] == ["x"]
+
+
+def test_a_store_of_an_earlier_version_is_adopted(tmp_path):
+    root = tmp_path / "ckpt"
+    kernel_state.save({"w": np.arange(10.0)}, notebook=NB, root=root)
+    (root / MARKER).unlink()  # written before the marker existed: only the store's own names inside
+    kernel_state.save({"w": np.arange(20.0)}, notebook=NB, root=root)
+    assert (root / MARKER).is_file() and len(kernel_state.list_checkpoints(notebook=NB, root=root)) == 2
+
+
+def test_garbage_collection_removes_only_names_the_store_wrote(tmp_path):
+    root = tmp_path / "ckpt"
+    kernel_state.save({"w": np.arange(100_000.0)}, notebook=NB, root=root)
+    first = set((root / "blobs").glob("*.safetensors"))
+    assert first
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "precious.bin").write_bytes(b"x" * 10)
+    strangers = {"blobs/README": b"hands off", "tmp/session.log": b"log", "blobs/notes.pkl.bak": b"bak",
+                 "notebooks/mine.txt": b"mine"}
+    for rel, data in strangers.items():
+        (root / rel).write_bytes(data)
+    link = root / "blobs" / ("f" * 32 + ".pkl")  # a link under a blob's name points elsewhere
+    link.symlink_to(tmp_path / "elsewhere" / "precious.bin")
+
+    kernel_state.save({"w": np.arange(200_000.0)}, notebook=NB, root=root, keep_last=1)  # retention + GC
+    assert not any(p.exists() for p in first)  # the store's own unreferenced blobs went
+    (kept,) = [r["id"] for r in kernel_state.list_checkpoints(notebook=NB, root=root)]
+    kernel_state.save({"y": 1}, notebook=NB, root=root)
+    kernel_state.delete(kept, notebook=NB, root=root)  # delete + GC
+    assert not list((root / "blobs").glob("*.safetensors"))
+    for rel, data in strangers.items():
+        assert (root / rel).read_bytes() == data, rel
+    assert link.is_symlink() and (tmp_path / "elsewhere" / "precious.bin").read_bytes() == b"x" * 10
+
+
+@pytest.mark.parametrize("linked", ["blobs", "tmp", "notebooks", "manifests"])
+def test_a_link_inside_the_store_is_refused(tmp_path, linked):
+    root = tmp_path / "ckpt"
+    kernel_state.save({"w": np.arange(1000.0)}, notebook=NB, root=root)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "0123456789abcdef0123456789abcdef.pkl").write_bytes(b"someone else's, named like a blob")
+    (elsewhere / "0123456789abcdef0123456789abcdef.tmp").write_bytes(b"someone else's, named like a temp")
+    target = root / linked if linked != "manifests" else next((root / "notebooks").glob("*/manifests"))
+    target.rename(tmp_path / "moved")
+    target.symlink_to(elsewhere)
+    before, blobs = tree(elsewhere), tree(tmp_path / "moved" if linked == "blobs" else root / "blobs")
+    with pytest.raises(NotAStore, match=rf"{target} is a symbolic link inside the checkpoint store .*never follows"):
+        kernel_state.save({"w": np.arange(5.0)}, notebook=NB, root=root)
+    try:  # garbage collection refuses, or (a link deeper down) cannot tell what is referenced: keeps all
+        Store(str(root)).enforce_retention([NB], keep_last=1)
+    except NotAStore:
+        pass
+    assert tree(elsewhere) == before  # nothing written there, nothing deleted
+    assert tree(tmp_path / "moved" if linked == "blobs" else root / "blobs") == blobs
+
+
+def test_delete_takes_an_id_never_a_path(tmp_path):
+    root = tmp_path / "ckpt"
+    kernel_state.save({"x": 1}, notebook=NB, root=root)
+    outside = tmp_path / "x"
+    outside.mkdir()
+    (outside / "outside.json").write_text("{}")
+    for bad in (str(outside / "outside"), "../../../x/outside", "..", "", "20260101-000000-000-abcd/../x"):
+        with pytest.raises(CheckpointNotFound, match="is not a checkpoint id"):
+            kernel_state.checkpoint.delete(bad, notebook=NB, root=root)
+    with pytest.raises(CheckpointNotFound, match="does not exist"):
+        kernel_state.checkpoint.delete("20260101-000000-000-abcd", notebook=NB, root=root)
+    assert (outside / "outside.json").read_text() == "{}"
+    assert len(kernel_state.list_checkpoints(notebook=NB, root=root)) == 1
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o000, 0o077])
+def test_everything_in_the_store_is_private_whatever_the_umask(tmp_path, umask):
+    torch = pytest.importorskip("torch")
+    root = tmp_path / "ckpt"
+    old = os.umask(umask)
+    try:
+        ns = {"secrets": {"api_key": "sk-do-not-share"}, "a": np.arange(10.0), "t": torch.ones(3)}
+        kernel_state.save(ns, notebook=NB, root=root)
+        kernel_state.probe("len(secrets)", ns, notebook=NB, root=root)
+        kernel_state.save(ns, notebook=NB, root=root)
+    finally:
+        os.umask(old)
+    modes = {}
+    for d, dirs, names in os.walk(root):
+        modes[os.path.relpath(d, root)] = stat.S_IMODE(os.stat(d).st_mode)
+        for n in names:
+            modes[os.path.relpath(os.path.join(d, n), root)] = stat.S_IMODE(os.stat(os.path.join(d, n)).st_mode)
+    assert any(p.endswith(".pkl") for p in modes) and any(p.endswith("probes.json") for p in modes)
+    wrong = {p: oct(m) for p, m in modes.items()
+             if m != (0o700 if os.path.isdir(os.path.join(root, p)) else 0o600)}
+    assert wrong == {}
+
+
+def test_an_existing_store_becomes_private(tmp_path):
+    root = tmp_path / "ckpt"
+    kernel_state.save({"secrets": {"k": "v"}}, notebook=NB, root=root)
+    for d, dirs, names in os.walk(root):  # what an earlier version left under umask 022
+        os.chmod(d, 0o755)
+    kernel_state.save({"secrets": {"k": "v2"}}, notebook=NB, root=root)
+    for d in (root, root / "blobs", root / "tmp", root / "notebooks"):
+        assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, d
