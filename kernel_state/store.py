@@ -444,7 +444,8 @@ class Store:
         try:
             for key in os.listdir(nb_root):
                 mdir = os.path.join(nb_root, key, "manifests")
-                if not (KEY_NAME.fullmatch(key) and self._real_dir(os.path.join(nb_root, key)) and self._real_dir(mdir)):
+                if not (KEY_NAME.fullmatch(key) and self._real_dir(os.path.join(nb_root, key))
+                        and self._real_dir(mdir)):
                     continue
                 for name in os.listdir(mdir):
                     if not (name.endswith(".json") and CHECKPOINT_ID.fullmatch(name[:-5])) \
