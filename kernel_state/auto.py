@@ -224,6 +224,7 @@ class AutoCheckpoint:
         self.skipped_cells = 0
         self.reported_error: str | None = None
         self.stage_error: str | None = None
+        self.last_stage: dict | None = None  # cell, foreground seconds, bytes copied into staging
 
     # -- switching ------------------------------------------------------------------------------------
     def on(self, shell=None, notebook: str | None = None, root: str | None = None) -> dict:
@@ -294,6 +295,7 @@ class AutoCheckpoint:
         staged.capture.remember()  # the staged bytes count as written: pending, then on disk
         seconds = round(time.perf_counter() - started, 4)
         self.stage_seconds = (self.stage_seconds + [seconds])[-200:]
+        self.last_stage = {"cell": label.get("cell"), "seconds": seconds, "copied": store.copied}
         snap = Snapshot(store.root, nb, staged.manifest, store.new, seconds, store.copied)
         self.writer.submit(snap)
         return snap
@@ -315,7 +317,7 @@ class AutoCheckpoint:
         return {"enabled": self.enabled, "paused": bool(self.suspended), "writing": w._current is not None,
                 "queued": w._next is not None,
                 "written": w.written, "coalesced": w.coalesced, "skipped_cells": self.skipped_cells,
-                "last": w.last, "error": self.stage_error or w.error,
+                "last": w.last, "last_stage": self.last_stage, "error": self.stage_error or w.error,
                 "stage_seconds": {"p50": _quantile(stage, 0.5), "max": stage[-1] if stage else None},
                 "write_seconds": {"p50": _quantile(write, 0.5), "max": write[-1] if write else None},
                 "keep_last": config.auto_keep_last(), "max_bytes": config.auto_max_bytes()}
@@ -372,6 +374,7 @@ def rewind(cell: int, namespace=None, *, notebook: str | None = None, root: str 
            undo_cell: int | None = None) -> dict:
     """Bring the namespace back to the end of cell `cell`, after checkpointing the state it replaces,
     labelled with `undo_cell` (default: the last cell that ran), so `rewind undo_cell` undoes this one."""
+    started = time.perf_counter()
     ns, shell = checkpoint._namespace(namespace)
     AUTO.writer.wait_idle()  # the checkpoint of that cell may still be being written
     target = find_cell(cell, notebook=notebook, root=root)
@@ -401,7 +404,8 @@ def rewind(cell: int, namespace=None, *, notebook: str | None = None, root: str 
     return {"cell": cell, "checkpoint": target["id"], "label": target.get("label"), "undo": undo["id"],
             "undo_cell": now, "changed": changed, "came_back": came_back, "removed": removed,
             "unchanged": unchanged, "failed": result["failed"], "skipped_at_save": result["skipped_at_save"],
-            "warnings": result["warnings"], "seconds": result["seconds"]}
+            "warnings": result["warnings"], "seconds": result["seconds"],
+            "total_seconds": round(time.perf_counter() - started, 4)}  # with the wait and the undo checkpoint
 
 
 def _same_value(ma: dict, a: dict, mb: dict, b: dict) -> bool:
