@@ -188,11 +188,16 @@ def main() -> None:
     try:
         for system in args.systems.split(","):
             print(f"\n== {system}", flush=True)
-            if system == "kishu":
-                peers.ensure_kishu(jupyter_path)
-                results.append(run_kishu(work, cells, rewind_to))
-            else:
-                results.append(run_ours(work, cells, rewind_to))
+            try:
+                if system == "kishu":
+                    peers.ensure_kishu(jupyter_path)
+                    results.append(run_kishu(work, cells, rewind_to))
+                else:
+                    results.append(run_ours(work, cells, rewind_to))
+                report(results[-1:])  # each system's figures as soon as it is done
+            except Exception as exc:  # one system failing still prints the others' figures
+                print(f"  {system} failed: {type(exc).__name__}: {exc}", flush=True)
+        print("\n==== all systems")
         report(results)
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1))
