@@ -127,6 +127,26 @@ class CheckpointRestoreHandler(GkewsHandler):
         self.reply(200, await NotebookActions(self.lifecycle).restore(checkpoint_id, self.body()))
 
 
+class CheckpointAutoHandler(GkewsHandler):
+    accepted = {"notebook", "action"}
+
+    @web.authenticated
+    @authorized
+    @answers_errors
+    async def post(self):
+        self.reply(200, await NotebookActions(self.lifecycle).auto(self.body()))
+
+
+class CheckpointRewindHandler(GkewsHandler):
+    accepted = {"notebook", "cell"}
+
+    @web.authenticated
+    @authorized
+    @answers_errors
+    async def post(self):
+        self.reply(200, await NotebookActions(self.lifecycle).rewind(self.body()))
+
+
 class CheckpointHandler(GkewsHandler):
     @web.authenticated
     @authorized
@@ -163,5 +183,7 @@ def handlers(base_url: str) -> list:
         (route(r"checkpoints/([0-9]{8}-[0-9]{6}-[0-9]{3}-[0-9a-f]{4})"), CheckpointHandler),
         (route("events"), EventsHandler),
         (route("checkpoints/now"), CheckpointNowHandler),
+        (route("checkpoints/auto"), CheckpointAutoHandler),
+        (route("checkpoints/rewind"), CheckpointRewindHandler),
         (route(r"checkpoints/([0-9]{8}-[0-9]{6}-[0-9]{3}-[0-9a-f]{4})/restore"), CheckpointRestoreHandler),
     ]
