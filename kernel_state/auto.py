@@ -387,9 +387,11 @@ def rewind(cell: int, namespace=None, *, notebook: str | None = None, root: str 
         before = store.load_manifest(config.notebook_name(notebook), undo["id"])
         result = checkpoint.restore(ns, notebook=notebook, root=root, checkpoint=target["id"])
     kept = set(target["variables"]) | set(target["modules"]) | set(target["skipped"])
-    removed = [n for n in list(before["variables"]) + list(before["modules"]) if n not in kept]
+    # defined after that cell: a rewind takes it away (the undo checkpoint has it); a module imported
+    # since stays bound, as it stays loaded
+    removed = [n for n in before["variables"] if n not in kept]
     for name in removed:
-        ns.pop(name, None)  # defined after that cell: a rewind takes it away (the undo checkpoint has it)
+        ns.pop(name, None)
     changed, came_back, unchanged = [], [], []
     for name in result["restored"]:
         old, new = before["variables"].get(name), target["variables"].get(name)
