@@ -192,3 +192,26 @@ def test_pause_flag_a_failing_save_said_once_and_shutdown_not_delayed(store):
         fresh.run("%gkews_checkpoint rewind " + str(rows["ok_again = 1"]["label"]["cell"]))
         assert fresh.value("[ok_again, float(big3.sum())]") == [1, 3_000_000.0]
 
+
+
+def test_byte_budget_of_automatic_checkpoints_and_the_two_sets_apart(tmp_path):
+    import numpy as np
+
+    import kernel_state
+    from kernel_state.store import Store
+
+    root, nb = str(tmp_path / "store"), "nb.ipynb"
+    ns = {"w": np.full(1 << 17, -1.0)}  # 1 MiB
+    manual = kernel_state.save(ns, root=root, notebook=nb)["id"]
+    autos = []
+    for cell in range(1, 5):
+        ns["w"] = np.full(1 << 17, float(cell))  # 1 MiB of new bytes per checkpoint
+        autos.append(kernel_state.save(ns, root=root, notebook=nb, auto_label={"cell": cell, "source": f"c{cell}"},
+                                       keep_last=50, max_bytes=0)["id"])
+    store = Store(root)
+    out = store.apply_retention(nb, max_bytes=int(2.5 * (1 << 20)), auto=True)
+    assert sorted(out["deleted"]) == sorted(autos[:2])  # the two oldest automatic ones go
+    assert set(store.checkpoint_ids(nb)) == {manual, *autos[2:]}
+    # the saved checkpoints' own limit (keep 1) never counts the automatic ones
+    assert store.apply_retention(nb, keep_last=1)["deleted"] == []
+    assert set(store.checkpoint_ids(nb)) == {manual, *autos[2:]}
