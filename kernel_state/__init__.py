@@ -16,4 +16,4 @@ def load_ipython_extension(ipython):
     ipython.register_magics(CheckpointMagics)
     from . import auto
     if auto.enabled_by_setting(ipython):
-        auto.AUTO.on(ipython)
+        auto.AUTO.on(ipython, remember=False)

@@ -43,7 +43,7 @@ def _auto(req: dict) -> dict:
     if action == "on":
         return auto.AUTO.on(notebook=req.get("notebook"), root=req.get("root"))
     if action == "off":
-        return auto.AUTO.off()
+        return auto.AUTO.off(notebook=req.get("notebook"), root=req.get("root"))
     if action == "status":
         if req.get("wait"):  # until the checkpoints staged so far are written, at most this many seconds
             auto.AUTO.writer.wait_idle(float(req["wait"]))

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import threading
 import time
 
 from . import checkpoint, config
 from .errors import CheckpointError, CheckpointNotFound, CheckpointWriteError
+from .fsutil import write_json_durable
 from .hashing import new_hasher
 from .safetensors_io import build_header
 from .store import Store, summary
@@ -227,7 +229,7 @@ class AutoCheckpoint:
         self.last_stage: dict | None = None  # cell, foreground seconds, bytes copied into staging
 
     # -- switching ------------------------------------------------------------------------------------
-    def on(self, shell=None, notebook: str | None = None, root: str | None = None) -> dict:
+    def on(self, shell=None, notebook: str | None = None, root: str | None = None, remember: bool = True) -> dict:
         shell = shell or checkpoint.current_shell()
         if shell is None:
             raise ValueError("auto-checkpointing needs an IPython kernel: it runs after every cell")
@@ -237,13 +239,16 @@ class AutoCheckpoint:
         if not self.enabled:
             shell.events.register("post_run_cell", self.post_run_cell)
             self.enabled = True
+        if remember:
+            remember_choice(True, notebook, root)
         return self.status()
 
-    def off(self) -> dict:
+    def off(self, notebook: str | None = None, root: str | None = None) -> dict:
         if self.enabled and self.shell is not None:
             with contextlib.suppress(ValueError):
                 self.shell.events.unregister("post_run_cell", self.post_run_cell)
         self.enabled = False
+        remember_choice(False, notebook or self.notebook, root or self.root)
         return self.status()
 
     def pause(self) -> dict:
@@ -335,12 +340,43 @@ AUTO = AutoCheckpoint()
 atexit.register(AUTO.shutdown)
 
 
+def _choice_path(notebook: str | None, root: str | None) -> tuple[Store, str]:
+    store = Store(root)
+    return store, os.path.join(store.notebook_dir(config.notebook_name(notebook)), "auto.json")
+
+
+def remember_choice(enabled: bool, notebook: str | None = None, root: str | None = None) -> None:
+    """A notebook's on/off from the magic or the page outlives its kernel (a pause and resume, a restart)."""
+    store, path = _choice_path(notebook, root)
+    try:
+        store.ensure()
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_json_durable({"enabled": enabled}, path, store.tmp_dir)
+    except OSError:
+        pass  # the switch still holds for this kernel; only the next one would not know
+
+
+def remembered_choice(notebook: str | None = None, root: str | None = None) -> bool | None:
+    try:
+        with open(_choice_path(notebook, root)[1]) as f:
+            return bool(json.load(f)["enabled"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def enabled_by_setting(shell) -> bool:
-    """On from the start: GKEWS_AUTO_CHECKPOINT=1, or c.AutoCheckpoint.enabled = True in IPython's config."""
+    """At a kernel's start: this notebook's last choice (the magic or the page), else GKEWS_AUTO_CHECKPOINT=1,
+    else c.AutoCheckpoint.enabled = True in IPython's config. Never raises: the magic must load."""
+    choice = remembered_choice()
+    if choice is not None:
+        return choice
     env = os.environ.get(ENV_SWITCH, "").strip().lower()
     if env:
         if env not in ("1", "true", "on", "yes", "0", "false", "off", "no"):
-            raise ValueError(f"{ENV_SWITCH}={env!r}: use 1 (on) or 0 (off)")
+            import sys
+            print(f"gkews: {ENV_SWITCH}={env!r} is neither 1 (on) nor 0 (off); automatic checkpoints stay off",
+                  file=sys.stderr)
+            return False
         return env in ("1", "true", "on", "yes")
     cfg = getattr(shell, "config", None)
     section = cfg.get("AutoCheckpoint") if cfg is not None else None

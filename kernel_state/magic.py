@@ -186,7 +186,7 @@ class CheckpointMagics(Magics):
             print("Auto-checkpointing is on: after every cell that completes, a checkpoint of the namespace "
                   "is written in the background; %gkews_checkpoint rewind N goes back to the end of cell [N].")
         elif choice == "off":
-            s = auto.AUTO.off()
+            s = auto.AUTO.off(notebook=args.notebook)
             print("Auto-checkpointing is off; the automatic checkpoints already written are kept.")
         else:
             s = auto.AUTO.status()

@@ -68,12 +68,23 @@ def test_off_by_default_then_one_labelled_checkpoint_per_completed_cell(store):
         assert "after_off = 2" not in checkpoints_by_source(k)
 
 
-def test_a_setting_turns_it_on_from_the_start(store):
+def test_a_setting_turns_it_on_from_the_start_and_a_notebook_keeps_its_choice(store):
     with Kernel(store, extra_env={"GKEWS_AUTO_CHECKPOINT": "1"}) as k:
         assert auto_status(k)["enabled"] is True
         k.run("x = 41 + 1")
         settle(k)
         assert "x = 41 + 1" in checkpoints_by_source(k)
+    with Kernel(store, notebook="other.ipynb") as k:  # no setting: off; the page turns it on
+        assert auto_status(k)["enabled"] is False
+        assert k.call({"op": "auto", "action": "on"})["result"]["enabled"] is True
+    with Kernel(store, notebook="other.ipynb") as k:  # the next kernel of that notebook (a resume) keeps it
+        assert auto_status(k)["enabled"] is True
+        k.run("%gkews_checkpoint auto off")
+    with Kernel(store, notebook="other.ipynb", extra_env={"GKEWS_AUTO_CHECKPOINT": "1"}) as k:
+        assert auto_status(k)["enabled"] is False  # the notebook's own choice wins over the default
+    with Kernel(store, notebook="third.ipynb", extra_env={"GKEWS_AUTO_CHECKPOINT": "maybe"}) as k:
+        assert auto_status(k)["enabled"] is False
+        assert "%gkews_checkpoint auto on|off|status" in k.run("%gkews_checkpoint?")
 
 
 def test_in_place_change_while_the_previous_checkpoint_is_written_and_coalescing(store):
