@@ -187,6 +187,19 @@ def test_pause_flag_a_failing_save_said_once_and_shutdown_not_delayed(store):
         k.run("from kernel_state import auto; auto.AUTO.writer.hold()")
         k.run("last = np.ones(2_000_000)")
         assert auto_status(k)["writing"]
+        # nor from being interrupted: a cell that loops is stopped while the writer holds a snapshot
+        msg_id = k.client.execute("import time\nwhile True:\n    time.sleep(0.05)")
+        seen = None
+        while seen != "busy":
+            msg = k.client.get_iopub_msg(timeout=60)
+            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status":
+                seen = msg["content"]["execution_state"]
+        k.km.interrupt_kernel()
+        while True:
+            msg = k.client.get_iopub_msg(timeout=60)
+            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "error":
+                assert msg["content"]["ename"] == "KeyboardInterrupt"
+                break
         process = k.km.provisioner.process
         k.km.request_shutdown()
         # it exits by itself (a writer that kept it alive would be killed after this wait, failing it)
