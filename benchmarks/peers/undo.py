@@ -133,7 +133,8 @@ def run_kishu(work: Path, cells: list[str], rewind_to) -> dict:
                 rewinds[cell] = {"seconds": None, "error": str(exc), "verdicts": {}}
     finally:
         kernel.close()
-    return {"name": "Kishu", "rows": rows, "writes": [], "live": live, "stored": system.stored,
+    # everything under Kishu's KISHU_PATH_ROOT (its database and the empty notebook it is given)
+    return {"name": "Kishu", "rows": rows, "writes": [], "live": live, "stored": _du(system.dir),
             "rewinds": rewinds}
 
 
