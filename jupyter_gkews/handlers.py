@@ -133,6 +133,26 @@ class CheckpointRestoreHandler(GkewsHandler):
         self.reply(200, await NotebookActions(self.lifecycle).restore(checkpoint_id, self.body()))
 
 
+class CheckpointAutoHandler(GkewsHandler):
+    accepted = {"notebook", "action"}
+
+    @web.authenticated
+    @authorized
+    @answers_errors
+    async def post(self):
+        self.reply(200, await NotebookActions(self.lifecycle).auto(self.body()))
+
+
+class CheckpointRewindHandler(GkewsHandler):
+    accepted = {"notebook", "cell"}
+
+    @web.authenticated
+    @authorized
+    @answers_errors
+    async def post(self):
+        self.reply(200, await NotebookActions(self.lifecycle).rewind(self.body()))
+
+
 class CheckpointHandler(GkewsHandler):
     @web.authenticated
     @authorized
@@ -172,5 +192,7 @@ def handlers(base_url: str) -> list:
         (route(f"checkpoints/({CHECKPOINT_ID})"), CheckpointHandler),
         (route("events"), EventsHandler),
         (route("checkpoints/now"), CheckpointNowHandler),
+        (route("checkpoints/auto"), CheckpointAutoHandler),
+        (route("checkpoints/rewind"), CheckpointRewindHandler),
         (route(f"checkpoints/({CHECKPOINT_ID})/restore"), CheckpointRestoreHandler),
     ]

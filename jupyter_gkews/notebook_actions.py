@@ -55,3 +55,23 @@ class NotebookActions:
         kernel_id = await self._kernel_of(notebook)
         result = await self._call(kernel_id, notebook, {"op": "restore", "checkpoint": checkpoint_id})
         return {"notebook": notebook, "checkpoint": checkpoint_id, **result}
+
+    async def auto(self, body: dict) -> dict:
+        """Kernel undo, per notebook: turn automatic checkpoints on or off in its kernel, or read their state."""
+        notebook = self._notebook(body)
+        action = body.get("action", "status")
+        if action not in ("on", "off", "status"):
+            raise BadRequest(f'action {action!r}: give {{"action": "on"}}, "off" or "status"')
+        kernel_id = await self._kernel_of(notebook)
+        result = await self._call(kernel_id, notebook, {"op": "auto", "action": action})
+        return {"notebook": notebook, **result}
+
+    async def rewind(self, body: dict) -> dict:
+        """Bring the notebook's kernel back to the end of cell [N] (its state before is checkpointed first)."""
+        notebook = self._notebook(body)
+        cell = body.get("cell")
+        if not isinstance(cell, int) or isinstance(cell, bool) or cell < 1:
+            raise BadRequest(f'give the cell as {{"cell": 12}}, the number left of the cell (got {cell!r})')
+        kernel_id = await self._kernel_of(notebook)
+        result = await self._call(kernel_id, notebook, {"op": "rewind", "cell": cell})
+        return {"notebook": notebook, **result}

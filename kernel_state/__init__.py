@@ -14,3 +14,6 @@ __all__ = ["save", "restore", "verify", "probe", "list_checkpoints", "delete", "
 def load_ipython_extension(ipython):
     from .magic import CheckpointMagics
     ipython.register_magics(CheckpointMagics)
+    from . import auto
+    if auto.enabled_by_setting(ipython):
+        auto.AUTO.on(ipython, remember=False)

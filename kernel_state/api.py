@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import json
 
-from . import checkpoint
+from . import auto, checkpoint
 from .identity import identity
 
 _OPS = {
     "identity": lambda req: identity(),
-    "save": lambda req: checkpoint.save(
+    "save": lambda req: _paused(checkpoint.save,
         notebook=req.get("notebook"), root=req.get("root"), names=req.get("names"),
         exclude=req.get("exclude", ()), keep_last=req.get("keep_last"), max_bytes=req.get("max_bytes"),
         progress=_print_progress if req.get("progress") else None, random_state=req.get("random_state", True)),
-    "restore": lambda req: checkpoint.restore(
+    "restore": lambda req: _paused(checkpoint.restore,
         notebook=req.get("notebook"), root=req.get("root"), checkpoint=req.get("checkpoint"),
         names=req.get("names"), device=req.get("device"), random_state=req.get("random_state", True)),
     "verify": lambda req: checkpoint.verify(notebook=req.get("notebook"), root=req.get("root"),
@@ -29,8 +29,33 @@ _OPS = {
     "list": lambda req: checkpoint.list_checkpoints(notebook=req.get("notebook"), root=req.get("root")),
     "status": lambda req: checkpoint.status(notebook=req.get("notebook"), root=req.get("root")),
     "probe": lambda req: checkpoint.probe(req["expr"], notebook=req.get("notebook"), root=req.get("root")),
+    "auto": lambda req: _auto(req),
+    "rewind": lambda req: auto.rewind(int(req["cell"]), notebook=req.get("notebook"), root=req.get("root")),
     "delete": lambda req: checkpoint.delete(req["checkpoint"], notebook=req.get("notebook"), root=req.get("root")),
 }
+
+
+def _paused(operation, **kwargs):
+    """A pause's save and a resume's restore: no automatic checkpoint starts meanwhile."""
+    with auto.AUTO.paused():
+        return operation(**kwargs)
+
+
+def _auto(req: dict) -> dict:
+    action = req.get("action", "status")
+    if action == "on":
+        return auto.AUTO.on(notebook=req.get("notebook"), root=req.get("root"))
+    if action == "off":
+        return auto.AUTO.off(notebook=req.get("notebook"), root=req.get("root"))
+    if action == "status":
+        if req.get("wait"):  # until the checkpoints staged so far are written, at most this many seconds
+            auto.AUTO.writer.wait_idle(float(req["wait"]))
+        return auto.AUTO.status()
+    if action == "pause":  # the server, before a pause's save; unpause when the pause is called off
+        return auto.AUTO.pause()
+    if action == "unpause":
+        return auto.AUTO.unpause()
+    raise ValueError(f"auto action {action!r}: use on, off, status, pause or unpause")
 
 
 def _print_progress(p: dict) -> None:

@@ -77,15 +77,17 @@ def _versions() -> dict:
 class Progress:
     """Counts variables and bytes; hands a snapshot to the caller's callback at most 4 times a second."""
 
-    def __init__(self, callback, total: int):
-        self.callback, self.total = callback, total
+    def __init__(self, callback, total: int, activity: bool = True):
+        self.callback, self.total, self.activity = callback, total, activity
         self.variables_done, self.bytes_done, self._last = 0, 0, 0.0
-        _activity.update(operation="save", variables_total=total, variables_done=0, bytes_done=0)
+        if activity:
+            _activity.update(operation="save", variables_total=total, variables_done=0, bytes_done=0)
 
     def __call__(self, bytes_done: int = 0, variables_done: int = 0, force: bool = False):
         self.bytes_done += bytes_done
         self.variables_done += variables_done
-        _activity.update(variables_done=self.variables_done, bytes_done=self.bytes_done)
+        if self.activity:
+            _activity.update(variables_done=self.variables_done, bytes_done=self.bytes_done)
         now = time.monotonic()
         if self.callback and (force or now - self._last > 0.25):
             self._last = now
@@ -93,58 +95,86 @@ class Progress:
                            "bytes_done": self.bytes_done})
 
 
-def save(namespace=None, *, notebook=None, root=None, names=None, exclude=(), progress=None,
-         keep_last=None, max_bytes=None, random_state: bool = True) -> dict:
-    ns, shell = _namespace(namespace)
+class Staged:
+    """A checkpoint captured into a store: its manifest (not yet committed) and the capture that made it."""
+
+    def __init__(self, manifest: dict, capture: Capture, skipped: dict, modules: dict, started: float):
+        self.manifest, self.capture, self.skipped, self.modules = manifest, capture, skipped, modules
+        self.started = started
+
+
+def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tracker=None,
+          random_state: bool = True, probes: bool = True, extra: dict | None = None) -> Staged:
+    """The first half of every save: capture the namespace into `store` and build the manifest.
+
+    With a Store the blobs land in its temp directory; with auto.StagingStore they are only copied into
+    memory, for a background thread to write (kernel undo). Either way store.commit() makes it exist."""
     generators = randomstate.capture() if random_state else None  # before anything can draw
-    nb = config.notebook_name(notebook)
-    store = Store(root)
     started = time.perf_counter()
     chosen, modules = select_variables(ns, shell, names, exclude)
-    tracker = Progress(progress, len(chosen))
+    tracker = tracker or Progress(None, len(chosen), activity=False)
+    tracker.total = len(chosen)
+    if tracker.activity:
+        _activity["variables_total"] = len(chosen)
     capture = Capture(store, progress=tracker)
     for name, value in chosen:
         capture.var_ids.setdefault(id(value), name)
     skipped = {}
+    for name, value in chosen:
+        try:
+            capture.add_variable(name, value)
+        except VariableSkipped as exc:
+            skipped[name] = {"reason": str(exc), **(defining_cell(shell, name) or {})}
+        tracker(variables_done=1)
+    capture.flush_pack()
+    saved_random = None
+    if generators is not None:
+        digest, size, new = store.put_bytes(randomstate.dumps(generators))
+        capture._account(digest, size, new)
+        saved_random = {"pickle": digest, "generators": sorted(generators)}
+    manifest = {
+        "format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "id": new_checkpoint_id(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "notebook": nb,
+        "identity": identity(), "versions": _versions(),
+        "variables": capture.variables, "skipped": skipped, "modules": modules,
+        "tensors": capture.tensors, "arrays": capture.arrays, "storages": capture.storages,
+        "blobs": capture.blobs, "probes": _evaluate_probes(ns, store, nb) if probes else [],
+        "execution_count": counter.current(shell),
+        "random_state": saved_random,
+        "stats": {"seconds": round(time.perf_counter() - started, 4),
+                  "bytes_written": capture.bytes_written, "bytes_total": sum(capture.blobs.values())},
+        **(extra or {}),
+    }
+    return Staged(manifest, capture, skipped, modules, started)
+
+
+def save(namespace=None, *, notebook=None, root=None, names=None, exclude=(), progress=None,
+         keep_last=None, max_bytes=None, random_state: bool = True, auto_label: dict | None = None) -> dict:
+    """Capture and commit a checkpoint. With auto_label it counts as an automatic one (kernel undo): it
+    carries the label and only the automatic checkpoints' retention applies to it."""
+    ns, shell = _namespace(namespace)
+    nb = config.notebook_name(notebook)
+    store = Store(root)
+    tracker = Progress(progress, 0)
+    extra = {"auto": True, "label": auto_label} if auto_label else None
     store.ensure()
     try:
         with store.lock():
-            for name, value in chosen:
-                try:
-                    capture.add_variable(name, value)
-                except VariableSkipped as exc:
-                    skipped[name] = {"reason": str(exc), **(defining_cell(shell, name) or {})}
-                tracker(variables_done=1)
-            capture.flush_pack()
-            saved_random = None
-            if generators is not None:
-                digest, size, new = store.put_bytes(randomstate.dumps(generators))
-                capture._account(digest, size, new)
-                saved_random = {"pickle": digest, "generators": sorted(generators)}
-            manifest = {
-                "format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "id": new_checkpoint_id(),
-                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "notebook": nb,
-                "identity": identity(), "versions": _versions(),
-                "variables": capture.variables, "skipped": skipped, "modules": modules,
-                "tensors": capture.tensors, "arrays": capture.arrays, "storages": capture.storages,
-                "blobs": capture.blobs, "probes": _evaluate_probes(ns, store, nb),
-                "execution_count": counter.current(shell),
-                "random_state": saved_random,
-                "stats": {"seconds": round(time.perf_counter() - started, 4),
-                          "bytes_written": capture.bytes_written, "bytes_total": sum(capture.blobs.values())},
-            }
-            store.commit(nb, manifest)
+            staged = stage(ns, shell, store, nb, names=names, exclude=exclude, tracker=tracker,
+                           random_state=random_state, extra=extra)
+            store.commit(nb, staged.manifest)
     except BaseException:
         _activity.update(operation=None)
         _collect_quietly(store)
         raise
     _activity.update(operation=None)
     tracker(force=True)
+    capture, manifest = staged.capture, staged.manifest
     capture.remember()
-    retention = store.apply_retention(nb, keep_last, max_bytes)
+    retention = store.apply_retention(nb, keep_last, max_bytes, auto=bool(auto_label))
     result = summary(manifest)
-    result.update(saved=list(capture.variables) + list(modules), skipped=skipped,
-                  bytes_written=capture.bytes_written, seconds=round(time.perf_counter() - started, 4),
+    result.update(saved=list(capture.variables) + list(staged.modules), skipped=staged.skipped,
+                  bytes_written=capture.bytes_written, seconds=round(time.perf_counter() - staged.started, 4),
                   retention=retention, root=store.root)
     return result
 

@@ -5,6 +5,8 @@ import os
 DEFAULT_KEEP_LAST = 5
 #: Set by the server extension in its own environment, so kernels it starts inherit it.
 CONTENTS_ROOT_ENV = "GKEWS_CONTENTS_ROOT"
+DEFAULT_AUTO_KEEP_LAST = 50          # automatic checkpoints (kernel undo) kept per notebook
+DEFAULT_AUTO_MAX_BYTES = 8 << 30     # and the bytes their distinct blobs may take, per notebook
 
 
 def checkpoint_root(root: str | None = None) -> str:
@@ -123,3 +125,17 @@ def cuda_loader() -> str:
 def direct_io() -> str:
     """Which device-streamed transfers bypass the page cache (O_DIRECT): write, read, both or none."""
     return _choice("GKEWS_DIRECT_IO", "write", DIRECT_IO_MODES)
+def auto_keep_last(value: int | None = None) -> int:
+    n = value if value is not None else _int_env("GKEWS_AUTO_KEEP_LAST", DEFAULT_AUTO_KEEP_LAST)
+    if n < 1:
+        raise ValueError(f"GKEWS_AUTO_KEEP_LAST must be at least 1 (got {n}): the newest automatic checkpoint "
+                         f"is always kept; turn auto-checkpointing off instead")
+    return n
+
+
+def auto_max_bytes(value: int | None = None) -> int:
+    """Byte budget of the automatic checkpoints per notebook; 0 means no budget."""
+    n = value if value is not None else _int_env("GKEWS_AUTO_MAX_BYTES", DEFAULT_AUTO_MAX_BYTES)
+    if n < 0:
+        raise ValueError(f"GKEWS_AUTO_MAX_BYTES must be 0 (no budget) or positive (got {n})")
+    return n

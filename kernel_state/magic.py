@@ -11,7 +11,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from . import checkpoint
 from .errors import CheckpointError
 
-ACTIONS = ("save", "restore", "list", "verify", "status", "probe", "delete")
+ACTIONS = ("save", "restore", "list", "verify", "status", "probe", "delete", "auto", "rewind")
 
 
 def human_bytes(n: float) -> str:
@@ -70,6 +70,8 @@ class CheckpointMagics(Magics):
         %gkews_checkpoint status                                identity, store and progress
         %gkews_checkpoint probe EXPR                            re-check EXPR's result at verify time
         %gkews_checkpoint delete ID                             delete one checkpoint
+        %gkews_checkpoint auto on|off|status                    a checkpoint after every cell (kernel undo)
+        %gkews_checkpoint rewind N                              back to the state at the end of cell [N]
 
         save and restore carry the global random states (random, numpy, torch, CUDA) unless
         --no-random-state is given.
@@ -126,8 +128,10 @@ class CheckpointMagics(Magics):
             if "error" in r:
                 print(f"{r['id']:<26} unreadable: {r['error']}")
                 continue
+            label = r.get("label") or {}
+            after = f"  auto, after [{label.get('cell')}]: {label.get('source', '')}" if r.get("auto") else ""
             print(f"{r['id']:<26} {r['created']:<21} {human_bytes(r['bytes']):>11} {r['variables']:>9} "
-                  f"{r['skipped']:>7}")
+                  f"{r['skipped']:>7}{after}")
 
     def _verify(self, args):
         result = checkpoint.verify(self.shell.user_ns, notebook=args.notebook, checkpoint=args.checkpoint)
@@ -171,3 +175,60 @@ class CheckpointMagics(Magics):
             raise UsageError("delete takes one checkpoint id: %gkews_checkpoint delete ID (see %gkews_checkpoint list)")
         checkpoint.delete(args.names[0], notebook=args.notebook)
         print(f"Deleted checkpoint {args.names[0]}.")
+
+    def _auto(self, args):
+        from . import auto
+        choice = args.names[0] if len(args.names) == 1 else None
+        if choice not in ("on", "off", "status"):
+            raise UsageError("auto takes one of on, off, status: %gkews_checkpoint auto on")
+        if choice == "on":
+            s = auto.AUTO.on(self.shell, notebook=args.notebook)
+            print("Auto-checkpointing is on: after every cell that completes, a checkpoint of the namespace "
+                  "is written in the background; %gkews_checkpoint rewind N goes back to the end of cell [N].")
+        elif choice == "off":
+            s = auto.AUTO.off(notebook=args.notebook)
+            print("Auto-checkpointing is off; the automatic checkpoints already written are kept.")
+        else:
+            s = auto.AUTO.status()
+        print(auto_status_line(s))
+
+    def _rewind(self, args):
+        from . import auto
+        if len(args.names) != 1 or not args.names[0].isdigit():
+            raise UsageError("rewind takes one cell number: %gkews_checkpoint rewind 12 (the [12] left of the cell)")
+        # IPython has already counted this cell: the one before it is execution_count - 2
+        r = auto.rewind(int(args.names[0]), self.shell.user_ns, notebook=args.notebook,
+                        undo_cell=self.shell.execution_count - 2)
+        label = r["label"] or {}
+        print(f"Rewound to the end of cell [{r['cell']}] ({label.get('source', '')}) in {r['seconds']:.2f} s.")
+        for what, names in (("changed", r["changed"]), ("came back", r["came_back"]),
+                            ("removed (defined after that cell)", r["removed"])):
+            if names:
+                print(f"  {what}: {', '.join(names)}")
+        for name, reason in r["failed"].items():
+            print(f"  could not: {name}: {reason}")
+        if r["skipped_at_save"]:
+            print("  never saved (re-run these cells):")
+            print("\n".join("  " + line for line in _skipped_lines(r["skipped_at_save"])))
+        for warning in r["warnings"]:
+            print(f"  warning: {warning}")
+        print(f"  {len(r['unchanged'])} unchanged. Undo with %gkews_checkpoint rewind {r['undo_cell']}.")
+
+
+def auto_status_line(s: dict) -> str:
+    state = "on" if s["enabled"] else "off"
+    if s["paused"]:
+        state += " (paused while a save or restore runs)"
+    parts = [f"auto-checkpointing {state}", f"{s['written']} written", f"{s['coalesced']} coalesced"]
+    if s["writing"]:
+        parts.append("writing now")
+    if s["last"]:
+        label = s["last"].get("label") or {}
+        parts.append(f"newest after cell [{label.get('cell')}]")
+    if s["stage_seconds"]["p50"] is not None:
+        parts.append(f"foreground p50 {s['stage_seconds']['p50'] * 1000:.0f} ms")
+    parts.append(f"keeps {s['keep_last']} / {human_bytes(s['max_bytes']) if s['max_bytes'] else 'no byte limit'}")
+    line = "; ".join(parts) + "."
+    if s["error"]:
+        line += f"\nLast error: {s['error']}"
+    return line

@@ -379,22 +379,26 @@ class Store:
             self._collect()
 
     # -- retention and garbage collection ---------------------------------------------------------
-    def apply_retention(self, notebook: str, keep_last: int | None = None, max_bytes: int | None = None) -> dict:
-        out = self.enforce_retention([notebook], keep_last, max_bytes)
+    def apply_retention(self, notebook: str, keep_last: int | None = None, max_bytes: int | None = None,
+                        auto: bool = False) -> dict:
+        out = self.enforce_retention([notebook], keep_last, max_bytes, auto=auto)
         return {"deleted": out["deleted"].get(notebook, []), "bytes_freed": out["bytes_freed"]}
 
     def enforce_retention(self, notebooks, keep_last: int | None = None, max_bytes: int | None = None,
-                          max_age: float = 0, dry_run: bool = False) -> dict:
+                          max_age: float = 0, dry_run: bool = False, auto: bool = False) -> dict:
         """Delete the checkpoints of these notebooks that retention lets go, then every blob no manifest
         references. Only complete (readable) checkpoints count: the newest of them is always kept, and a
         damaged manifest is never chosen here (it is deleted by name). max_age in seconds, 0: no limit.
-        With dry_run nothing is deleted and the same answer is given."""
-        keep = config.keep_last(keep_last)
-        budget = config.max_bytes(max_bytes)
+        With dry_run nothing is deleted and the same answer is given.
+
+        Saved and automatic (kernel undo) checkpoints are two separate sets, each with its own limits:
+        auto=True applies the automatic ones' (config.auto_keep_last, config.auto_max_bytes) to them alone."""
+        keep = config.auto_keep_last(keep_last) if auto else config.keep_last(keep_last)
+        budget = config.auto_max_bytes(max_bytes) if auto else config.max_bytes(max_bytes)
         with self.lock(exclusive=True):
             deleted, dropped = {}, set()
             for notebook in notebooks:
-                doomed = self._expired(notebook, keep, budget, max_age)
+                doomed = self._expired(notebook, keep, budget, max_age, auto)
                 if doomed:
                     deleted[notebook] = doomed
                     dropped.update(self._manifest_path(notebook, cid) for cid in doomed)
@@ -407,13 +411,15 @@ class Store:
             freed += self._collect(dropped=dropped, dry_run=dry_run)
         return {"deleted": deleted, "bytes_freed": freed}
 
-    def _expired(self, notebook: str, keep: int, budget: int, max_age: float) -> list[str]:
+    def _expired(self, notebook: str, keep: int, budget: int, max_age: float, auto: bool = False) -> list[str]:
         manifests = {}
         for cid in self.checkpoint_ids(notebook):
             try:
-                manifests[cid] = self.load_manifest(notebook, cid)
+                manifest = self.load_manifest(notebook, cid)
             except CorruptManifest:
                 continue
+            if bool(manifest.get("auto")) == auto:  # the other set's limits are not these
+                manifests[cid] = manifest
         kept = list(manifests)  # newest first
         doomed = kept[keep:]
         kept = kept[:keep]
@@ -493,4 +499,6 @@ def summary(manifest: dict) -> dict:
         "variables": len(manifest["variables"]) + len(manifest["modules"]),
         "skipped": len(manifest["skipped"]),
         "identity": manifest.get("identity", {}),
+        "auto": bool(manifest.get("auto")),
+        "label": manifest.get("label"),
     }

@@ -1,4 +1,6 @@
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
 import { checkpointIcon } from './icons';
@@ -6,10 +8,42 @@ import { clip, formatBytes, plural } from './describe';
 import { GkewsModel } from './model';
 import { ICheckpoint } from './types';
 
+/** A row of the list; automatic ones (kernel undo) carry the cell they were taken after. */
+interface IListedCheckpoint extends ICheckpoint {
+  auto?: boolean;
+  label?: { cell: number | null; source: string } | null;
+}
+
+/** What a rewind answers (POST gkews/checkpoints/rewind). */
+interface IRewindResult {
+  changed: string[];
+  came_back: string[];
+  removed: string[];
+  failed: Record<string, string>;
+  undo_cell: number | null;
+}
+
+/** POST to the kernel-undo routes with the page's settings (token, XSRF, base URL). */
+async function postUndo<T>(path: string, body: unknown): Promise<T> {
+  const settings = ServerConnection.makeSettings();
+  const url = URLExt.join(settings.baseUrl, 'gkews', path);
+  const response = await ServerConnection.makeRequest(
+    url,
+    { method: 'POST', body: JSON.stringify(body) },
+    settings
+  );
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    throw new Error(data?.message ?? `POST gkews/${path} answered ${response.status}`);
+  }
+  return data as T;
+}
+
 /**
  * The sidebar list of checkpoints, grouped per notebook: time, size,
  * variables, skipped; restore into the running kernel (after a confirmation)
- * and delete.
+ * and delete. Per notebook, a toggle for a checkpoint after every cell, and on
+ * those automatic checkpoints "Rewind to after cell [N]".
  */
 export class CheckpointPanel extends Widget {
   constructor(private model: GkewsModel) {
@@ -56,7 +90,7 @@ export class CheckpointPanel extends Widget {
     this.render(rows);
   }
 
-  private render(rows: ICheckpoint[]): void {
+  private render(rows: IListedCheckpoint[]): void {
     this.listNode.replaceChildren();
     if (!rows.length) {
       const empty = document.createElement('p');
@@ -65,7 +99,7 @@ export class CheckpointPanel extends Widget {
       this.listNode.appendChild(empty);
       return;
     }
-    const byNotebook = new Map<string, ICheckpoint[]>();
+    const byNotebook = new Map<string, IListedCheckpoint[]>();
     for (const row of rows) {
       byNotebook.set(row.notebook, [...(byNotebook.get(row.notebook) ?? []), row]);
     }
@@ -73,7 +107,7 @@ export class CheckpointPanel extends Widget {
       const section = document.createElement('section');
       const h = document.createElement('h3');
       h.textContent = notebook;
-      section.appendChild(h);
+      section.append(h, this.autoToggle(notebook));
       const ul = document.createElement('ul');
       ul.setAttribute('aria-label', `Checkpoints of ${notebook}`);
       for (const c of checkpoints) {
@@ -84,7 +118,41 @@ export class CheckpointPanel extends Widget {
     }
   }
 
-  private item(c: ICheckpoint): HTMLLIElement {
+  /** "Checkpoint after every cell": read from the notebook's kernel, switched there. */
+  private autoToggle(notebook: string): HTMLLabelElement {
+    const label = document.createElement('label');
+    label.className = 'jp-gkews-Checkpoint-auto';
+    const box = document.createElement('input');
+    box.type = 'checkbox';
+    box.disabled = true;
+    label.append(box, ' Checkpoint after every cell');
+    label.title = 'Kernel undo: an automatic checkpoint after every cell of this notebook, written in the background';
+    const apply = (status: { enabled: boolean }) => {
+      box.checked = status.enabled;
+      box.disabled = false;
+    };
+    postUndo<{ enabled: boolean }>('checkpoints/auto', { notebook, action: 'status' })
+      .then(apply)
+      .catch((error: Error) => {
+        label.title = `Not available: ${error.message}`;
+      });
+    box.addEventListener('change', () => {
+      const action = box.checked ? 'on' : 'off';
+      box.disabled = true;
+      postUndo<{ enabled: boolean }>('checkpoints/auto', { notebook, action })
+        .then(apply)
+        .catch((error: Error) => {
+          box.checked = !box.checked;
+          box.disabled = false;
+          Notification.error(clip(`Could not turn automatic checkpoints ${action}: ${error.message}`), {
+            autoClose: false
+          });
+        });
+    });
+    return label;
+  }
+
+  private item(c: IListedCheckpoint): HTMLLIElement {
     const li = document.createElement('li');
     li.className = 'jp-gkews-Checkpoint';
     li.dataset.checkpoint = c.id;
@@ -94,7 +162,18 @@ export class CheckpointPanel extends Widget {
       ? `${c.id}: unreadable (${c.error})`
       : `${new Date(c.created).toLocaleString()} · ${formatBytes(c.bytes)} · ${plural(c.variables, 'variable')} · ${c.skipped} skipped`;
     info.title = c.id;
+    const cell = c.auto && c.label ? c.label.cell : null;
+    if (c.auto && c.label && !c.error) {
+      info.textContent += ` · after [${c.label.cell ?? '?'}] ${c.label.source}`;
+    }
     li.appendChild(info);
+    if (cell !== null && cell !== undefined) {
+      li.appendChild(
+        this.button(`Rewind to after cell [${cell}]`, `Bring the kernel of ${c.notebook} back to the end of cell [${cell}]`, () =>
+          this.rewind(c.notebook, cell)
+        )
+      );
+    }
     li.appendChild(
       this.button('Restore', `Restore checkpoint ${c.id} into the running kernel of ${c.notebook}`, () =>
         this.restore(c)
@@ -137,6 +216,38 @@ export class CheckpointPanel extends Widget {
     } catch (error) {
       Notification.error(clip(`Restore failed: ${(error as Error).message}`), { autoClose: false });
     }
+  }
+
+  private async rewind(notebook: string, cell: number): Promise<void> {
+    const answer = await showDialog({
+      title: `Rewind to after cell [${cell}]?`,
+      body: `The variables of ${notebook}'s running kernel go back to what they were at the end of cell [${cell}]; variables defined after it are removed. The state before is checkpointed first, so the rewind can be undone.`,
+      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Rewind' })]
+    });
+    if (!answer.button.accept) {
+      return;
+    }
+    try {
+      const r = await postUndo<IRewindResult>('checkpoints/rewind', { notebook, cell });
+      const failed = Object.keys(r.failed);
+      const parts = [
+        r.changed.length ? `changed: ${r.changed.join(', ')}` : '',
+        r.came_back.length ? `came back: ${r.came_back.join(', ')}` : '',
+        r.removed.length ? `removed: ${r.removed.join(', ')}` : '',
+        failed.length ? `could not: ${failed.join(', ')}` : ''
+      ].filter(Boolean);
+      Notification.success(
+        clip(
+          `Rewound ${notebook} to after cell [${cell}]` +
+            (parts.length ? `; ${parts.join('; ')}` : '') +
+            (r.undo_cell !== null ? `. Undo: rewind to after cell [${r.undo_cell}]` : '')
+        ),
+        { autoClose: 10000 }
+      );
+    } catch (error) {
+      Notification.error(clip(`Rewind failed: ${(error as Error).message}`), { autoClose: false });
+    }
+    await this.refresh();
   }
 
   private async delete(c: ICheckpoint): Promise<void> {

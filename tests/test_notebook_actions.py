@@ -55,3 +55,32 @@ async def test_bad_requests_name_the_problem_and_change_nothing(jp_fetch, jp_ser
 async def test_actions_need_credentials(jp_fetch, jp_root_dir, action):
     r = await post(jp_fetch, action, {"notebook": "a.ipynb"}, headers={"Authorization": "token not-the-token"})
     assert r.code == 403
+
+
+async def test_kernel_undo_from_the_page_toggle_then_rewind(jp_fetch, jp_serverapp, jp_root_dir):
+    s = await open_notebook(jp_fetch, jp_root_dir, "work/undo.ipynb")
+    kid = s["kernel"]["id"]
+    r = await post(jp_fetch, "checkpoints/auto", {"notebook": "work/undo.ipynb", "action": "status"})
+    assert r.code == 200 and json.loads(r.body)["enabled"] is False
+    r = await post(jp_fetch, "checkpoints/auto", {"notebook": "work/undo.ipynb", "action": "on"})
+    assert r.code == 200 and json.loads(r.body)["enabled"] is True
+    await run_cell(jp_serverapp, kid, "weights = [1, 2, 3]")
+    await run_cell(jp_serverapp, kid, "weights.append(4); extra = 'later'")
+    await run_cell(jp_serverapp, kid, "from kernel_state import auto; auto.AUTO.writer.wait_idle(120)")
+    listed = json.loads((await jp_fetch("gkews", "checkpoints", params={"notebook": "work/undo.ipynb"})).body)
+    first = next(c for c in listed["checkpoints"] if c["auto"] and c["label"]["source"] == "weights = [1, 2, 3]")
+
+    r = await post(jp_fetch, "checkpoints/rewind", {"notebook": "work/undo.ipynb", "cell": first["label"]["cell"]})
+    assert r.code == 200, r.body
+    result = json.loads(r.body)
+    assert result["changed"] == ["weights"] and result["removed"] == ["extra"] and result["undo"]
+    assert (await run_cell(jp_serverapp, kid, "print(weights, 'extra' in dir())")).strip() == "[1, 2, 3] False"
+
+    r = await post(jp_fetch, "checkpoints/rewind", {"notebook": "work/undo.ipynb", "cell": 999})
+    assert r.code == 404 and "no automatic checkpoint after cell [999]" in json.loads(r.body)["message"]
+    r = await post(jp_fetch, "checkpoints/rewind", {"notebook": "work/undo.ipynb", "cell": "3"})
+    assert r.code == 400 and '"cell": 12' in json.loads(r.body)["message"]
+    r = await post(jp_fetch, "checkpoints/auto", {"notebook": "work/undo.ipynb", "action": "maybe"})
+    assert r.code == 400 and "on" in json.loads(r.body)["message"]
+    r = await post(jp_fetch, "checkpoints/auto", {"notebook": "work/undo.ipynb", "action": "off"})
+    assert r.code == 200 and json.loads(r.body)["enabled"] is False

@@ -1,0 +1,211 @@
+"""Kernel undo against Kishu: a checkpoint after every cell of a long notebook, then rewinds.
+
+    .venv/bin/python -m benchmarks.peers.undo [--cells 50] [--mb 200] [--systems ours,kishu] [--json PATH]
+    .venv/bin/python -m benchmarks.peers.undo --smoke      # 12 cells, a 20 MB array, ours only
+
+The workload: a numpy array (200 MB by default) changed in slices, a ~134 MB torch model
+(8 x Linear(2048, 2048)) trained by SGD in cells 5, 15 and 25 (every weight and its gradient change),
+small variables in every cell. Ours runs with auto-checkpointing on (GKEWS_AUTO_CHECKPOINT=1): per cell, the
+foreground seconds (what the user waits for, measured by the hook) and the bytes copied into staging,
+against the memcpy time of those bytes (measured in the same kernel); per written checkpoint, the
+background write seconds. Kishu commits in its own post_run_cell hook (timed by wrapping it, as in
+benchmarks/peers). After the last cell: storage against the live state, then a rewind to cell 10 and to
+cell 40 (ours: the rewind op; Kishu: checkout of that cell's commit, in the same kernel), timed, and every
+variable compared by content digest with the state recorded after that cell.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from . import __main__ as peers
+from .__main__ import NOTEBOOK, REPO, Kernel, boot, evaluate, inkernel
+
+SETUP = """
+import numpy as np, torch
+torch.manual_seed(0)
+arr = np.random.default_rng(0).standard_normal({n})        # {mb} MB
+model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(8)])   # 134 MB
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+view = arr[1000:200_000]
+step, losses, config = 0, [], {{"lr": 1e-3, "name": "run-1"}}
+"""
+SLICE = """
+arr[({k} * 100_000) % (arr.size - 1000):({k} * 100_000) % (arr.size - 1000) + 1000] += 1.0
+step += 1
+losses.append(1.0 / step)
+"""
+TRAIN = """
+x = torch.randn(16, 2048)
+loss = model(x).pow(2).mean()
+opt.zero_grad(); loss.backward(); opt.step()
+step += 1
+losses.append(float(loss))
+del x, loss
+"""
+REWIND_TO = (10, 40)
+
+
+def workload(cells: int, mb: float) -> list[str]:
+    out = [SETUP.format(n=int(mb * 1e6 / 8), mb=f"{mb:g}")]
+    for k in range(2, cells + 1):
+        out.append((TRAIN if k % 10 == 5 and k < 30 else SLICE).format(k=k))  # three training steps
+    return out
+
+
+def _q(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+
+
+def memcpy_gbps(kernel: Kernel) -> float:
+    code = ("__import__('json').dumps({'gbps': (lambda np, t: (lambda a, b: (t.perf_counter(), np.copyto(b, a), "
+            "t.perf_counter()))(np.ones(100_000_000, np.uint8), np.empty(100_000_000, np.uint8)))"
+            "(__import__('numpy'), __import__('time'))})")
+    t0, _, t1 = evaluate(kernel, code)["gbps"]
+    return 0.1 / (t1 - t0)
+
+
+def run_ours(work: Path, cells: list[str], rewind_to) -> dict:
+    root = work / "ours"
+    kernel = Kernel(root, notebook=NOTEBOOK, extra_env={"GKEWS_AUTO_CHECKPOINT": "1"})
+    rows, expect = [], {}
+    try:
+        boot(kernel)
+        gbps = memcpy_gbps(kernel)
+        for index, cell in enumerate(cells, 1):
+            kernel.run(cell, timeout=1800)
+            status = kernel.call({"op": "auto", "action": "status"})["result"]
+            stage = status["last_stage"] or {}
+            assert stage.get("cell") == index, (stage, index)
+            rows.append({"cell": index, "foreground": stage["seconds"], "copied": stage["copied"],
+                         "memcpy": stage["copied"] / (gbps * 1e9)})
+            if index in rewind_to:
+                expect[index] = evaluate(kernel, inkernel("expected()"))["variables"]
+            print(f"  cell {index:2d}: foreground {stage['seconds'] * 1000:7.1f} ms, "
+                  f"{stage['copied'] / 1e6:7.1f} MB staged", flush=True)
+        status = kernel.call({"op": "auto", "action": "status", "wait": 1800})["result"]
+        writes = evaluate(kernel, "__import__('json').dumps(__import__('kernel_state.auto').auto.AUTO.writer.write_seconds)")
+        live = evaluate(kernel, inkernel("live_bytes()"))["bytes"]
+        stored = _du(root)
+        rewinds = {}
+        for cell in rewind_to:
+            reply = kernel.call({"op": "rewind", "cell": cell})
+            if not reply["ok"]:
+                rewinds[cell] = {"seconds": None, "error": reply["error"], "verdicts": {}}
+                continue
+            verdicts = evaluate(kernel, inkernel(f"check({expect[cell]!r}, {{}}, {peers.VIEWS!r})"))["verdicts"]
+            rewinds[cell] = {"seconds": reply["result"]["total_seconds"], "restore": reply["result"]["seconds"],
+                             "verdicts": verdicts}
+    finally:
+        kernel.close()
+    return {"name": "kernel_state (auto)", "rows": rows, "writes": writes, "live": live, "stored": stored,
+            "rewinds": rewinds, "coalesced": status["coalesced"], "written": status["written"], "gbps": gbps}
+
+
+def run_kishu(work: Path, cells: list[str], rewind_to) -> dict:
+    system = peers.Kishu(work)
+    kernel = Kernel(system.dir, notebook=NOTEBOOK, extra_env=system.env(), kernel_name=system.kernel_name)
+    rows, expect, commits = [], {}, {}
+    try:
+        boot(kernel)
+        system.setup(kernel)
+        for index, cell in enumerate(cells, 1):
+            kernel.run(cell, timeout=1800)
+            row = system.checkpoint(kernel, index)
+            rows.append({"cell": index, "foreground": row["seconds"]})
+            if index in rewind_to:
+                expect[index] = evaluate(kernel, inkernel("expected()"))["variables"]
+                commits[index] = system.commit
+            print(f"  cell {index:2d}: {row['seconds']:.3f} s, {row['stored'] / 1e6:.0f} MB stored", flush=True)
+        live = evaluate(kernel, inkernel("live_bytes()"))["bytes"]
+        rewinds = {}
+        for cell in rewind_to:
+            try:
+                reply = evaluate(kernel, inkernel(f"kishu_checkout({str(system.notebook)!r}, {commits[cell]!r})"))
+                verdicts = evaluate(kernel, inkernel(f"check({expect[cell]!r}, {{}}, {peers.VIEWS!r})"))["verdicts"]
+                rewinds[cell] = {"seconds": reply["seconds"], "verdicts": verdicts}
+            except RuntimeError as exc:
+                rewinds[cell] = {"seconds": None, "error": str(exc), "verdicts": {}}
+    finally:
+        kernel.close()
+    # everything under Kishu's KISHU_PATH_ROOT (its database and the empty notebook it is given)
+    return {"name": "Kishu", "rows": rows, "writes": [], "live": live, "stored": _du(system.dir),
+            "rewinds": rewinds}
+
+
+def _du(path: Path) -> int:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def report(results: list[dict]) -> None:
+    for r in results:
+        fg = [row["foreground"] for row in r["rows"] if row["foreground"] is not None]
+        print(f"\n== {r['name']}")
+        print(f"foreground per cell: p50 {_q(fg, 0.5) * 1000:.0f} ms, p95 {_q(fg, 0.95) * 1000:.0f} ms, "
+              f"max {max(fg) * 1000:.0f} ms")
+        small = [row for row in r["rows"] if row.get("copied") is not None and row["copied"] < 100e6]
+        if small:
+            over = [row["foreground"] - row["memcpy"] for row in small]
+            print(f"cells staging < 100 MB: {len(small)}; foreground p95 {_q([s['foreground'] for s in small], 0.95) * 1000:.0f} ms;"
+                  f" over the memcpy time of the staged bytes: p95 {_q(over, 0.95) * 1000:.0f} ms, "
+                  f"max {max(over) * 1000:.0f} ms (memcpy {r['gbps']:.1f} GB/s)")
+        if r["writes"]:
+            print(f"background write per checkpoint: p50 {_q(r['writes'], 0.5):.3f} s, p95 {_q(r['writes'], 0.95):.3f} s, "
+                  f"max {max(r['writes']):.3f} s; {r['written']} written, {r['coalesced']} coalesced")
+        print(f"stored after {len(r['rows'])} cells: {r['stored'] / 1e6:.0f} MB = {r['stored'] / r['live']:.2f}x the "
+              f"live state ({r['live'] / 1e6:.0f} MB)")
+        for cell, rw in r["rewinds"].items():
+            ok = [n for n, v in rw["verdicts"].items() if v == "ok"]
+            bad = {n: v for n, v in rw["verdicts"].items() if v != "ok"}
+            secs = "failed" if rw["seconds"] is None else f"{rw['seconds']:.2f} s" + (
+                f" (restore alone {rw['restore']:.2f} s; the rest: the undo checkpoint)" if "restore" in rw else "")
+            print(f"rewind to cell {cell}: {secs}; {len(ok)}/{len(rw['verdicts'])} variables correct"
+                  + (f"; not: {bad}" if bad else "") + (f" [{rw['error']}]" if rw.get("error") else ""))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cells", type=int, default=50)
+    ap.add_argument("--mb", type=float, default=200, help="size of the numpy array in MB")
+    ap.add_argument("--systems", default="ours,kishu", help="comma-separated subset of ours,kishu")
+    ap.add_argument("--smoke", action="store_true", help="12 cells, a 20 MB array, ours only: does it run")
+    ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = ap.parse_args()
+    if args.smoke:
+        args.cells, args.mb, args.systems = 12, 20, "ours"
+    rewind_to = tuple(c for c in REWIND_TO if c <= args.cells) or (args.cells,)
+    (REPO / "benchmarks" / "results").mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="gkews-bench-undo-", dir=REPO / "benchmarks" / "results"))
+    jupyter_path = work / "jupyter"
+    os.environ["JUPYTER_PATH"] = str(jupyter_path) + os.pathsep + os.environ.get("JUPYTER_PATH", "")
+    cells = workload(args.cells, args.mb)
+    results = []
+    try:
+        for system in args.systems.split(","):
+            print(f"\n== {system}", flush=True)
+            try:
+                if system == "kishu":
+                    peers.ensure_kishu(jupyter_path)
+                    results.append(run_kishu(work, cells, rewind_to))
+                else:
+                    results.append(run_ours(work, cells, rewind_to))
+                report(results[-1:])  # each system's figures as soon as it is done
+            except Exception as exc:  # one system failing still prints the others' figures
+                print(f"  {system} failed: {type(exc).__name__}: {exc}", flush=True)
+        print("\n==== all systems")
+        report(results)
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1))
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

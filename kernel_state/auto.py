@@ -1,0 +1,455 @@
+"""Kernel undo: an automatic checkpoint after every cell, written behind the user's back.
+
+When it is on, an IPython post_run_cell hook takes, after every cell that completes, an incremental
+checkpoint of the namespace as it is at the end of that cell, labelled with the cell's execution count
+and the first line of its source. It is the normal save (checkpoint.stage) split in two:
+
+- in the foreground, before the next cell may run: finding what changed (torch storages by version
+  counter, numpy buffers and chunks by content hash, as every save does), copying the changed bytes
+  into staging memory and pickling the variables. That copy is what makes the checkpoint exactly the
+  state at the end of its cell, even when the next cell mutates the same arrays in place;
+- on one daemon thread: writing those bytes, fsync, the manifest, then the automatic checkpoints'
+  retention. If the writer is still busy when the next cell ends, the snapshots coalesce: the newest
+  replaces the queued one (taking over the bytes it still needs), and none is ever half-written, since
+  a checkpoint exists only once its manifest is renamed into place.
+
+It pauses itself while a save or restore runs (a pause or resume of the server), never delays a kernel
+shutdown (the writer is a daemon; its unfinished temp files are collected like any other) or an
+interrupt (an interrupted snapshot is dropped), and reports a failing save once until one succeeds.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import threading
+import time
+
+from . import checkpoint, config
+from .errors import CheckpointError, CheckpointNotFound, CheckpointWriteError
+from .fsutil import write_json_durable
+from .hashing import new_hasher
+from .safetensors_io import build_header
+from .store import Store, summary
+
+ENV_SWITCH = "GKEWS_AUTO_CHECKPOINT"  # "1": on from the kernel's start (c.AutoCheckpoint.enabled too)
+
+
+def _staged_copy(mv: memoryview) -> memoryview:
+    """A private copy of bytes the user's next cell may change."""
+    return memoryview(bytearray(mv))
+
+
+class StagingStore(Store):
+    """The store a foreground capture writes into: new blobs are copied into memory, not written.
+
+    `new` maps each blob's final path to what the writer has to put there; a blob already on disk, or
+    still pending in the writer, counts as present, so it is neither copied nor written twice."""
+
+    def __init__(self, root: str, pending):
+        super().__init__(root)
+        self.pending = pending
+        self.new: dict[str, tuple] = {}
+        self.staged = self.new  # Capture looks for blobs of this checkpoint here
+        self.copied = 0
+
+    def _present(self, final: str) -> bool:
+        return final in self.new or self.pending(final) or os.path.exists(final)
+
+    def has_blob(self, digest: str, ext: str) -> bool:
+        return self._present(self.blob_path(digest, ext))
+
+    def put_bytes(self, data: bytes) -> tuple[str, int, bool]:
+        from .hashing import digest_bytes
+        digest = digest_bytes(data)
+        final = self.blob_path(digest, "pkl")
+        if self._present(final):
+            return digest, len(data), False
+        self.new[final] = ("bytes", bytes(data))
+        return digest, len(data), True
+
+    def put_tensors(self, entries, progress=None) -> tuple[str, int, bool]:
+        # copied before hashing, so the name is that of exactly the bytes the writer will write
+        copies = [(n, d, s, _staged_copy(mv)) for n, d, s, mv in entries]
+        header = build_header([(n, d, s, mv.nbytes) for n, d, s, mv in copies])
+        hasher = new_hasher()
+        hasher.update(header)
+        for entry in copies:
+            hasher.update(entry[3])
+        digest, size = hasher.hexdigest(), len(header) + sum(e[3].nbytes for e in copies)
+        final = self.blob_path(digest, "safetensors")
+        if self._present(final):
+            return digest, size, False
+        self.copied += size - len(header)
+        self.new[final] = ("tensors", copies)
+        return digest, size, True
+
+
+class Snapshot:
+    """One staged automatic checkpoint: its manifest and the blobs the writer still has to write."""
+
+    def __init__(self, root: str, notebook: str, manifest: dict, blobs: dict, stage_seconds: float, copied: int):
+        self.root, self.notebook, self.manifest, self.blobs = root, notebook, manifest, blobs
+        self.stage_seconds, self.copied = stage_seconds, copied
+
+    def take_over(self, older: "Snapshot") -> None:
+        """This snapshot replaces `older`, which will never be written: keep the bytes of it we refer to."""
+        needed = self.manifest["blobs"]
+        for final, payload in older.blobs.items():
+            if os.path.basename(final).split(".", 1)[0] in needed:
+                self.blobs.setdefault(final, payload)
+
+
+class Abandoned(Exception):
+    pass
+
+
+class Writer:
+    """The background thread: writes one snapshot at a time, the newest queued one next."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._next: Snapshot | None = None
+        self._current: Snapshot | None = None
+        self._thread: threading.Thread | None = None
+        self.abandon = False
+        self.coalesced = 0
+        self.written = 0
+        self.last: dict | None = None
+        self.error: str | None = None
+        self.write_seconds: list[float] = []
+        self._open = threading.Event()
+        self._open.set()
+
+    def hold(self) -> None:
+        """Tests: the writer takes the next snapshot but writes it only after release()."""
+        self._open.clear()
+
+    def release(self) -> None:
+        self._open.set()
+
+    def pending(self, final: str) -> bool:
+        with self._cond:
+            return any(s is not None and final in s.blobs for s in (self._current, self._next))
+
+    def submit(self, snap: Snapshot) -> None:
+        with self._cond:
+            if self._next is not None:
+                snap.take_over(self._next)  # coalesce: the newest wins
+                self.coalesced += 1
+            self._next = snap
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="gkews-auto-writer", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def busy(self) -> bool:
+        with self._cond:
+            return self._next is not None or self._current is not None
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._next is None and self._current is None, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._next is not None)
+                snap, self._next, self._current = self._next, None, self._next
+            self._open.wait()
+            try:
+                started = time.perf_counter()
+                self._write(snap)
+                seconds = time.perf_counter() - started
+                with self._cond:
+                    self.written += 1
+                    self.write_seconds = (self.write_seconds + [seconds])[-200:]
+                    self.last = {**summary(snap.manifest), "write_seconds": round(seconds, 4),
+                                 "stage_seconds": snap.stage_seconds}
+                    self.error = None
+            except Abandoned:
+                return
+            except BaseException as exc:  # reported once by the hook; the next snapshot retries its bytes
+                with self._cond:
+                    self.error = str(exc) if isinstance(exc, CheckpointError) else f"{type(exc).__name__}: {exc}"
+                    if self._next is not None:
+                        self._next.take_over(snap)
+            finally:
+                with self._cond:
+                    self._current = None
+                    self._cond.notify_all()
+
+    def _write(self, snap: Snapshot) -> None:
+        store = Store(snap.root)
+        store.ensure()
+        try:
+            with store.lock():
+                for final, (kind, payload) in snap.blobs.items():
+                    if self.abandon:
+                        raise Abandoned()
+                    if os.path.exists(final):
+                        continue
+                    if kind == "bytes":
+                        store.put_bytes(payload)
+                    else:
+                        store.put_tensors(payload)
+                missing = [d for d in snap.manifest["blobs"] if not any(
+                    os.path.exists(p) or p in store.staged
+                    for p in (store.blob_path(d, "safetensors"), store.blob_path(d, "pkl")))]
+                if missing:  # deleted since it was found unchanged (a delete by id, or another retention)
+                    raise CheckpointWriteError(
+                        f"{len(missing)} blob(s) this checkpoint shares with older ones were deleted meanwhile; "
+                        f"the next cell's checkpoint writes them again")
+                if self.abandon:
+                    raise Abandoned()
+                store.commit(snap.notebook, snap.manifest)
+        except BaseException:
+            for tmp in store.staged.values():  # an unfinished write leaves nothing behind
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            raise
+        store.apply_retention(snap.notebook, auto=True)
+
+
+class AutoCheckpoint:
+    """The per-kernel switch, the post_run_cell hook and what status reports."""
+
+    def __init__(self):
+        self.enabled = False
+        self.shell = None
+        self.notebook: str | None = None
+        self.root: str | None = None
+        self.writer = Writer()
+        self.suspended = 0
+        self.stage_seconds: list[float] = []
+        self.skipped_cells = 0
+        self.reported_error: str | None = None
+        self.stage_error: str | None = None
+        self.last_stage: dict | None = None  # cell, foreground seconds, bytes copied into staging
+
+    # -- switching ------------------------------------------------------------------------------------
+    def on(self, shell=None, notebook: str | None = None, root: str | None = None, remember: bool = True) -> dict:
+        shell = shell or checkpoint.current_shell()
+        if shell is None:
+            raise ValueError("auto-checkpointing needs an IPython kernel: it runs after every cell")
+        if self.shell is not None and self.shell is not shell:
+            self.off()
+        self.shell, self.notebook, self.root = shell, notebook, root
+        if not self.enabled:
+            shell.events.register("post_run_cell", self.post_run_cell)
+            self.enabled = True
+        if remember:
+            remember_choice(True, notebook, root)
+        return self.status()
+
+    def off(self, notebook: str | None = None, root: str | None = None) -> dict:
+        if self.enabled and self.shell is not None:
+            with contextlib.suppress(ValueError):
+                self.shell.events.unregister("post_run_cell", self.post_run_cell)
+        self.enabled = False
+        remember_choice(False, notebook or self.notebook, root or self.root)
+        return self.status()
+
+    def pause(self) -> dict:
+        """The server, around a pause or a resume: no automatic checkpoint until unpause()."""
+        self.suspended += 1
+        return self.status()
+
+    def unpause(self) -> dict:
+        self.suspended = max(0, self.suspended - 1)
+        return self.status()
+
+    @contextlib.contextmanager
+    def paused(self):
+        """No automatic checkpoint starts while a pause's save or a resume's restore runs."""
+        self.suspended += 1
+        try:
+            yield
+        finally:
+            self.suspended -= 1
+
+    # -- after every cell -----------------------------------------------------------------------------
+    def post_run_cell(self, result) -> None:
+        if not self.enabled:
+            return
+        if self.suspended or checkpoint._activity.get("operation") is not None:
+            self.skipped_cells += 1
+            return
+        self._report_failure_once()
+        if not result.success:
+            return  # a cell that raised did not complete: its end is no state to come back to
+        source = (getattr(result.info, "raw_cell", "") or "").strip()
+        label = {"cell": result.execution_count, "source": source.splitlines()[0][:120] if source else ""}
+        try:
+            self.snapshot(label)
+            self.stage_error = None
+        except KeyboardInterrupt:
+            self.skipped_cells += 1  # an interrupt is never delayed: this cell gets no checkpoint
+        except Exception as exc:
+            self.stage_error = str(exc) if isinstance(exc, CheckpointError) else f"{type(exc).__name__}: {exc}"
+            self._report_failure_once()
+
+    def snapshot(self, label: dict) -> Snapshot:
+        """Stage the namespace as it is now and hand it to the writer; returns without touching the disk."""
+        started = time.perf_counter()
+        ns = self.shell.user_ns
+        nb = config.notebook_name(self.notebook)
+        store = StagingStore(self.root, self.writer.pending)
+        staged = checkpoint.stage(ns, self.shell, store, nb, probes=False, extra={"auto": True, "label": label})
+        staged.capture.remember()  # the staged bytes count as written: pending, then on disk
+        seconds = round(time.perf_counter() - started, 4)
+        self.stage_seconds = (self.stage_seconds + [seconds])[-200:]
+        self.last_stage = {"cell": label.get("cell"), "seconds": seconds, "copied": store.copied}
+        snap = Snapshot(store.root, nb, staged.manifest, store.new, seconds, store.copied)
+        self.writer.submit(snap)
+        return snap
+
+    def _report_failure_once(self) -> None:
+        error = self.stage_error or self.writer.error
+        if error and error != self.reported_error:
+            import sys
+            print(f"gkews: automatic checkpoints are failing: {error}\n"
+                  f"  (said once; %gkews_checkpoint auto status shows the state, "
+                  f"%gkews_checkpoint auto off stops them)", file=sys.stderr)
+        self.reported_error = error
+
+    # -- reporting ------------------------------------------------------------------------------------
+    def status(self) -> dict:
+        w = self.writer
+        stage = sorted(self.stage_seconds)
+        write = sorted(w.write_seconds)
+        return {"enabled": self.enabled, "paused": bool(self.suspended), "writing": w._current is not None,
+                "queued": w._next is not None,
+                "written": w.written, "coalesced": w.coalesced, "skipped_cells": self.skipped_cells,
+                "last": w.last, "last_stage": self.last_stage, "error": self.stage_error or w.error,
+                "stage_seconds": {"p50": _quantile(stage, 0.5), "max": stage[-1] if stage else None},
+                "write_seconds": {"p50": _quantile(write, 0.5), "max": write[-1] if write else None},
+                "keep_last": config.auto_keep_last(), "max_bytes": config.auto_max_bytes()}
+
+    def shutdown(self) -> None:
+        """atexit: never wait for the writer; it stops before its next file and removes its temp files."""
+        self.writer.abandon = True
+
+
+def _quantile(values: list, q: float):
+    return values[min(len(values) - 1, int(q * len(values)))] if values else None
+
+
+AUTO = AutoCheckpoint()
+atexit.register(AUTO.shutdown)
+
+
+def _choice_path(notebook: str | None, root: str | None) -> tuple[Store, str]:
+    store = Store(root)
+    return store, os.path.join(store.notebook_dir(config.notebook_name(notebook)), "auto.json")
+
+
+def remember_choice(enabled: bool, notebook: str | None = None, root: str | None = None) -> None:
+    """A notebook's on/off from the magic or the page outlives its kernel (a pause and resume, a restart)."""
+    store, path = _choice_path(notebook, root)
+    try:
+        store.ensure()
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_json_durable({"enabled": enabled}, path, store.tmp_dir)
+    except OSError:
+        pass  # the switch still holds for this kernel; only the next one would not know
+
+
+def remembered_choice(notebook: str | None = None, root: str | None = None) -> bool | None:
+    try:
+        with open(_choice_path(notebook, root)[1]) as f:
+            return bool(json.load(f)["enabled"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def enabled_by_setting(shell) -> bool:
+    """At a kernel's start: this notebook's last choice (the magic or the page), else GKEWS_AUTO_CHECKPOINT=1,
+    else c.AutoCheckpoint.enabled = True in IPython's config. Never raises: the magic must load."""
+    choice = remembered_choice()
+    if choice is not None:
+        return choice
+    env = os.environ.get(ENV_SWITCH, "").strip().lower()
+    if env:
+        if env not in ("1", "true", "on", "yes", "0", "false", "off", "no"):
+            import sys
+            print(f"gkews: {ENV_SWITCH}={env!r} is neither 1 (on) nor 0 (off); automatic checkpoints stay off",
+                  file=sys.stderr)
+            return False
+        return env in ("1", "true", "on", "yes")
+    cfg = getattr(shell, "config", None)
+    section = cfg.get("AutoCheckpoint") if cfg is not None else None
+    return bool(section.get("enabled", False)) if section is not None else False
+
+
+# -- rewind ---------------------------------------------------------------------------------------------
+def find_cell(cell: int, *, notebook: str | None = None, root: str | None = None) -> dict:
+    """The newest automatic checkpoint labelled with execution count `cell`."""
+    store = Store(root)
+    nb = config.notebook_name(notebook)
+    cells = []
+    for cid in store.checkpoint_ids(nb):
+        try:
+            manifest = store.load_manifest(nb, cid)
+        except CheckpointError:
+            continue
+        label = manifest.get("label") or {}
+        if manifest.get("auto") and label.get("cell") == cell:
+            return manifest
+        if manifest.get("auto") and isinstance(label.get("cell"), int):
+            cells.append(label["cell"])
+    have = ", ".join(f"[{c}]" for c in sorted(set(cells))) or "none"
+    how = ("a cell that ended while the previous checkpoint was still being written has none: the next "
+           "one replaced it" if AUTO.enabled else "turn them on with %gkews_checkpoint auto on")
+    raise CheckpointNotFound(f"no automatic checkpoint after cell [{cell}] for notebook {nb!r} (cells with one: "
+                             f"{have}); {how}")
+
+
+def rewind(cell: int, namespace=None, *, notebook: str | None = None, root: str | None = None,
+           undo_cell: int | None = None) -> dict:
+    """Bring the namespace back to the end of cell `cell`, after checkpointing the state it replaces,
+    labelled with `undo_cell` (default: the last cell that ran), so `rewind undo_cell` undoes this one."""
+    started = time.perf_counter()
+    ns, shell = checkpoint._namespace(namespace)
+    AUTO.writer.wait_idle()  # the checkpoint of that cell may still be being written
+    target = find_cell(cell, notebook=notebook, root=root)
+    count = getattr(shell, "execution_count", None)  # the next cell's number, outside a cell
+    now = undo_cell if undo_cell is not None else count - 1 if isinstance(count, int) else None
+    with AUTO.paused():
+        undo = checkpoint.save(ns, notebook=notebook, root=root, auto_label={
+            "cell": now, "source": f"(before rewind to cell [{cell}])", "before_rewind": cell})
+        store = Store(root)
+        before = store.load_manifest(config.notebook_name(notebook), undo["id"])
+        result = checkpoint.restore(ns, notebook=notebook, root=root, checkpoint=target["id"])
+    kept = set(target["variables"]) | set(target["modules"]) | set(target["skipped"])
+    # defined after that cell: a rewind takes it away (the undo checkpoint has it); a module imported
+    # since stays bound, as it stays loaded
+    removed = [n for n in before["variables"] if n not in kept]
+    for name in removed:
+        ns.pop(name, None)
+    changed, came_back, unchanged = [], [], []
+    for name in result["restored"]:
+        old, new = before["variables"].get(name), target["variables"].get(name)
+        if name not in before["variables"] and name not in before["modules"]:
+            came_back.append(name)
+        elif old is not None and new is not None and _same_value(before, old, target, new):
+            unchanged.append(name)
+        elif old is None and name in before["modules"] and before["modules"][name] == target["modules"].get(name):
+            unchanged.append(name)
+        else:
+            changed.append(name)
+    return {"cell": cell, "checkpoint": target["id"], "label": target.get("label"), "undo": undo["id"],
+            "undo_cell": now, "changed": changed, "came_back": came_back, "removed": removed,
+            "unchanged": unchanged, "failed": result["failed"], "skipped_at_save": result["skipped_at_save"],
+            "warnings": result["warnings"], "seconds": result["seconds"],
+            "total_seconds": round(time.perf_counter() - started, 4)}  # with the wait and the undo checkpoint
+
+
+def _same_value(ma: dict, a: dict, mb: dict, b: dict) -> bool:
+    """Two saved variables hold the same value: same value digest and the same tensor/array contents."""
+    if a.get("digest", a["pickle"]) != b.get("digest", b["pickle"]):
+        return False
+    fa = [ma["storages"][s].get("fingerprint") for s in a["storages"]]
+    fb = [mb["storages"][s].get("fingerprint") for s in b["storages"]]
+    return fa == fb

@@ -1,0 +1,241 @@
+"""Kernel undo in real kernels: a checkpoint after every cell, written in the background, and rewind."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from kernels import Kernel
+
+pytest.importorskip("numpy")
+
+
+@pytest.fixture
+def store(tmp_path):
+    return tmp_path / "store"
+
+
+def auto_status(k: Kernel, wait: float | None = None) -> dict:
+    reply = k.call({"op": "auto", "action": "status", "wait": wait})
+    assert reply["ok"], reply
+    return reply["result"]
+
+
+def settle(k: Kernel) -> dict:
+    """Wait (on the writer, not the clock) until every staged checkpoint is written; not a cell itself."""
+    status = auto_status(k, wait=120)
+    assert not status["writing"] and not status["queued"], status
+    return status
+
+
+def silently(k: Kernel, code: str) -> None:
+    msg_id = k.client.execute(code, silent=True)
+    reply = k.client.get_shell_msg(timeout=120)
+    while reply["parent_header"].get("msg_id") != msg_id:
+        reply = k.client.get_shell_msg(timeout=120)
+    assert reply["content"]["status"] == "ok", reply["content"]
+
+
+def checkpoints_by_source(k: Kernel) -> dict:
+    reply = k.call({"op": "list"})
+    assert reply["ok"], reply
+    return {r["label"]["source"]: r for r in reply["result"] if r.get("auto")}
+
+
+def test_off_by_default_then_one_labelled_checkpoint_per_completed_cell(store):
+    with Kernel(store) as k:
+        assert auto_status(k)["enabled"] is False
+        k.run("before = 1")
+        assert checkpoints_by_source(k) == {}
+        assert "Auto-checkpointing is on" in k.run("%gkews_checkpoint auto on")
+        k.run("import numpy as np\nbig = np.arange(4_000_000.0)  # 32 MB")
+        settle(k)
+        k.run("big[:10] = -1\nsmall = {'lr': 0.1}")
+        settle(k)
+        k.run("raise ValueError('this cell does not complete')", allow_error=True)
+        k.run("note = 'last'")
+        status = settle(k)
+        rows = checkpoints_by_source(k)
+        assert set(rows) == {"%gkews_checkpoint auto on", "import numpy as np", "big[:10] = -1", "note = 'last'"}
+        cells = sorted(r["label"]["cell"] for r in rows.values())
+        assert cells == sorted(set(cells)) and len(cells) == 4
+        assert status["written"] == 4 and status["error"] is None
+        listing = k.run("%gkews_checkpoint list")
+        assert "auto, after [" in listing and "big[:10] = -1" in listing
+        k.run("%gkews_checkpoint auto off")
+        assert auto_status(k)["enabled"] is False
+        k.run("after_off = 2")
+        assert "after_off = 2" not in checkpoints_by_source(k)
+
+
+def test_a_setting_turns_it_on_from_the_start_and_a_notebook_keeps_its_choice(store):
+    with Kernel(store, extra_env={"GKEWS_AUTO_CHECKPOINT": "1"}) as k:
+        assert auto_status(k)["enabled"] is True
+        k.run("x = 41 + 1")
+        settle(k)
+        assert "x = 41 + 1" in checkpoints_by_source(k)
+    with Kernel(store, notebook="other.ipynb") as k:  # no setting: off; the page turns it on
+        assert auto_status(k)["enabled"] is False
+        assert k.call({"op": "auto", "action": "on"})["result"]["enabled"] is True
+    with Kernel(store, notebook="other.ipynb") as k:  # the next kernel of that notebook (a resume) keeps it
+        assert auto_status(k)["enabled"] is True
+        k.run("%gkews_checkpoint auto off")
+    with Kernel(store, notebook="other.ipynb", extra_env={"GKEWS_AUTO_CHECKPOINT": "1"}) as k:
+        assert auto_status(k)["enabled"] is False  # the notebook's own choice wins over the default
+    with Kernel(store, notebook="third.ipynb", extra_env={"GKEWS_AUTO_CHECKPOINT": "maybe"}) as k:
+        assert auto_status(k)["enabled"] is False
+        assert "%gkews_checkpoint auto on|off|status" in k.run("%gkews_checkpoint?")
+
+
+def test_in_place_change_while_the_previous_checkpoint_is_written_and_coalescing(store):
+    with Kernel(store) as k:
+        k.run("%gkews_checkpoint auto on")
+        k.run("import numpy as np\na = np.arange(6_000_000.0)  # 48 MB, chunked")
+        settle(k)
+        k.run("a += 1  # cell A\nfrom kernel_state import auto; auto.AUTO.writer.hold()")
+        # the writer has taken cell A's checkpoint and is held before writing a byte of it
+        k.run("import time\nwhile not auto.AUTO.status()['writing']:\n    time.sleep(0.01)")
+        k.run("a *= 2  # cell B mutates the same array in place")
+        k.run("a[::2] = 3  # cell C")
+        status = auto_status(k)
+        assert status["writing"] and status["queued"] and status["coalesced"] == 2
+        silently(k, "auto.AUTO.writer.release()")  # silent: no cell of its own, so no checkpoint
+        settle(k)
+        rows = checkpoints_by_source(k)
+        assert "a += 1  # cell A" in rows and "a[::2] = 3  # cell C" in rows, (sorted(rows), status)
+        # coalesced while A was being written: the newest (C) won
+        assert "a *= 2  # cell B mutates the same array in place" not in rows and "import time" not in rows
+        out = k.run(f"%gkews_checkpoint rewind {rows['a += 1  # cell A']['label']['cell']}")
+        assert "changed: a" in out
+        assert k.value("bool((a == np.arange(6_000_000.0) + 1).all())") is True
+        k.run(f"%gkews_checkpoint rewind {rows['a[::2] = 3  # cell C']['label']['cell']}")
+        assert k.value("[float(a[0]), float(a[1]), float(a[5_999_999]), bool((a[::2] == 3).all())]") \
+            == [3.0, 4.0, 12_000_000.0, True]
+        settle(k)
+        assert os.listdir(store / "tmp") == []
+
+
+def test_rewind_across_a_redefined_class_and_undo(store):
+    with Kernel(store) as k:
+        k.run("%gkews_checkpoint auto on")
+        k.run("import numpy as np, torch\n"
+              "class Model:\n    version = 1\n    def __init__(self): self.w = torch.ones(300_000)\n"
+              "m = Model(); gone_later = [1, 2, 3]; x = 1")
+        settle(k)
+        k.run("class Model:\n    version = 2\n    def __init__(self): self.w = torch.zeros(300_000)\n"
+              "m = Model(); m.w += 5; new_var = 'after'; del gone_later; x = 2")
+        settle(k)
+        rows = checkpoints_by_source(k)
+        first = rows["import numpy as np, torch"]["label"]["cell"]
+        out = k.run(f"%gkews_checkpoint rewind {first}")
+        assert f"Rewound to the end of cell [{first}]" in out
+        assert "changed: " in out and "Model" in out and "m" in out
+        assert "came back: gone_later" in out
+        assert "removed (defined after that cell): new_var" in out
+        assert k.value("[Model.version, type(m) is Model, float(m.w.sum()), gone_later, x, 'new_var' in dir()]") \
+            == [1, True, 300_000.0, [1, 2, 3], 1, False]
+        undo = int(out.split("Undo with %gkews_checkpoint rewind ")[1].split(".")[0])
+        k.run(f"%gkews_checkpoint rewind {undo}")
+        assert k.value("[Model.version, type(m) is Model, float(m.w.sum()), new_var, x, 'gone_later' in dir()]") \
+            == [2, True, 1_500_000.0, "after", 2, False]
+        # the same through the JSON API the page uses
+        reply = k.call({"op": "rewind", "cell": first})
+        assert reply["ok"] and "gone_later" in reply["result"]["came_back"]
+        assert k.value("Model.version") == 1
+        missing = k.call({"op": "rewind", "cell": 999})
+        assert not missing["ok"] and "no automatic checkpoint after cell [999]" in missing["error"]
+
+
+def test_retention_of_automatic_checkpoints_keeps_saved_ones(store):
+    with Kernel(store, extra_env={"GKEWS_AUTO_KEEP_LAST": "3", "GKEWS_KEEP_LAST": "1"}) as k:
+        k.run("y = 0")
+        k.run("%gkews_checkpoint save")
+        k.run("%gkews_checkpoint auto on")
+        for i in range(6):
+            k.run(f"y = {i + 1}")
+            settle(k)
+        rows = k.call({"op": "list"})["result"]
+        auto_rows = [r for r in rows if r["auto"]]
+        assert [r["label"]["source"] for r in auto_rows] == ["y = 6", "y = 5", "y = 4"]
+        assert len([r for r in rows if not r["auto"]]) == 1  # the saved one is not an automatic one's to drop
+
+
+def test_pause_flag_a_failing_save_said_once_and_shutdown_not_delayed(store):
+    k = Kernel(store)
+    try:
+        k.run("%gkews_checkpoint auto on")
+        assert k.call({"op": "auto", "action": "pause"})["result"]["paused"] is True
+        k.run("during_pause = 1")
+        assert "during_pause = 1" not in checkpoints_by_source(k)
+        assert k.call({"op": "auto", "action": "unpause"})["result"]["paused"] is False
+        settle(k)
+        # the disk refuses the writes: said once, not after every cell, and the kernel goes on
+        k.run("import resource, numpy as np\n_soft, _hard = resource.getrlimit(resource.RLIMIT_FSIZE)\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, _hard))")
+        outs = []
+        for i in range(4):
+            outs.append(k.run(f"big{i} = np.full(1_000_000, {i}.0)"))
+            settle(k)
+        said = "".join(outs).count("automatic checkpoints are failing")
+        assert said == 1, outs
+        assert "file size limit" in auto_status(k)["error"]
+        k.run("resource.setrlimit(resource.RLIMIT_FSIZE, (_soft, _hard))")
+        k.run("ok_again = 1")
+        assert settle(k)["error"] is None
+        assert "ok_again = 1" in checkpoints_by_source(k)
+        # a snapshot held in the writer does not keep the kernel from shutting down politely
+        k.run("from kernel_state import auto; auto.AUTO.writer.hold()")
+        k.run("last = np.ones(2_000_000)")
+        assert auto_status(k)["writing"]
+        # nor from being interrupted: a cell that loops is stopped while the writer holds a snapshot
+        msg_id = k.client.execute("import time\nwhile True:\n    time.sleep(0.05)")
+        seen = None
+        while seen != "busy":
+            msg = k.client.get_iopub_msg(timeout=60)
+            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status":
+                seen = msg["content"]["execution_state"]
+        k.km.interrupt_kernel()
+        while True:
+            msg = k.client.get_iopub_msg(timeout=60)
+            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "error":
+                assert msg["content"]["ename"] == "KeyboardInterrupt"
+                break
+        process = k.km.provisioner.process
+        k.km.request_shutdown()
+        # it exits by itself (a writer that kept it alive would be killed after this wait, failing it)
+        assert process.wait(timeout=60) == 0
+    finally:
+        k.client.stop_channels()
+        try:
+            k.km.shutdown_kernel(now=True)
+        except Exception:
+            pass
+    with Kernel(store) as fresh:
+        rows = checkpoints_by_source(fresh)
+        assert "last = np.ones(2_000_000)" not in rows and "ok_again = 1" in rows
+        fresh.run("%gkews_checkpoint rewind " + str(rows["ok_again = 1"]["label"]["cell"]))
+        assert fresh.value("[ok_again, float(big3.sum())]") == [1, 3_000_000.0]
+
+
+
+def test_byte_budget_of_automatic_checkpoints_and_the_two_sets_apart(tmp_path):
+    import numpy as np
+
+    import kernel_state
+    from kernel_state.store import Store
+
+    root, nb = str(tmp_path / "store"), "nb.ipynb"
+    ns = {"w": np.full(1 << 17, -1.0)}  # 1 MiB
+    manual = kernel_state.save(ns, root=root, notebook=nb)["id"]
+    autos = []
+    for cell in range(1, 5):
+        ns["w"] = np.full(1 << 17, float(cell))  # 1 MiB of new bytes per checkpoint
+        autos.append(kernel_state.save(ns, root=root, notebook=nb, auto_label={"cell": cell, "source": f"c{cell}"},
+                                       keep_last=50, max_bytes=0)["id"])
+    store = Store(root)
+    out = store.apply_retention(nb, max_bytes=int(2.5 * (1 << 20)), auto=True)
+    assert sorted(out["deleted"]) == sorted(autos[:2])  # the two oldest automatic ones go
+    assert set(store.checkpoint_ids(nb)) == {manual, *autos[2:]}
+    # the saved checkpoints' own limit (keep 1) never counts the automatic ones
+    assert store.apply_retention(nb, keep_last=1)["deleted"] == []
+    assert set(store.checkpoint_ids(nb)) == {manual, *autos[2:]}
