@@ -2,7 +2,7 @@
 of its checkpoints into it. Both go through the kernel bridge, so the kernel does the (un)pickling."""
 from __future__ import annotations
 
-from .errors import Conflict, KernelCallError, from_kernel
+from .errors import BadRequest, Conflict, KernelCallError, from_kernel
 from .lifecycle import clean_notebook_paths
 
 

@@ -111,7 +111,9 @@ STATUS = _obj({
              "updated"], description="GET status, and the answer of POST pause and POST resume")
 
 CHECKPOINT = _obj({"id": {"type": "string", "pattern": f"^{CHECKPOINT_ID}$"}, "created": _STR, "notebook": _STR,
-                   "bytes": _INT, "variables": _INT, "skipped": _INT, "error": _STR},
+                   "bytes": _INT, "variables": _INT, "skipped": _INT, "error": _STR, "auto": _BOOL,
+                   "label": {"type": ["object", "null"],
+                             "description": "kernel undo: the cell an automatic checkpoint was taken after"}},
                   required=["id", "created", "notebook", "bytes", "variables", "skipped"],
                   description="one item of GET checkpoints")
 

@@ -17,11 +17,13 @@ from .identity import identity
 
 _OPS = {
     "identity": lambda req: identity(),
-    "save": lambda req: _paused(checkpoint.save,
+    "save": lambda req: _paused(
+        checkpoint.save,
         notebook=req.get("notebook"), root=req.get("root"), names=req.get("names"),
         exclude=req.get("exclude", ()), keep_last=req.get("keep_last"), max_bytes=req.get("max_bytes"),
         progress=_print_progress if req.get("progress") else None, random_state=req.get("random_state", True)),
-    "restore": lambda req: _paused(checkpoint.restore,
+    "restore": lambda req: _paused(
+        checkpoint.restore,
         notebook=req.get("notebook"), root=req.get("root"), checkpoint=req.get("checkpoint"),
         names=req.get("names"), device=req.get("device"), random_state=req.get("random_state", True)),
     "verify": lambda req: checkpoint.verify(notebook=req.get("notebook"), root=req.get("root"),

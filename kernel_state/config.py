@@ -125,6 +125,8 @@ def cuda_loader() -> str:
 def direct_io() -> str:
     """Which device-streamed transfers bypass the page cache (O_DIRECT): write, read, both or none."""
     return _choice("GKEWS_DIRECT_IO", "write", DIRECT_IO_MODES)
+
+
 def auto_keep_last(value: int | None = None) -> int:
     n = value if value is not None else _int_env("GKEWS_AUTO_KEEP_LAST", DEFAULT_AUTO_KEEP_LAST)
     if n < 1:

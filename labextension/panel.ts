@@ -8,12 +8,6 @@ import { clip, formatBytes, plural } from './describe';
 import { GkewsModel } from './model';
 import { ICheckpoint } from './types';
 
-/** A row of the list; automatic ones (kernel undo) carry the cell they were taken after. */
-interface IListedCheckpoint extends ICheckpoint {
-  auto?: boolean;
-  label?: { cell: number | null; source: string } | null;
-}
-
 /** What a rewind answers (POST gkews/checkpoints/rewind). */
 interface IRewindResult {
   changed: string[];
@@ -27,11 +21,7 @@ interface IRewindResult {
 async function postUndo<T>(path: string, body: unknown): Promise<T> {
   const settings = ServerConnection.makeSettings();
   const url = URLExt.join(settings.baseUrl, 'gkews', path);
-  const response = await ServerConnection.makeRequest(
-    url,
-    { method: 'POST', body: JSON.stringify(body) },
-    settings
-  );
+  const response = await ServerConnection.makeRequest(url, { method: 'POST', body: JSON.stringify(body) }, settings);
   const data = await response.json().catch(() => ({}));
   if (!response.ok) {
     throw new Error(data?.message ?? `POST gkews/${path} answered ${response.status}`);
@@ -90,7 +80,7 @@ export class CheckpointPanel extends Widget {
     this.render(rows);
   }
 
-  private render(rows: IListedCheckpoint[]): void {
+  private render(rows: ICheckpoint[]): void {
     this.listNode.replaceChildren();
     if (!rows.length) {
       const empty = document.createElement('p');
@@ -99,7 +89,7 @@ export class CheckpointPanel extends Widget {
       this.listNode.appendChild(empty);
       return;
     }
-    const byNotebook = new Map<string, IListedCheckpoint[]>();
+    const byNotebook = new Map<string, ICheckpoint[]>();
     for (const row of rows) {
       byNotebook.set(row.notebook, [...(byNotebook.get(row.notebook) ?? []), row]);
     }
@@ -152,7 +142,7 @@ export class CheckpointPanel extends Widget {
     return label;
   }
 
-  private item(c: IListedCheckpoint): HTMLLIElement {
+  private item(c: ICheckpoint): HTMLLIElement {
     const li = document.createElement('li');
     li.className = 'jp-gkews-Checkpoint';
     li.dataset.checkpoint = c.id;
@@ -169,8 +159,10 @@ export class CheckpointPanel extends Widget {
     li.appendChild(info);
     if (cell !== null && cell !== undefined) {
       li.appendChild(
-        this.button(`Rewind to after cell [${cell}]`, `Bring the kernel of ${c.notebook} back to the end of cell [${cell}]`, () =>
-          this.rewind(c.notebook, cell)
+        this.button(
+          `Rewind to after cell [${cell}]`,
+          `Bring the kernel of ${c.notebook} back to the end of cell [${cell}]`,
+          () => this.rewind(c.notebook, cell)
         )
       );
     }

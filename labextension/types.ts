@@ -75,6 +75,9 @@ export interface ICheckpoint {
   variables: number;
   skipped: number;
   error?: string;
+  /** Kernel undo: an automatic checkpoint, labelled with the cell it was taken after. */
+  auto?: boolean;
+  label?: { cell: number | null; source: string } | null;
 }
 
 export interface ICheckpointNow {

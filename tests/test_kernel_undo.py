@@ -217,7 +217,6 @@ def test_pause_flag_a_failing_save_said_once_and_shutdown_not_delayed(store):
         assert fresh.value("[ok_again, float(big3.sum())]") == [1, 3_000_000.0]
 
 
-
 def test_byte_budget_of_automatic_checkpoints_and_the_two_sets_apart(tmp_path):
     import numpy as np
 

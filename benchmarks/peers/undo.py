@@ -89,7 +89,8 @@ def run_ours(work: Path, cells: list[str], rewind_to) -> dict:
             print(f"  cell {index:2d}: foreground {stage['seconds'] * 1000:7.1f} ms, "
                   f"{stage['copied'] / 1e6:7.1f} MB staged", flush=True)
         status = kernel.call({"op": "auto", "action": "status", "wait": 1800})["result"]
-        writes = evaluate(kernel, "__import__('json').dumps(__import__('kernel_state.auto').auto.AUTO.writer.write_seconds)")
+        writes = evaluate(kernel, "__import__('json').dumps("
+                                  "__import__('kernel_state.auto').auto.AUTO.writer.write_seconds)")
         live = evaluate(kernel, inkernel("live_bytes()"))["bytes"]
         stored = _du(root)
         rewinds = {}
@@ -151,11 +152,13 @@ def report(results: list[dict]) -> None:
         small = [row for row in r["rows"] if row.get("copied") is not None and row["copied"] < 100e6]
         if small:
             over = [row["foreground"] - row["memcpy"] for row in small]
-            print(f"cells staging < 100 MB: {len(small)}; foreground p95 {_q([s['foreground'] for s in small], 0.95) * 1000:.0f} ms;"
+            p95 = _q([s["foreground"] for s in small], 0.95)
+            print(f"cells staging < 100 MB: {len(small)}; foreground p95 {p95 * 1000:.0f} ms;"
                   f" over the memcpy time of the staged bytes: p95 {_q(over, 0.95) * 1000:.0f} ms, "
                   f"max {max(over) * 1000:.0f} ms (memcpy {r['gbps']:.1f} GB/s)")
         if r["writes"]:
-            print(f"background write per checkpoint: p50 {_q(r['writes'], 0.5):.3f} s, p95 {_q(r['writes'], 0.95):.3f} s, "
+            print(f"background write per checkpoint: p50 {_q(r['writes'], 0.5):.3f} s, "
+                  f"p95 {_q(r['writes'], 0.95):.3f} s, "
                   f"max {max(r['writes']):.3f} s; {r['written']} written, {r['coalesced']} coalesced")
         print(f"stored after {len(r['rows'])} cells: {r['stored'] / 1e6:.0f} MB = {r['stored'] / r['live']:.2f}x the "
               f"live state ({r['live'] / 1e6:.0f} MB)")
