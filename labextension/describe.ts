@@ -187,10 +187,20 @@ export function resumedSentence(nb: INotebookStatus): string {
   return `${parts.join('; ')}.`;
 }
 
+/** Paused notebooks whose kernel process lives on (local GPU suspend); a resume brings them back live. */
+const LIVE_STATUSES = ['suspended', 'kept-running'];
+
+/** What a resume waits for: the server's per-notebook words ("waiting for capacity: ...; held by pid 42"). */
+function waitingFor(status: IStatus): string {
+  const said = status.notebooks.map(nb => nb.message).filter(m => m && m.startsWith('waiting for capacity'));
+  return said.length ? [...new Set(said)].join('; ') : 'waiting for capacity';
+}
+
 /** The notebooks a pause released, as a sentence: "Paused train.ipynb; Resume brings its kernel back." */
 export function pausedSentence(status: IStatus): string {
-  const released = status.notebooks.filter(nb => nb.status === 'released').map(nb => nb.path);
-  const left = status.notebooks.filter(nb => nb.status !== 'released');
+  const paused = status.notebooks.filter(nb => nb.status === 'released' || LIVE_STATUSES.includes(nb.status));
+  const released = paused.map(nb => nb.path);
+  const left = status.notebooks.filter(nb => !paused.includes(nb));
   const parts: string[] = [];
   if (released.length) {
     parts.push(`Paused ${names(released)}; Resume brings ${their(released.length, 'kernel')} back.`);
@@ -201,6 +211,12 @@ export function pausedSentence(status: IStatus): string {
     parts.push(
       `The snapshot failed, so Resume restores ${released.length === 1 ? 'it' : 'them'} from ${their(released.length, 'checkpoint')}.`
     );
+  }
+  for (const nb of paused) {
+    if (LIVE_STATUSES.includes(nb.status) && nb.message) {
+      // local GPU suspend: the process lives on ("suspended in host memory (4.0 GiB)")
+      parts.push(`${baseName(nb.path)}: ${nb.message}.`);
+    }
   }
   for (const nb of left) {
     parts.push(`${baseName(nb.path)} is still running: ${nb.error ?? nb.status}.`);
@@ -225,7 +241,7 @@ export function summarySentence(status: IStatus): string {
       return pausedSentence(status);
     case 'resuming':
       return status.phase === 'waiting-for-capacity'
-        ? `Resuming ${which}: waiting for capacity.`
+        ? `Resuming ${which}: ${waitingFor(status)}.`
         : `Resuming ${which}: ${status.phase === 'verifying' ? 'verifying and restoring' : 'starting'} ${paths.length === 1 ? 'the kernel' : 'the kernels'}.`;
     case 'failed':
       return status.error ? `${status.error.reason} ${status.error.next_step}` : status.message;

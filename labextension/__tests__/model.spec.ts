@@ -344,6 +344,37 @@ describe('sentences', () => {
       expect(text).not.toMatch(/\(s\)/);
     }
   });
+
+  it('says which kernels a local GPU suspend kept alive, and what a resume waits for', () => {
+    const suspended = status({
+      state: 'paused',
+      cycle: 1,
+      notebooks: [
+        { path: 'gpu.ipynb', kernel_id: 'k1', status: 'suspended', message: 'suspended in host memory (4.0 GiB)' },
+        { path: 'cpu.ipynb', kernel_id: 'k2', status: 'released', message: 'released (checkpoint on disk)' }
+      ]
+    });
+    expect(summarySentence(suspended)).toBe(
+      'Paused gpu.ipynb and cpu.ipynb; Resume brings their kernels back. ' +
+        'gpu.ipynb: suspended in host memory (4.0 GiB).'
+    );
+    const waiting = status({
+      state: 'resuming',
+      phase: 'waiting-for-capacity',
+      cycle: 1,
+      notebooks: [
+        {
+          path: 'gpu.ipynb',
+          kernel_id: 'k1',
+          status: 'suspended',
+          message: 'waiting for capacity: GPU 0 needs 4.0 GiB more; held by pid 42 (ana, 130.0 GiB)'
+        }
+      ]
+    });
+    expect(summarySentence(waiting)).toBe(
+      'Resuming gpu.ipynb: waiting for capacity: GPU 0 needs 4.0 GiB more; held by pid 42 (ana, 130.0 GiB).'
+    );
+  });
 });
 
 describe('display and timeline', () => {
