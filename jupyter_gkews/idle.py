@@ -134,7 +134,7 @@ class IdleWatcher:
         if p.idle_minutes <= 0:
             return False, f"profile {self.name!r} never pauses"
         state = self.lifecycle.state
-        if state["state"] != "active" or self.lifecycle._busy:
+        if state["state"] != "active" or self.lifecycle.busy:
             return False, f"the session is {state['state']}"
         kernels = self._user_kernels()
         if not kernels:

@@ -22,11 +22,12 @@ from kernel_state.timestamps import utc_epoch
 
 from .backends.base import LIVE_STATUSES, SnapshotFailed
 from .bridge import hold_file
+from .claim import Claim
 # LifecycleError and NotFound: re-exported for callers that still import them from here
 from .errors import BadRequest, Conflict, KernelCallError, LifecycleError, NotFound, StateNotWritable  # noqa: F401
 from .journal import event_record
 from .state import StateStore, initial_state, now
-from .states import check_transition
+from .states import PAUSE_FROM, RESUME_FROM, State, check_transition
 
 
 def clean_notebook_paths(paths) -> list[str] | None:
@@ -57,7 +58,8 @@ class Lifecycle:
         self.checkpoint_root, self.busy_timeout = checkpoint_root, busy_timeout
         self.keep_last, self.max_bytes, self.log = keep_last, max_bytes, log
         self.state = initial_state(backend.name)
-        self._busy = False
+        self._busy = False  # written only by a Claim (claim.py); read it as `busy`
+        self._claim: Claim | None = None  # the claim of the transition running now, or the last one
         self._tasks: set[asyncio.Task] = set()
         self._watch: asyncio.Task | None = None
         self._restore_watch: asyncio.Task | None = None  # a paused process that may wake in a restored Pod
@@ -69,6 +71,11 @@ class Lifecycle:
     # -- status and persistence ---------------------------------------------------------------------
     def status(self) -> dict:
         return copy.deepcopy(self.state)
+
+    @property
+    def busy(self) -> bool:
+        """A transition is running: no other may start (the idle policy waits for it too)."""
+        return self._busy
 
     async def _persist(self, event: str, **details) -> None:
         self.state["updated"] = now()
@@ -110,7 +117,7 @@ class Lifecycle:
             def apply(state):
                 state.update(changes)
             await self._write_then_publish(apply, event, message=message, **details)
-            self._busy = False
+            self._release_claim()
             return
         self.state.update(changes)
         await self._persist(event, message=message, **details)
@@ -134,7 +141,6 @@ class Lifecycle:
         try:
             await self._write_then_publish(apply, event, **details)
         except OSError as exc:
-            self._busy = False
             raise StateNotWritable(
                 f"the state directory {self.store.directory} cannot be written ({exc.strerror or exc}"
                 f"{': ' + exc.filename if exc.filename else ''}); free space there or fix its permissions, "
@@ -151,7 +157,7 @@ class Lifecycle:
                 f"{reason} {next_step} (This failure could not be recorded: the state directory "
                 f"{self.store.directory} cannot be written: {exc.strerror or exc}.)"))
         finally:
-            self._busy = False
+            self._release_claim()
 
     def _still_running(self, notebooks: list[dict]) -> str:
         """What a failed pause left running, said truthfully (a kernel may have died meanwhile)."""
@@ -162,17 +168,24 @@ class Lifecycle:
         return (f"the kernel of {', '.join(gone)} is gone (open the notebook again and re-run its cells)"
                 + ("; the others are still running" if len(gone) < len(notebooks) else ""))
 
-    # -- claims: one transition at a time ------------------------------------------------------------
-    def _claim(self, action: str, allowed: tuple[str, ...]) -> None:
-        if self._busy:
-            raise Conflict(f"cannot {action}: a {self.state['state']} transition is running "
-                           f"({self.state['phase'] or 'starting'}); wait for it to finish")
-        if self.state["state"] not in allowed:
-            raise Conflict(f"cannot {action} while the session is {self.state['state']}")
-        self._busy = True
+    # -- claims: one transition at a time (claim.py) --------------------------------------------------
+    def _release_claim(self) -> None:
+        """The running transition published its last state: free its claim (once; claim.py)."""
+        if self._claim is not None:
+            self._claim.release()
 
-    def _spawn(self, coro) -> None:
-        task = asyncio.create_task(coro)
+    def _spawn_claimed(self, claim: Claim, coro) -> None:
+        """Continue a claimed transition in a background task, which owns the claim from now on: it is
+        released when the transition publishes its last state, and in any case when the task ends."""
+        claim.hand_over()
+        self._claim = claim
+
+        async def run():
+            try:
+                await coro
+            finally:
+                claim.release()
+        task = asyncio.create_task(run())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -184,27 +197,23 @@ class Lifecycle:
         if not isinstance(interrupt, bool):
             raise BadRequest('"interrupt" must be true or false')
         wanted = clean_notebook_paths(notebooks)
-        self._claim("pause", ("active", "failed"))
-        try:
+        async with Claim(self, "pause", PAUSE_FROM) as claim:
             targets = await self._running_notebooks(wanted)
             if not targets:
                 raise Conflict("nothing to pause: no notebook has a running kernel")
-        except BaseException:
-            self._busy = False
-            raise
-        if last_activity is None:
-            last_activity = self._last_activity(targets)
-        self._take_snapshot = snapshot
-        message, requested = f"checkpointing {len(targets)} notebook(s)", now()
+            if last_activity is None:
+                last_activity = self._last_activity(targets)
+            self._take_snapshot = snapshot
+            message, requested = f"checkpointing {len(targets)} notebook(s)", now()
 
-        def begin(state):
-            state.update(cycle=state["cycle"] + 1, notebooks=targets, progress=None, state="pausing",
-                         phase="checkpointing", message=message, error=None,
-                         timeline={"last_activity": last_activity, "pause_requested": requested})
-        await self._begin(begin, "pause-requested", message=message, notebooks=[nb["path"] for nb in targets],
-                          interrupt=interrupt, reason=reason, last_activity=last_activity, gpus=self.gpu_count,
-                          snapshot=snapshot)
-        self._spawn(self._pause(interrupt))
+            def begin(state):
+                state.update(cycle=state["cycle"] + 1, notebooks=targets, progress=None, state="pausing",
+                             phase="checkpointing", message=message, error=None,
+                             timeline={"last_activity": last_activity, "pause_requested": requested})
+            await self._begin(begin, "pause-requested", message=message, notebooks=[nb["path"] for nb in targets],
+                              interrupt=interrupt, reason=reason, last_activity=last_activity,
+                              gpus=self.gpu_count, snapshot=snapshot)
+            self._spawn_claimed(claim, self._pause(interrupt))
         return self.status()
 
     async def _running_notebooks(self, wanted: list[str] | None) -> list[dict]:
@@ -298,7 +307,6 @@ class Lifecycle:
         finally:
             if self.state["state"] != "paused":  # the kernels go on: let them run the cells waiting
                 await self._release_holds()
-            self._busy = False
 
     async def _renew_broken_holds(self, notebooks: list[dict], interrupt: bool) -> None:
         """A checkpointed kernel that left its hold (its user interrupted it) may have run a cell since its
@@ -355,11 +363,14 @@ class Lifecycle:
         the GKE Workspaces add-on does): the backend says when, and the resume path runs."""
         async def watch():
             found = await self.backend.wait_restored()
-            if not found or self.state["state"] != "paused" or self._busy:
+            if not found:
                 return
-            self._busy = True
-            await self._resume_restored([nb for nb in self.state["notebooks"]
-                                         if nb["status"] == "released" and nb.get("checkpoint")], found)
+            try:  # a request may have taken the session meanwhile: then it is not ours to resume
+                claim = Claim(self, "resume a restored snapshot", (State.PAUSED,)).take()
+            except Conflict:
+                return
+            self._spawn_claimed(claim, self._resume_restored(
+                [nb for nb in self.state["notebooks"] if nb["status"] == "released" and nb.get("checkpoint")], found))
         if self._restore_watch:
             self._restore_watch.cancel()
         self._restore_watch = asyncio.create_task(watch())
@@ -413,39 +424,36 @@ class Lifecycle:
     # -- resume ---------------------------------------------------------------------------------------
     async def request_resume(self, notebooks=None, why: str | None = None) -> dict:
         wanted = clean_notebook_paths(notebooks)
-        self._claim("resume", ("paused", "failed"))
-        # released by a pause, or left failed by an earlier resume: both come back from their checkpoint
-        paused = [nb for nb in self.state["notebooks"]
-                  if nb["status"] in ("released", "failed", *LIVE_STATUSES) and nb.get("checkpoint")]
-        if wanted is not None:
-            unknown = [p for p in wanted if p not in {nb["path"] for nb in paused}]
-            if unknown:
-                self._busy = False
-                raise BadRequest(f"{', '.join(map(repr, unknown))} was not paused; paused notebooks: "
-                                 f"{', '.join(nb['path'] for nb in paused) or 'none'}")
-            paused = [nb for nb in paused if nb["path"] in wanted]
-        if not paused:
-            try:
+        async with Claim(self, "resume", RESUME_FROM) as claim:
+            # released by a pause, or left failed by an earlier resume: both come back from their checkpoint
+            paused = [nb for nb in self.state["notebooks"]
+                      if nb["status"] in ("released", "failed", *LIVE_STATUSES) and nb.get("checkpoint")]
+            if wanted is not None:
+                unknown = [p for p in wanted if p not in {nb["path"] for nb in paused}]
+                if unknown:
+                    raise BadRequest(f"{', '.join(map(repr, unknown))} was not paused; paused notebooks: "
+                                     f"{', '.join(nb['path'] for nb in paused) or 'none'}")
+                paused = [nb for nb in paused if nb["path"] in wanted]
+            if not paused:
                 if self.state["state"] != "paused":
                     raise Conflict("nothing to resume: no notebook is paused")
                 # paused, but every notebook was lost (a server stopped before their checkpoints)
                 await self._begin(lambda state: state.update(state="active", phase=None, progress=None, error=None,
                                                              message="resumed: no notebook had a checkpoint to restore"),
                                   "resumed", message="resumed: no notebook had a checkpoint to restore")
-                return self.status()
-            finally:
-                self._busy = False
-        if self._restore_watch:  # resumed on request: no longer waiting to wake up in a restored Pod
-            self._restore_watch.cancel()
-        await self._release_holds()
-        requested = now()
+                return self.status()  # not handed over: the claim is released as the block ends
+            if self._restore_watch:  # resumed on request: no longer waiting to wake up in a restored Pod
+                self._restore_watch.cancel()
+            await self._release_holds()
+            requested = now()
 
-        def begin(state):
-            state["timeline"]["resume_requested"] = requested
-            state.update(state="resuming", phase="waiting-for-capacity", message="waiting for capacity", error=None)
-        await self._begin(begin, "resume-requested", message="waiting for capacity",
-                          notebooks=[nb["path"] for nb in paused])
-        self._spawn(self._resume(paused, why=why))
+            def begin(state):
+                state["timeline"]["resume_requested"] = requested
+                state.update(state="resuming", phase="waiting-for-capacity", message="waiting for capacity",
+                             error=None)
+            await self._begin(begin, "resume-requested", message="waiting for capacity",
+                              notebooks=[nb["path"] for nb in paused])
+            self._spawn_claimed(claim, self._resume(paused, why=why))
         return self.status()
 
     async def _resume(self, notebooks: list[dict], why: str | None = None, acquired: bool = False) -> None:
@@ -490,8 +498,6 @@ class Lifecycle:
                     nb["status"] = "failed"
             await self._fail(f"The resume stopped at {self.state['phase']}: {type(exc).__name__}: {exc}.",
                              "Resume again; the checkpoints are kept.")
-        finally:
-            self._busy = False
 
     async def _verify_or_restore(self, nb: dict) -> None:
         """Same process with bit-identical state: live-verified. Anything else: restore from the checkpoint."""

@@ -138,3 +138,19 @@ def test_the_architecture_doc_draws_the_transition_table():
     assert drawn == mermaid(), ("docs/architecture.md's diagram differs from jupyter_gkews.states.TRANSITIONS; "
                                 "paste the output of `python -c 'from jupyter_gkews.states import mermaid; "
                                 "print(mermaid())'`")
+
+
+def test_a_late_release_never_frees_a_newer_claim():
+    async def main():
+        h = Holder("paused")
+        async with Claim(h, "resume", RESUME_FROM) as first:
+            first.hand_over()
+        first.release()  # the transition published its last state
+        h.state["state"] = "active"
+        async with Claim(h, "pause", PAUSE_FROM) as second:
+            second.hand_over()
+        first.release()  # the first transition's task ends now: its claim was already given back
+        assert h._busy and not second.released
+        second.release()
+        assert not h._busy
+    asyncio.run(main())
