@@ -6,7 +6,11 @@
 
 The check and the taking happen synchronously, before the first await, so two requests arriving together
 cannot both pass: exactly one gets it, the other gets Conflict. The holder is any object with a `state`
-document and a `_busy` flag (Lifecycle).
+document and a `_busy` flag (Lifecycle), which only a Claim writes.
+
+`release` is idempotent: a transition frees its claim the moment its last state is published (whoever reads
+"paused" may resume at once), and the task that ran it releases it again when it ends, whatever happened;
+only the first counts, so a late release never frees the claim a newer transition took meanwhile.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ class Claim:
     def __init__(self, holder, action: str, allowed):
         self.holder, self.action, self.allowed = holder, action, tuple(allowed)
         self._handed_over = False
+        self._released = False
 
     def take(self) -> "Claim":
         state = self.holder.state
@@ -32,8 +37,14 @@ class Claim:
         """Keep the claim past the `async with`: whoever continues the transition releases it."""
         self._handed_over = True
 
+    @property
+    def released(self) -> bool:
+        return self._released
+
     def release(self) -> None:
-        self.holder._busy = False
+        if not self._released:
+            self._released = True
+            self.holder._busy = False
 
     async def __aenter__(self) -> "Claim":
         return self.take()  # no await before this: nothing can run between the check and the take

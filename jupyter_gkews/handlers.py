@@ -12,6 +12,7 @@ from tornado import web
 
 from .checkpoints import CheckpointCatalog
 from .errors import BadRequest, Conflict, KernelCallFailed, LifecycleError, NotFound, StateNotWritable
+from .lifecycle import pinned_checkpoints
 from .notebook_actions import NotebookActions
 from .schema import CHECKPOINT_ID, validate_request
 
@@ -160,9 +161,7 @@ class CheckpointHandler(GkewsHandler):
     async def delete(self, checkpoint_id):
         lifecycle = self.lifecycle.status()
         # what a pause in progress already took counts too (the store's pins say the same, for everyone)
-        needed = {} if lifecycle["state"] == "active" else {
-            nb["checkpoint"]: nb["path"] for nb in lifecycle["notebooks"]
-            if nb.get("checkpoint") and nb.get("status") != "resumed"}
+        needed = pinned_checkpoints(lifecycle)
         await asyncio.to_thread(self.catalog.delete, checkpoint_id, needed)
         self.set_status(204)
         self.finish()

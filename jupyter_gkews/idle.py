@@ -20,6 +20,7 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Float, HasTraits, TraitError
 
 from .errors import Conflict
+from .states import State
 
 PROFILE_ENV = "GKEWS_PROFILE"
 DEFAULT_PROFILE = "interactive"
@@ -134,7 +135,7 @@ class IdleWatcher:
         if p.idle_minutes <= 0:
             return False, f"profile {self.name!r} never pauses"
         state = self.lifecycle.state
-        if state["state"] != "active" or self.lifecycle._busy:
+        if state["state"] != State.ACTIVE or self.lifecycle.busy:
             return False, f"the session is {state['state']}"
         kernels = self._user_kernels()
         if not kernels:

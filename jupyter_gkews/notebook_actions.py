@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .errors import BadRequest, Conflict, KernelCallError, from_kernel
 from .lifecycle import clean_notebook_paths
+from .states import State
 
 
 class NotebookActions:
@@ -16,13 +17,13 @@ class NotebookActions:
 
     async def _kernel_of(self, notebook: str) -> str:
         state = self.lifecycle.state["state"]
-        if state in ("pausing", "resuming"):
+        if state in (State.PAUSING, State.RESUMING):
             raise Conflict(f"the session is {state}; wait for it to finish, then try again")
         for s in await self.lifecycle.serverapp.session_manager.list_sessions():
             if s["path"] == notebook and s.get("kernel") and s["kernel"].get("id"):
                 self._refuse_busy(s["kernel"]["id"], notebook)
                 return s["kernel"]["id"]
-        hint = " (it is paused: resume first)" if state == "paused" else ""
+        hint = " (it is paused: resume first)" if state == State.PAUSED else ""
         raise Conflict(f"{notebook!r} has no running kernel{hint}; open the notebook and start its kernel")
 
     def _refuse_busy(self, kernel_id: str, notebook: str) -> None:

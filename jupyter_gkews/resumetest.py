@@ -17,6 +17,8 @@ import json
 import time
 import urllib.parse
 
+from .states import State, Verdict
+
 LIVE_ENV = "GKEWS_RESUME_TEST_LIVE"
 LIVE = "live restore: the secret value is in the same process"
 FRESH = "fresh process: restored from checkpoint"
@@ -85,9 +87,9 @@ def judge(before: dict, after: dict, verdict: str | None, result_before: str | N
         problems.append("the process-only secret came back in a different process")
     if after.get("live_secret") is not None and not live:
         problems.append("the process holds a different process-only secret")
-    if live and verdict != "live-verified":
+    if live and verdict != Verdict.LIVE_VERIFIED:
         problems.append(f"the same process, but the server's verdict is {verdict!r}, not 'live-verified'")
-    if not live and verdict != "restored-from-checkpoint":
+    if not live and verdict != Verdict.RESTORED_FROM_CHECKPOINT:
         problems.append(f"a new process, but the server's verdict is {verdict!r}, not 'restored-from-checkpoint'")
     if problems:
         return False, "neither a live restore nor a restore from the checkpoint", problems
@@ -122,8 +124,8 @@ class ResumeTest:
                  f"{self.result_file} in process {before['pid']}")
         self.client.post_ok("gkews/pause", {"notebooks": [self.notebook]})
         self.say("pausing ...")
-        paused = self.client.wait_for(("paused", "failed"), timeout=self.timeout, tolerate_unreachable=True)
-        if paused["state"] != "paused":
+        paused = self.client.wait_for((State.PAUSED, State.FAILED), timeout=self.timeout, tolerate_unreachable=True)
+        if paused["state"] != State.PAUSED:
             raise RuntimeError(f"the pause failed: {paused['message']}")
         self.say(f"paused after {time.monotonic() - t0:.1f} s: {paused['message']}")
         return {"notebook": self.notebook, "result_file": self.result_file, "session": session["id"],
@@ -133,18 +135,18 @@ class ResumeTest:
         """Resume, then ask the kernel what it holds and compare with the record."""
         t0 = time.monotonic()
         self.notebook, self.result_file = record["notebook"], record["result_file"]
-        state = self.client.wait_for(("paused", "failed", "resuming", "active"), timeout=self.timeout,
+        state = self.client.wait_for((State.PAUSED, State.FAILED, State.RESUMING, State.ACTIVE), timeout=self.timeout,
                                      tolerate_unreachable=True)["state"]
-        if state in ("paused", "failed"):
+        if state in (State.PAUSED, State.FAILED):
             self.client.post_ok("gkews/resume", {"notebooks": [self.notebook]})
         # else the platform brought the environment back and the server resumes by itself (a restored Pod)
         self.say("resuming ...")
-        resumed = self.client.wait_for(("active", "failed", "paused"), timeout=self.timeout,
+        resumed = self.client.wait_for((State.ACTIVE, State.FAILED, State.PAUSED), timeout=self.timeout,
                                        tolerate_unreachable=True)
         nb = next((n for n in resumed["notebooks"] if n["path"] == self.notebook), {})
         verdict = nb.get("verdict")
         self.say(f"state {resumed['state']} after {time.monotonic() - t0:.1f} s; verdict {verdict}")
-        if resumed["state"] != "active" or verdict == "failed":
+        if resumed["state"] != State.ACTIVE or verdict == Verdict.FAILED:
             return False, "the resume failed", [nb.get("error") or resumed["message"]]
         after = json.loads(self.client.execute(nb.get("kernel_id") or record["kernel_id"], observe_code(),
                                                timeout=self.timeout).strip().splitlines()[-1])

@@ -23,7 +23,7 @@ def now() -> float:
 
 
 def initial_state(backend: str) -> dict:
-    return {"state": "active", "phase": None, "message": "", "backend": backend, "cycle": 0,
+    return {"state": State.ACTIVE, "phase": None, "message": "", "backend": backend, "cycle": 0,
             "timeline": {}, "notebooks": [], "progress": None, "error": None, "updated": now()}
 
 

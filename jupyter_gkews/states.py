@@ -145,6 +145,17 @@ def check_transition(old, new, phase=_ANY_PHASE) -> None:
                                 + ", ".join(str(p) for p in PHASES[new]))
 
 
+def check_recovery(old, new) -> None:
+    """Raise IllegalTransition unless RECOVERIES lets a starting server move old -> new."""
+    try:
+        old, new = State(old), State(new)
+    except ValueError as exc:
+        raise IllegalTransition(f"unknown state: {exc}") from None
+    if (old, new) not in RECOVERIES:
+        raise IllegalTransition(f"{old} -> {new} is not a recovery of a starting server; recoveries: "
+                                + ", ".join(f"{a} -> {b}" for a, b in RECOVERIES))
+
+
 def mermaid() -> str:
     """The table as a Mermaid state diagram (docs/architecture.md holds this text)."""
     lines = ["stateDiagram-v2", "    [*] --> active"]

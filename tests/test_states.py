@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from pathlib import Path
 
@@ -10,9 +11,10 @@ import pytest
 from jupyter_gkews.claim import Claim
 from jupyter_gkews.errors import Conflict
 from jupyter_gkews.journal import event_record
-from jupyter_gkews.state import initial_state
+from jupyter_gkews.lifecycle import Lifecycle
+from jupyter_gkews.state import StateStore, initial_state
 from jupyter_gkews.states import (PAUSE_FROM, PHASES, RESUME_FROM, TRANSITIONS, Event, IllegalTransition, Phase,
-                                  State, check_transition, mermaid)
+                                  State, check_recovery, check_transition, mermaid)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -138,3 +140,89 @@ def test_the_architecture_doc_draws_the_transition_table():
     assert drawn == mermaid(), ("docs/architecture.md's diagram differs from jupyter_gkews.states.TRANSITIONS; "
                                 "paste the output of `python -c 'from jupyter_gkews.states import mermaid; "
                                 "print(mermaid())'`")
+
+
+def test_a_late_release_never_frees_a_newer_claim():
+    async def main():
+        h = Holder("paused")
+        async with Claim(h, "resume", RESUME_FROM) as first:
+            first.hand_over()
+        first.release()  # the transition published its last state
+        h.state["state"] = "active"
+        async with Claim(h, "pause", PAUSE_FROM) as second:
+            second.hand_over()
+        first.release()  # the first transition's task ends now: its claim was already given back
+        assert h._busy and not second.released
+        second.release()
+        assert not h._busy
+    asyncio.run(main())
+
+
+def test_recoveries_are_checked_against_their_own_table():
+    check_recovery("pausing", "paused")
+    check_recovery(State.RESUMING, State.PAUSED)
+    with pytest.raises(IllegalTransition, match="active -> paused is not a recovery"):
+        check_recovery("active", "paused")
+    with pytest.raises(IllegalTransition, match="not a recovery"):
+        check_recovery("pausing", "active")
+
+
+class _Backend:
+    name = "local"
+
+
+class _Sessions:
+    async def list_sessions(self):
+        return []
+
+
+class _Server:
+    session_manager = _Sessions()
+
+
+def _lifecycle(tmp_path) -> Lifecycle:
+    return Lifecycle(serverapp=_Server(), backend=_Backend(), bridge=None,
+                     store=StateStore(str(tmp_path / "state")), checkpoint_root=str(tmp_path / "checkpoints"))
+
+
+def test_the_lifecycle_refuses_an_illegal_change_before_writing_it(tmp_path):
+    lc = _lifecycle(tmp_path)
+
+    async def main():
+        with pytest.raises(IllegalTransition, match="active -> paused"):
+            await lc._enter(State.PAUSED, None, "paused", Event.PAUSED, final=True)
+        with pytest.raises(IllegalTransition, match="active -> resuming"):
+            await lc._write_then_publish(lambda s: s.update(state=State.RESUMING, phase=Phase.RESTORING),
+                                         Event.RESTORING)
+        with pytest.raises(IllegalTransition, match="pausing has no phase 'verifying'"):
+            await lc._write_then_publish(lambda s: s.update(state=State.PAUSING, phase=Phase.VERIFYING),
+                                         Event.PAUSE_REQUESTED)
+    asyncio.run(main())
+    assert lc.state["state"] == "active" and not (tmp_path / "state" / "state.json").exists()
+
+
+def test_a_refused_request_gives_its_claim_back(tmp_path):
+    lc = _lifecycle(tmp_path)
+
+    async def main():
+        with pytest.raises(Conflict, match="nothing to pause"):
+            await lc.request_pause()
+        assert not lc.busy
+        with pytest.raises(Conflict, match="cannot resume while the session is active"):
+            await lc.request_resume()
+        assert not lc.busy
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("found, event", [("pausing", "recovered-interrupted-pause"),
+                                          ("resuming", "recovered-interrupted-resume")])
+def test_a_starting_server_recovers_a_half_done_transition_to_paused(tmp_path, found, event):
+    store = StateStore(str(tmp_path / "state"))
+    store.save({**initial_state("local"), "state": found, "phase": PHASES[State(found)][0], "cycle": 1,
+                "timeline": {"pause_requested": 0},
+                "notebooks": [{"path": "a.ipynb", "status": "released", "checkpoint": "c1", "kernel_id": "k"}]})
+    lc = _lifecycle(tmp_path)
+    lc.load()
+    assert lc.state["state"] == "paused" and lc.state["phase"] is None
+    assert store.events()[-1]["event"] == event
+    assert json.loads((tmp_path / "state" / "state.json").read_text())["state"] == "paused"

@@ -35,6 +35,7 @@ from ..k8s.snapshots import (SnapshotError, policy_body, policy_name, snapshot_p
                              trigger_progress, snapshot_created)
 from ..k8s.workspace import PauseInProgress, addon_enabled, set_paused
 from ..state import StateStore
+from ..states import Phase, State
 from .base import SnapshotFailed
 from .local import LocalBackend
 
@@ -102,7 +103,7 @@ class GkeBackend(LocalBackend):
         """Progress of a long wait, shown in the status message while the pause is snapshotting."""
         self.log.info("gkews: %s", message)
         lifecycle = getattr(self.parent, "lifecycle", None)
-        if lifecycle is not None and lifecycle.state.get("phase") == "snapshotting":
+        if lifecycle is not None and lifecycle.state.get("phase") == Phase.SNAPSHOTTING:
             lifecycle.note(message)
 
     async def mode(self, pod: dict | None = None) -> str:
@@ -247,7 +248,7 @@ class GkeBackend(LocalBackend):
         kube, me = await self.connect()
         needed = set()
         state = await self._io(self._lifecycle_state)
-        if state and state.get("state") in ("paused", "resuming", "pausing"):
+        if state and state.get("state") in (State.PAUSED, State.RESUMING, State.PAUSING):
             name = (state.get("snapshot") or {}).get("name")
             if name:
                 needed.add(name)  # a pending resume restores from it

@@ -26,6 +26,7 @@ from traitlets import CaselessStrEnum, Float, Int
 from ..bridge import hold_file
 from ..gpu_suspend import GIB, DriverError, GpuUnavailable, gib, keepalive, procs
 from ..gpu_suspend.driver import refusal
+from ..states import NotebookStatus
 from .base import KEPT_RUNNING, LIVE_STATUSES, SUSPENDED, Backend
 
 RELEASED_MESSAGE = "released (checkpoint on disk)"
@@ -112,7 +113,7 @@ class LocalBackend(Backend):
                     detail["seconds"] = round(time.monotonic() - started, 3)
             if kind == "shutdown":
                 message = RELEASED_MESSAGE + (f"; not suspended: {detail}" if detail else "")
-                results[nb["path"]] = {"status": "released", "message": message, "gpu": None}
+                results[nb["path"]] = {"status": NotebookStatus.RELEASED, "message": message, "gpu": None}
                 if detail and self.release_mode == "suspend":
                     self.log.warning("gkews: %s: %s", nb["path"], message)
                 continue

@@ -1,0 +1,109 @@
+"""The pause/resume lifecycle of a Jupyter server's notebooks, independent of Tornado.
+
+    active → pausing(checkpointing → snapshotting → releasing) → paused
+           → resuming(waiting-for-capacity → restoring → verifying) → active (with verdicts)
+    and failed(reason, next step) from any step.
+
+One transition runs at a time: each takes the one Claim (claim.py) synchronously on the event loop before
+the first await, so concurrent requests cannot both pass it. Every change of state is checked against the
+transition table (states.py), persisted atomically and appended to the event log, off the event loop.
+
+The parts, one job each: persistence.py (the write paths, the table check, the pins), pause.py, holds.py,
+resume.py, recovery.py (a starting server), paths.py (the notebook paths a request names).
+"""
+from __future__ import annotations
+
+import asyncio
+import copy
+import posixpath
+
+from ..claim import Claim
+# LifecycleError and NotFound: re-exported for callers that still import them from here
+from ..errors import LifecycleError, NotFound  # noqa: F401
+from ..state import StateStore, initial_state
+from ..states import Event, NotebookStatus, State
+from .holds import Holds
+from .paths import clean_notebook_paths  # noqa: F401  (notebook_actions, handlers)
+from .pause import Pause
+from .persistence import Persistence, pinned_checkpoints  # noqa: F401  (handlers)
+from .recovery import Recovery
+from .resume import Resume
+
+
+class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
+    def __init__(self, *, serverapp, backend, bridge, store: StateStore, checkpoint_root: str,
+                 busy_timeout: float = 60.0, keep_last: int = 5, max_bytes: int = 0, log=None, gpu_count: int = 0):
+        self.serverapp, self.backend, self.bridge, self.store = serverapp, backend, bridge, store
+        self.gpu_count = gpu_count  # recorded with each pause: the report turns paused hours into GPU hours
+        self.listeners: list = []  # called with (event record, state) after each write (metrics); any thread
+        self._take_snapshot = True
+        self.checkpoint_root, self.busy_timeout = checkpoint_root, busy_timeout
+        self.keep_last, self.max_bytes, self.log = keep_last, max_bytes, log
+        self.state = initial_state(backend.name)
+        self._busy = False  # written only by a Claim (claim.py); read it as `busy`
+        self._claim: Claim | None = None  # the claim of the transition running now, or of the last one
+        self._tasks: set[asyncio.Task] = set()
+        self._watch: asyncio.Task | None = None
+        self._restore_watch: asyncio.Task | None = None  # a paused process that may wake in a restored Pod
+        self._found: str | None = None  # the state a starting server found on disk
+        self._write_lock = asyncio.Lock()  # state.json is replaced in the order the changes happened
+        self._holds: dict[str, object] = {}  # kernel id -> bridge.Hold: checkpointed, no cell runs until released
+        self._pins: dict | None = None  # the checkpoints last pinned in the store (kernel_state.pins)
+
+    def status(self) -> dict:
+        return copy.deepcopy(self.state)
+
+    @property
+    def busy(self) -> bool:
+        """A transition is running: no other may start (the idle policy waits for it too)."""
+        return self._busy
+
+    def note(self, message: str) -> None:
+        self.state["message"] = message
+
+    # -- claims: one transition at a time (claim.py) --------------------------------------------------
+    def _release_claim(self) -> None:
+        """The running transition published its last state: free its claim (once; claim.py)."""
+        if self._claim is not None:
+            self._claim.release()
+
+    def _spawn_claimed(self, claim: Claim, coro) -> None:
+        """Continue a claimed transition in a background task, which owns the claim from now on: it is
+        released when the transition publishes its last state, and in any case when the task ends."""
+        claim.hand_over()
+        self._claim = claim
+
+        async def run():
+            try:
+                await coro
+            finally:
+                claim.release()
+        task = asyncio.create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def notebook_renamed(self, old: str, new: str) -> None:
+        """The contents service renamed a file or folder: a paused notebook in it resumes at its new path
+        (from the checkpoint taken under its old name)."""
+        if self.state["state"] == State.ACTIVE:
+            return  # running kernels follow their sessions; Jupyter renames those itself
+        moved = []
+        for nb in self.state["notebooks"]:
+            if nb.get("status") not in (NotebookStatus.RELEASED, NotebookStatus.FAILED) or not (
+                    nb["path"] == old or nb["path"].startswith(old.rstrip("/") + "/")):
+                continue
+            nb.setdefault("saved_as", nb["path"])
+            nb["path"] = new + nb["path"][len(old):]
+            nb["name"] = posixpath.basename(nb["path"])
+            moved.append(nb["path"])
+        if moved:
+            await self._persist(Event.NOTEBOOK_RENAMED, old=old, new=new, notebooks=moved)
+
+    async def shutdown(self) -> None:
+        # held kernels stay held: the server stopping shuts them down, and a restart rolls the pause forward
+        if self._watch:
+            self._watch.cancel()
+        if self._restore_watch:
+            self._restore_watch.cancel()
+        for task in list(self._tasks):
+            task.cancel()

@@ -1,0 +1,49 @@
+"""Holds on checkpointed kernels: between its checkpoint and its release no cell runs in a kernel, so that
+nothing it computes is lost; a kernel that left its hold is checkpointed again (bridge.save_and_hold)."""
+from __future__ import annotations
+
+import contextlib
+import os
+
+from ..bridge import hold_file
+from ..states import Event, NotebookStatus
+
+
+class Holds:
+    """The holds of Lifecycle (a mixin: `self._holds` maps kernel id -> bridge.Hold)."""
+
+    def _hold_file(self, kernel_id: str) -> str:
+        return hold_file(self.serverapp.runtime_dir, kernel_id)
+
+    async def _renew_broken_holds(self, notebooks: list[dict], interrupt: bool) -> None:
+        """A checkpointed kernel that left its hold (its user interrupted it) may have run a cell since its
+        checkpoint: take that checkpoint again, so that no cell's effect is lost."""
+        for nb in notebooks:
+            hold = self._holds.get(nb["kernel_id"])
+            if nb["status"] != NotebookStatus.CHECKPOINTED or (hold is not None and not hold.ended):
+                continue
+            await self._release_hold(nb["kernel_id"])
+            await self._checkpoint(nb, interrupt)
+            await self._persist(Event.NOTEBOOK_CHECKPOINTED_AGAIN if nb["status"] == NotebookStatus.CHECKPOINTED
+                                else Event.NOTEBOOK_NOT_CHECKPOINTED, path=nb["path"], error=nb.get("error"),
+                                why="a cell ran after its checkpoint")
+
+    async def _release_hold(self, kernel_id: str) -> None:
+        hold = self._holds.pop(kernel_id, None)
+        if hold is not None:
+            await hold.release()
+
+    async def _unhold(self, notebooks: list[dict]) -> None:
+        """Before a resume talks to a kernel that lived on (GPU suspend): end its hold, also one a previous
+        server left behind (its hold file), or every request would wait behind it."""
+        await self._release_holds()
+        for nb in notebooks:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self._hold_file(nb["kernel_id"]))
+
+    async def _release_holds(self, *, only_stopped: bool = False) -> None:
+        """Let held kernels run again (all, or only those already stopped: their clients are closed)."""
+        km = self.serverapp.kernel_manager
+        for kernel_id in list(self._holds):
+            if not only_stopped or kernel_id not in km:
+                await self._release_hold(kernel_id)

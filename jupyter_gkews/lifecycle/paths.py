@@ -1,0 +1,24 @@
+"""The notebook paths a request names, checked and normalised."""
+from __future__ import annotations
+
+import posixpath
+
+from ..errors import BadRequest
+
+
+def clean_notebook_paths(paths) -> list[str] | None:
+    """Paths relative to the contents root, normalised; anything that could leave the root is refused."""
+    if paths is None:
+        return None
+    if not isinstance(paths, list) or not all(isinstance(p, str) and p for p in paths):
+        raise BadRequest('"notebooks" must be a list of notebook paths relative to the contents root')
+    out = []
+    for p in paths:
+        # a backslash is an ordinary character of a POSIX file name (run\1.ipynb), but never a way out
+        escape = posixpath.normpath(p.replace("\\", "/"))
+        if p.startswith(("/", "~", "\\")) or escape == ".." or escape.startswith("../") or "\0" in p:
+            raise BadRequest(f"notebook path {p!r} is outside the contents root; give a path relative to it")
+        norm = posixpath.normpath(p)
+        if norm not in out:  # a notebook named twice is paused (and resumed) once
+            out.append(norm)
+    return out

@@ -1,0 +1,189 @@
+"""The pause: checkpointing -> snapshotting -> releasing -> paused (or failed, saying what still runs)."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ..backends.base import LIVE_STATUSES, SnapshotFailed
+from ..claim import Claim
+from ..errors import BadRequest, Conflict, KernelCallError
+from ..state import now
+from ..states import PAUSE_FROM, Event, NotebookStatus, Phase, State
+from .paths import clean_notebook_paths
+
+
+class Pause:
+    """The pause of Lifecycle (a mixin)."""
+
+    async def request_pause(self, notebooks=None, interrupt: bool = False, *, reason: str = "user",
+                            snapshot: bool = True, last_activity: float | None = None) -> dict:
+        """reason and snapshot come from the idle policy (which also knows terminal activity, hence
+        last_activity); a user's request takes the defaults."""
+        if not isinstance(interrupt, bool):
+            raise BadRequest('"interrupt" must be true or false')
+        wanted = clean_notebook_paths(notebooks)
+        async with Claim(self, "pause", PAUSE_FROM) as claim:
+            targets = await self._running_notebooks(wanted)
+            if not targets:
+                raise Conflict("nothing to pause: no notebook has a running kernel")
+            if last_activity is None:
+                last_activity = self._last_activity(targets)
+            self._take_snapshot = snapshot
+            message, requested = f"checkpointing {len(targets)} notebook(s)", now()
+
+            def begin(state):
+                state.update(cycle=state["cycle"] + 1, notebooks=targets, progress=None, state=State.PAUSING,
+                             phase=Phase.CHECKPOINTING, message=message, error=None,
+                             timeline={"last_activity": last_activity, "pause_requested": requested})
+            await self._begin(begin, Event.PAUSE_REQUESTED, message=message,
+                              notebooks=[nb["path"] for nb in targets], interrupt=interrupt, reason=reason,
+                              last_activity=last_activity, gpus=self.gpu_count, snapshot=snapshot)
+            self._spawn_claimed(claim, self._pause(interrupt))
+        return self.status()
+
+    async def _running_notebooks(self, wanted: list[str] | None) -> list[dict]:
+        sessions = await self.serverapp.session_manager.list_sessions()
+        found = {}
+        for s in sessions:
+            if s.get("kernel") and s["kernel"].get("id"):
+                found[s["path"]] = {"path": s["path"], "name": s["name"], "type": s["type"],
+                                    "session_id": s["id"], "kernel_id": s["kernel"]["id"],
+                                    "kernel_name": s["kernel"]["name"], "status": NotebookStatus.RUNNING}
+        if wanted is None:
+            return list(found.values())
+        missing = [p for p in wanted if p not in found]
+        if missing:
+            raise BadRequest(f"no running kernel for {', '.join(map(repr, missing))}; "
+                             f"open the notebook and start its kernel, or leave it out")
+        return [found[p] for p in wanted]
+
+    def _last_activity(self, notebooks: list[dict]) -> float | None:
+        km = self.serverapp.kernel_manager
+        times = [getattr(km.get_kernel(nb["kernel_id"]), "last_activity", None)
+                 for nb in notebooks if nb["kernel_id"] in km]
+        times = [t.timestamp() for t in times if t is not None]
+        return round(max(times), 3) if times else None
+
+    def _still_running(self, notebooks: list[dict]) -> str:
+        """What a failed pause left running, said truthfully (a kernel may have died meanwhile)."""
+        km = self.serverapp.kernel_manager
+        gone = [nb["path"] for nb in notebooks if nb["kernel_id"] not in km]
+        if not gone:
+            return "every kernel is still running"
+        return (f"the kernel of {', '.join(gone)} is gone (open the notebook again and re-run its cells)"
+                + ("; the others are still running" if len(gone) < len(notebooks) else ""))
+
+    async def _pause(self, interrupt: bool) -> None:
+        try:
+            notebooks = self.state["notebooks"]
+            for i, nb in enumerate(notebooks):
+                self.state["progress"] = {"notebook": nb["path"], "notebooks_done": i,
+                                          "notebooks_total": len(notebooks)}
+                await self._checkpoint(nb, interrupt)
+                await self._persist(Event.NOTEBOOK_CHECKPOINTED if nb["status"] == NotebookStatus.CHECKPOINTED
+                                    else Event.NOTEBOOK_NOT_CHECKPOINTED, path=nb["path"], error=nb.get("error"),
+                                    bytes=nb.get("bytes"), seconds=nb.get("seconds"))
+            self.state["progress"] = None
+            await self._renew_broken_holds(notebooks, interrupt)
+            self.state["timeline"]["checkpoint_done"] = now()
+            done = [nb for nb in notebooks if nb["status"] == NotebookStatus.CHECKPOINTED]
+            left = [nb for nb in notebooks if nb["status"] != NotebookStatus.CHECKPOINTED]
+            if notebooks and not done:
+                await self._fail("No notebook could be checkpointed, so nothing was released: "
+                                 + "; ".join(f"{nb['path']}: {nb['error']}" for nb in left) + ".",
+                                 f"Fix the cause above and pause again; {self._still_running(notebooks)}.")
+                return
+            snapshot = None
+            if self._take_snapshot:  # an idle policy may ask for the checkpoint only
+                await self._enter(State.PAUSING, Phase.SNAPSHOTTING, "taking a snapshot", Event.SNAPSHOTTING)
+                try:
+                    snapshot = await self.backend.snapshot(done)
+                except SnapshotFailed as exc:
+                    if self.backend.abort_on_snapshot_failure:
+                        await self._fail(f"The snapshot failed: {exc}.", "Nothing was released: every kernel is "
+                                         "still running and the checkpoints are kept. Fix the cause and pause again.")
+                        return
+                    snapshot = {"status": "failed", "error": str(exc), "resume_from": "checkpoint"}
+                    await self._persist(Event.SNAPSHOT_FAILED, error=str(exc))
+            self.state["snapshot"] = snapshot
+            self.state["timeline"]["snapshot_ready"] = now() if snapshot and snapshot.get("status") == "ready" else None
+            # the code that asked for the snapshot is inside it: a restored copy wakes up here
+            if await self._resume_if_restored(done):
+                return
+            await self._enter(State.PAUSING, Phase.RELEASING, "releasing the kernels", Event.RELEASING,
+                              snapshot=snapshot)
+            await self._renew_broken_holds(done, interrupt)  # the snapshot took a while: look once more
+            left += [nb for nb in done if nb["status"] != NotebookStatus.CHECKPOINTED]
+            done = [nb for nb in done if nb["status"] == NotebookStatus.CHECKPOINTED]
+            # a kernel that lives on (GPU suspend) stays held while paused: no cell runs in it unnoticed
+            released = await self.backend.release(done) or {}
+            await self._release_holds(only_stopped=True)
+            if await self._resume_if_restored(done):
+                return
+            for nb in done:
+                nb["status"] = NotebookStatus.RELEASED
+                nb.update(released.get(nb["path"], {}))  # a kernel may live on (GPU suspend): its status, message
+            self.state["timeline"]["environment_stopped"] = now()
+            message = f"paused {len(done)} notebook(s)"
+            if snapshot and snapshot.get("status") == "failed":
+                message += f"; the snapshot failed ({snapshot['error']}), so the resume will restore the " \
+                           "kernels from their application checkpoints"
+            if any(nb["status"] in LIVE_STATUSES for nb in done):
+                message += "; " + "; ".join(f"{nb['path']}: {nb['message']}" for nb in done)
+            if left:
+                message += "; still running, not paused: " + "; ".join(f"{nb['path']} ({nb['error']})" for nb in left)
+            await self._enter(State.PAUSED, None, message, Event.PAUSED, final=True,
+                              timeline=dict(self.state["timeline"]))
+            self._watch_for_restore()
+        except Exception as exc:  # an unexpected failure must still leave a state a person can act on
+            if self.log:
+                self.log.exception("gkews: pause failed")
+            await self._fail(f"The pause stopped at {self.state['phase']}: {type(exc).__name__}: {exc}.",
+                             "Check the server log; the checkpoints already written are kept. Pause again.")
+        finally:
+            if self.state["state"] != State.PAUSED:  # the kernels go on: let them run the cells waiting
+                await self._release_holds()
+
+    async def _wait_idle(self, nb: dict, interrupt: bool) -> bool:
+        """Wait (bounded) for the kernel to finish its cell; with interrupt, interrupt it once and wait
+        once more. False, with the reason in nb, when it is still busy."""
+        km = self.serverapp.kernel_manager
+        deadline = time.monotonic() + self.busy_timeout
+        while nb["kernel_id"] in km and km.get_kernel(nb["kernel_id"]).execution_state == "busy":
+            if time.monotonic() >= deadline:
+                if not interrupt:
+                    nb.update(status=NotebookStatus.BUSY, error=f"its kernel was still running a cell after "
+                              f"{self.busy_timeout:.0f} s; let it finish and pause again, or pause with "
+                              f"interrupt to stop the cell")
+                    return False
+                if nb.get("interrupted"):
+                    nb.update(status=NotebookStatus.BUSY, error=f"its cell ignored the interrupt for "
+                              f"{self.busy_timeout:.0f} s and is still running; stop it by hand (or restart the "
+                              f"kernel) and pause again")
+                    return False
+                await km.interrupt_kernel(nb["kernel_id"])
+                nb["interrupted"] = True
+                deadline = time.monotonic() + self.busy_timeout
+            await asyncio.sleep(0.2)
+        return True
+
+    async def _checkpoint(self, nb: dict, interrupt: bool) -> None:
+        """Checkpoint one notebook and hold its kernel until it is released (or the pause ends)."""
+        if not await self._wait_idle(nb, interrupt):
+            return
+
+        def progress(p):
+            if self.state["progress"] is not None:
+                self.state["progress"].update(p)
+        request = {"op": "save", "notebook": nb["path"], "root": self.checkpoint_root,
+                   "keep_last": self.keep_last, "max_bytes": self.max_bytes, "progress": True}
+        try:
+            result, hold = await self.bridge.save_and_hold(nb["kernel_id"], request, self._hold_file(nb["kernel_id"]),
+                                                           label=nb["path"], on_progress=progress)
+        except (KernelCallError, OSError) as exc:
+            nb.update(status=NotebookStatus.NOT_CHECKPOINTED, error=str(exc))
+            return
+        self._holds[nb["kernel_id"]] = hold
+        nb.update(status=NotebookStatus.CHECKPOINTED, checkpoint=result["id"], bytes=result["bytes"],
+                  bytes_written=result["bytes_written"], saved=result["saved"], skipped=result["skipped"],
+                  seconds=result["seconds"])

@@ -1,0 +1,110 @@
+"""How the lifecycle changes its state: every change checked against the transition table (states.py),
+written atomically with its event line (journal.py) and its checkpoint pins, off the event loop."""
+from __future__ import annotations
+
+import asyncio
+import copy
+
+from kernel_state.pins import write_pins
+
+from ..errors import StateNotWritable
+from ..journal import event_record
+from ..state import now
+from ..states import Event, NotebookStatus, Phase, State, check_transition
+
+
+def pinned_checkpoints(state: dict) -> dict:
+    """checkpoint id -> notebook path: what a notebook of this state would resume from (nothing once active)."""
+    if state["state"] == State.ACTIVE:
+        return {}
+    return {nb["checkpoint"]: nb["path"] for nb in state["notebooks"]
+            if nb.get("checkpoint") and nb.get("status") != NotebookStatus.RESUMED}
+
+
+class Persistence:
+    """The write paths of Lifecycle (a mixin: it uses the lifecycle's state, store and claim)."""
+
+    async def _persist(self, event: Event, **details) -> None:
+        self.state["updated"] = now()
+        snapshot = copy.deepcopy(self.state)
+        record = event_record(snapshot, event, **details)
+        async with self._write_lock:
+            await asyncio.to_thread(self._write, snapshot, record)
+
+    async def _write_then_publish(self, apply, event: Event, **details) -> None:
+        """Write a change to disk first and only then show it in status: whoever reads it from status
+        finds it (and its event) on disk too."""
+        pending = copy.deepcopy(self.state)
+        apply(pending)
+        if (pending["state"], pending["phase"]) != (self.state["state"], self.state["phase"]):
+            check_transition(self.state["state"], pending["state"], pending["phase"])
+        pending["updated"] = now()
+        record = event_record(pending, event, **details)
+        async with self._write_lock:
+            await asyncio.to_thread(self._write, pending, record)
+        apply(self.state)
+        self.state["updated"] = pending["updated"]
+
+    def _write(self, snapshot: dict, record: dict) -> None:
+        self._write_pins(snapshot)  # before the state: a paused state on disk always has its pins
+        self.store.save(snapshot)
+        self.store.append_event(record)
+        for listener in self.listeners:
+            listener(record, snapshot)
+
+    def _record(self, event: Event) -> None:
+        """Write the state and one event synchronously (a starting server, before it answers requests)."""
+        self.state["updated"] = now()
+        self._write(copy.deepcopy(self.state), event_record(self.state, event, message=self.state["message"]))
+
+    def _write_pins(self, snapshot: dict) -> None:
+        """Pin in the checkpoint store every checkpoint a notebook of this state would resume from, so that
+        no delete, retention or cleanup (server or kernel) removes it; unpin them once active again."""
+        needed = pinned_checkpoints(snapshot)
+        if needed != self._pins:
+            write_pins(self.checkpoint_root, self.store.directory, needed)
+            self._pins = needed
+
+    async def _enter(self, state: State, phase: Phase | None, message: str, event: Event, *, final: bool = False,
+                     **details) -> None:
+        """Move to a state. The last step of a transition (final) is written to disk before anyone can
+        see it, and the claim is released at that same moment: whoever reads "paused" may resume at once."""
+        check_transition(self.state["state"], state, phase)  # IllegalTransition: a bug, never bad input
+        changes = {"state": state, "phase": phase, "message": message}
+        if state != State.FAILED:
+            changes["error"] = None
+        if final:
+            changes["progress"] = None
+
+            def apply(state):
+                state.update(changes)
+            await self._write_then_publish(apply, event, message=message, **details)
+            self._release_claim()
+            return
+        self.state.update(changes)
+        await self._persist(event, message=message, **details)
+
+    async def _begin(self, apply, event: Event, **details) -> None:
+        """The first step of a transition, on disk before it shows in status. When the state cannot be
+        written (a full volume), nothing changed: the caller hears why (and its `async with Claim` gives the
+        claim back)."""
+        try:
+            await self._write_then_publish(apply, event, **details)
+        except OSError as exc:
+            raise StateNotWritable(
+                f"the state directory {self.store.directory} cannot be written ({exc.strerror or exc}"
+                f"{': ' + exc.filename if exc.filename else ''}); free space there or fix its permissions, "
+                f"then try again. Nothing was changed.") from None
+
+    async def _fail(self, reason: str, next_step: str) -> None:
+        self.state["error"] = {"reason": reason, "next_step": next_step}
+        try:
+            await self._enter(State.FAILED, None, f"{reason} {next_step}", Event.FAILED, final=True, reason=reason)
+        except OSError as exc:  # not even this could be written (a full volume): status still tells
+            if self.log:
+                self.log.error("gkews: cannot record the failure in %s: %s", self.store.directory, exc)
+            self.state.update(state=State.FAILED, phase=None, progress=None, message=(
+                f"{reason} {next_step} (This failure could not be recorded: the state directory "
+                f"{self.store.directory} cannot be written: {exc.strerror or exc}.)"))
+        finally:
+            self._release_claim()

@@ -1,0 +1,78 @@
+"""What a starting server does with the state a stopped one left: a half-done pause is rolled forward
+(paused), a half-done resume rolled back (paused, resume again); states.RECOVERIES lists both."""
+from __future__ import annotations
+
+from kernel_state.timestamps import utc_epoch
+
+from ..backends.base import LIVE_STATUSES
+from ..state import now
+from ..states import Event, NotebookStatus, State, check_recovery
+
+
+class Recovery:
+    """The start-up of Lifecycle (a mixin)."""
+
+    def load(self) -> None:
+        """Read the persisted state and finish or roll back what a stopped server left half done.
+
+        Runs while the server initialises, before it answers any request, so no client ever sees a
+        half-recovered state; the work is a few small file reads and one atomic write.
+        """
+        saved = self.store.load()
+        self._found = saved["state"] if saved else None
+        if saved is None:
+            self._record(Event.STARTED)
+            return
+        self.state = saved
+        self.state["backend"] = self.backend.name
+        self.state["progress"] = None
+        if saved["state"] == State.PAUSING:
+            self._finish_interrupted_pause()
+        elif saved["state"] == State.RESUMING:
+            self._roll_back_interrupted_resume()
+        else:
+            self._record(Event.STARTED)
+
+    async def recover(self) -> None:
+        """After the server started: what a backend does on finding the state paused (the GKE backend
+        restores a cold-started Pod; the local one waits for the user)."""
+        if self._found == State.PAUSED and self.state["state"] == State.PAUSED:
+            await self.backend.recover_paused(self)
+            await self._persist(Event.RECOVERED_PAUSED)
+
+    def _recovered(self, message: str, event: Event, **changes) -> None:
+        check_recovery(self.state["state"], State.PAUSED)  # IllegalTransition: a bug, never bad input
+        self.state.update(state=State.PAUSED, phase=None, message=message, **changes)
+        self._record(event)
+
+    def _roll_back_interrupted_resume(self) -> None:
+        """Every notebook not back yet is paused again: the next resume restores it from its checkpoint."""
+        for nb in self.state["notebooks"]:
+            if nb.get("status") not in (NotebookStatus.RESUMED, *LIVE_STATUSES) and nb.get("checkpoint"):
+                nb.update(status=NotebookStatus.RELEASED, verdict=None)
+        self._recovered("the server stopped during a resume; resume again to restore the notebooks from their "
+                        "checkpoints", Event.RECOVERED_INTERRUPTED_RESUME)
+
+    def _finish_interrupted_pause(self) -> None:
+        """Roll the pause forward: the old kernels are out of reach, every checkpoint they committed counts."""
+        from kernel_state.store import Store  # reading manifests only; the server never unpickles
+        store = Store(self.checkpoint_root)
+        requested = self.state["timeline"].get("pause_requested", 0)
+        for nb in self.state["notebooks"]:
+            if nb.get("status") in (NotebookStatus.CHECKPOINTED, NotebookStatus.RELEASED):
+                nb["status"] = NotebookStatus.RELEASED
+                continue
+            fresh = [r for r in store.list(nb["path"])
+                     if "error" not in r and int(utc_epoch(r["created"])) >= int(requested)]
+            if fresh:
+                nb.update(status=NotebookStatus.RELEASED, checkpoint=fresh[0]["id"], bytes=fresh[0]["bytes"])
+            else:
+                nb.update(status=NotebookStatus.LOST,
+                          error="the server stopped before this notebook's checkpoint was written")
+        self.state["timeline"].setdefault("environment_stopped", now())
+        released = [nb for nb in self.state["notebooks"] if nb["status"] == NotebookStatus.RELEASED]
+        lost = [nb["path"] for nb in self.state["notebooks"] if nb["status"] == NotebookStatus.LOST]
+        message = f"the server stopped during a pause; completed on restart: {len(released)} notebook(s) paused"
+        if lost:
+            message += f"; not checkpointed (re-run their cells): {', '.join(lost)}"
+        self._recovered(message, Event.RECOVERED_INTERRUPTED_PAUSE, error=None)

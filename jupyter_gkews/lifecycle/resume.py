@@ -1,0 +1,182 @@
+"""The resume: waiting-for-capacity -> restoring -> verifying -> active, each notebook live-verified or
+restored from its checkpoint; also the resume a process takes when it wakes up in a restored snapshot."""
+from __future__ import annotations
+
+import asyncio
+
+from ..backends.base import LIVE_STATUSES
+from ..claim import Claim
+from ..errors import BadRequest, Conflict, KernelCallError
+from ..state import now
+from ..states import RESUME_FROM, Event, NotebookStatus, Phase, State, Verdict
+from .paths import clean_notebook_paths
+
+
+class Resume:
+    """The resume of Lifecycle (a mixin)."""
+
+    async def request_resume(self, notebooks=None, why: str | None = None) -> dict:
+        wanted = clean_notebook_paths(notebooks)
+        async with Claim(self, "resume", RESUME_FROM) as claim:
+            # released by a pause, or left failed by an earlier resume: both come back from their checkpoint
+            paused = [nb for nb in self.state["notebooks"]
+                      if nb["status"] in (NotebookStatus.RELEASED, NotebookStatus.FAILED, *LIVE_STATUSES)
+                      and nb.get("checkpoint")]
+            if wanted is not None:
+                unknown = [p for p in wanted if p not in {nb["path"] for nb in paused}]
+                if unknown:
+                    raise BadRequest(f"{', '.join(map(repr, unknown))} was not paused; paused notebooks: "
+                                     f"{', '.join(nb['path'] for nb in paused) or 'none'}")
+                paused = [nb for nb in paused if nb["path"] in wanted]
+            if not paused:
+                if self.state["state"] != State.PAUSED:
+                    raise Conflict("nothing to resume: no notebook is paused")
+                # paused, but every notebook was lost (a server stopped before their checkpoints)
+                message = "resumed: no notebook had a checkpoint to restore"
+                await self._begin(lambda state: state.update(state=State.ACTIVE, phase=None, progress=None,
+                                                             error=None, message=message),
+                                  Event.RESUMED, message=message)
+                return self.status()  # not handed over: the claim is given back as the block ends
+            if self._restore_watch:  # resumed on request: no longer waiting to wake up in a restored Pod
+                self._restore_watch.cancel()
+            await self._release_holds()
+            requested = now()
+
+            def begin(state):
+                state["timeline"]["resume_requested"] = requested
+                state.update(state=State.RESUMING, phase=Phase.WAITING_FOR_CAPACITY, message="waiting for capacity",
+                             error=None)
+            await self._begin(begin, Event.RESUME_REQUESTED, message="waiting for capacity",
+                              notebooks=[nb["path"] for nb in paused])
+            self._spawn_claimed(claim, self._resume(paused, why=why))
+        return self.status()
+
+    async def _resume(self, notebooks: list[dict], why: str | None = None, acquired: bool = False) -> None:
+        try:
+            if not acquired:
+                await self.backend.acquire(notebooks)
+                self.state["timeline"]["capacity_obtained"] = now()
+                await self._enter(State.RESUMING, Phase.RESTORING, f"restoring {len(notebooks)} notebook(s)",
+                                  Event.RESTORING)
+            await self._unhold(notebooks)
+            for nb in notebooks:
+                nb.update(verdict=None, error=None)
+                try:
+                    nb["kernel_id"] = await self.backend.start_kernel(nb)
+                except Exception as exc:
+                    nb.update(status=NotebookStatus.FAILED, verdict=Verdict.FAILED,
+                              error=f"no kernel could be started: {type(exc).__name__}: {exc}")
+            self.state["timeline"]["kernels_started"] = now()
+            await self._enter(State.RESUMING, Phase.VERIFYING, "verifying and restoring", Event.VERIFYING)
+            self.state["progress"] = {"notebooks_done": 0, "notebooks_total": len(notebooks)}
+
+            async def resume_one(nb):  # kernels are separate processes: restore them side by side
+                if nb.get("verdict") != Verdict.FAILED:
+                    await self._verify_or_restore(nb)
+                self.state["progress"]["notebooks_done"] += 1
+                await self._persist(Event.NOTEBOOK_RESUMED, path=nb["path"], verdict=nb["verdict"],
+                                    why=nb.get("why_restored") or nb.get("error"))
+            await asyncio.gather(*(resume_one(nb) for nb in notebooks))
+            self.state["progress"] = None
+            self.state["timeline"]["restore_done"] = now()
+            counts = {}
+            for nb in notebooks:
+                counts[nb["verdict"]] = counts.get(nb["verdict"], 0) + 1
+            self._watch_first_cell(notebooks)  # before the state says active: a user may run a cell at once
+            await self._enter(State.ACTIVE, None, (f"{why}; " if why else "") + "resumed: "
+                              + ", ".join(f"{n} {v}" for v, n in counts.items()), Event.RESUMED, final=True,
+                              verdicts=counts, timeline=dict(self.state["timeline"]))
+        except Exception as exc:
+            if self.log:
+                self.log.exception("gkews: resume failed")
+            for nb in notebooks:  # what did not come back is resumed again from its checkpoint
+                if nb.get("status") != NotebookStatus.RESUMED:
+                    nb["status"] = NotebookStatus.FAILED
+            await self._fail(f"The resume stopped at {self.state['phase']}: {type(exc).__name__}: {exc}.",
+                             "Resume again; the checkpoints are kept.")
+
+    async def _verify_or_restore(self, nb: dict) -> None:
+        """Same process with bit-identical state: live-verified. Anything else: restore from the checkpoint."""
+        # saved_as: the name it was checkpointed under, when it was renamed while paused
+        request = {"notebook": nb.get("saved_as") or nb["path"], "root": self.checkpoint_root,
+                   "checkpoint": nb["checkpoint"]}
+        try:
+            verdict = await self.bridge.call(nb["kernel_id"], {"op": "verify", **request}, label=nb["path"])
+            if verdict["verified"]:
+                nb.update(status=NotebookStatus.RESUMED, verdict=Verdict.LIVE_VERIFIED, restored=[], failed={},
+                          skipped_at_save=verdict["skipped_at_save"], same_process=True)
+                return
+            reason = nb.pop("fallback", None) or (
+                "a new process: the live state did not survive" if not verdict["same_process"]
+                else "the same process, but its state differs from the checkpoint")
+            result = await self.bridge.call(nb["kernel_id"], {"op": "restore", **request}, label=nb["path"])
+        except KernelCallError as exc:
+            nb.update(status=NotebookStatus.FAILED, verdict=Verdict.FAILED, error=str(exc),
+                      next_step="open the notebook and run %gkews_checkpoint restore, or re-run its cells")
+            return
+        nb.update(status=NotebookStatus.RESUMED, verdict=Verdict.RESTORED_FROM_CHECKPOINT, why_restored=reason,
+                  restore_seconds=result["seconds"],
+                  restored=result["restored"], failed=result["failed"],
+                  skipped_at_save=result["skipped_at_save"], warnings=result["warnings"], same_process=False)
+
+    def _watch_first_cell(self, notebooks: list[dict]) -> None:
+        """Record 'kernel usable': the moment a user's cell first ran in a restored kernel."""
+        km = self.serverapp.kernel_manager
+        marks = {nb["kernel_id"]: getattr(km.get_kernel(nb["kernel_id"]), "last_activity", None)
+                 for nb in notebooks if nb["kernel_id"] in km}
+        cycle = self.state["cycle"]
+
+        async def watch():
+            while self.state["cycle"] == cycle and marks:
+                for kid, mark in marks.items():
+                    if kid not in km:
+                        continue
+                    kernel = km.get_kernel(kid)
+                    if kernel.last_activity != mark and kernel.execution_state == "idle":
+                        stamp = round(kernel.last_activity.timestamp(), 3)
+
+                        def mark_usable(state):
+                            state["timeline"]["kernel_usable"] = stamp
+                        await self._write_then_publish(mark_usable, Event.KERNEL_USABLE, kernel_id=kid,
+                                                       kernel_usable=stamp)
+                        return
+                await asyncio.sleep(0.25)
+        if self._watch:
+            self._watch.cancel()
+        self._watch = asyncio.create_task(watch())
+
+    # -- waking up in a restored snapshot -------------------------------------------------------------
+    async def _resume_if_restored(self, notebooks: list[dict]) -> bool:
+        """Ask the backend whether this process now runs in a restored environment; if so, take the resume
+        path (verify every kernel, fall back to its checkpoint) instead of finishing the pause."""
+        found = await self.backend.restored()
+        if not found:
+            return False
+        await self._resume_restored(notebooks, found)
+        return True
+
+    async def _resume_restored(self, notebooks: list[dict], found: dict) -> None:
+        await self._release_holds()  # a restored kernel wakes up held: it must answer the verification
+        self.state["timeline"].update(resume_requested=now(), capacity_obtained=now())
+        self.state["restored_from"] = found
+        await self._enter(State.RESUMING, Phase.RESTORING, f"this process was restored from a snapshot "
+                          f"({found['reason']}): verifying every kernel", Event.RESTORED_DETECTED, evidence=found)
+        await self._resume(notebooks, why="restored from a snapshot", acquired=True)
+
+    def _watch_for_restore(self) -> None:
+        """A paused process may wake up later in a restored Pod (the snapshot was taken after the pause, as
+        the GKE Workspaces add-on does): the backend says when, and the resume path runs."""
+        async def watch():
+            found = await self.backend.wait_restored()
+            if not found:
+                return
+            try:  # a request may have taken the session meanwhile: then it is not ours to resume
+                claim = Claim(self, "resume a restored snapshot", (State.PAUSED,)).take()
+            except Conflict:
+                return
+            self._spawn_claimed(claim, self._resume_restored(
+                [nb for nb in self.state["notebooks"]
+                 if nb["status"] == NotebookStatus.RELEASED and nb.get("checkpoint")], found))
+        if self._restore_watch:
+            self._restore_watch.cancel()
+        self._restore_watch = asyncio.create_task(watch())
