@@ -45,6 +45,9 @@ BENCHMARKS = {  # the smallest size of each documented benchmark, and what its r
                          "--clients", "2", "--requests", "2"], "concurrent clients"),
     "load_status": (["benchmarks/load_status.py", "--seconds", "3", "--rest-seconds", "1", "--clients", "2",
                      "--notebooks", "1", "--mb", "1"], "checkpoints lost: 0"),
+    "bench_gpu_suspend": (["benchmarks/bench_gpu_suspend.py", "--smoke", "--cycles", "1"],
+                          "smoke: simulated driver on the CPU"),
+    "peers.undo": (["-m", "benchmarks.peers.undo", "--smoke"], "stored after 12 cells"),
 }
 
 
