@@ -1,11 +1,24 @@
 """The checkpoint list the REST API shows: manifests read as JSON (the server never unpickles)."""
 from __future__ import annotations
 
+import functools
+
 from kernel_state.errors import CheckpointNotFound
 from kernel_state.pins import CheckpointPinned
-from kernel_state.store import Store
+from kernel_state.store import NotAStore, Store
 
-from .errors import Conflict, NotFound
+from .errors import Conflict, NotFound, StoreUnusable
+
+
+def _store_usable(method):
+    """A checkpoint root the store refuses (not a store, a link inside) answers with its reason and fix."""
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except NotAStore as exc:
+            raise StoreUnusable(str(exc)) from None
+    return wrapper
 
 
 class CheckpointCatalog:
@@ -15,6 +28,7 @@ class CheckpointCatalog:
     def notebooks(self) -> list[str]:
         return self.store.notebooks()
 
+    @_store_usable
     def list(self, notebook: str | None = None) -> list[dict]:
         names = [notebook] if notebook else self.notebooks()
         rows = []
@@ -25,6 +39,7 @@ class CheckpointCatalog:
                 rows.append(row)
         return sorted(rows, key=lambda r: r["id"], reverse=True)
 
+    @_store_usable
     def delete(self, checkpoint_id: str, needed: dict[str, str]) -> None:
         if checkpoint_id in needed:
             raise Conflict(f"checkpoint {checkpoint_id} is the one the paused notebook {needed[checkpoint_id]} "

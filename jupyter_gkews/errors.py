@@ -24,6 +24,10 @@ class StateNotWritable(LifecycleError):
     """The state directory cannot be written (a full or read-only volume): nothing was started."""
 
 
+class StoreUnusable(LifecycleError):
+    """The checkpoint root cannot be used as a store (not a store, a link inside): a setting to fix."""
+
+
 class KernelCallFailed(LifecycleError):
     """The kernel answered with an error (or not at all): a server-side problem, not bad input."""
 

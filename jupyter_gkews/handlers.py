@@ -11,7 +11,8 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 
 from .checkpoints import CheckpointCatalog
-from .errors import BadRequest, Conflict, KernelCallFailed, LifecycleError, NotFound, StateNotWritable
+from .errors import (BadRequest, Conflict, KernelCallFailed, LifecycleError, NotFound, StateNotWritable,
+                     StoreUnusable)
 from .lifecycle import pinned_checkpoints
 from .notebook_actions import NotebookActions
 from .schema import CHECKPOINT_ID, validate_request
@@ -20,7 +21,8 @@ AUTH_RESOURCE = "gkews"
 
 #: the one place where the domain's errors become HTTP status codes (the most specific class wins)
 STATUS_CODES: dict[type, int] = {BadRequest: 400, NotFound: 404, Conflict: 409, KernelCallFailed: 500,
-                                 StateNotWritable: 507, LifecycleError: 400}
+                                 StateNotWritable: 507, StoreUnusable: 500,
+                                 LifecycleError: 400}
 
 
 def status_code(exc: LifecycleError) -> int:

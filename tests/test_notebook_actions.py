@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+import kernel_state
 from serverkit import open_notebook, post, run_cell
 
 
@@ -84,3 +85,20 @@ async def test_kernel_undo_from_the_page_toggle_then_rewind(jp_fetch, jp_servera
     assert r.code == 400 and "on" in json.loads(r.body)["message"]
     r = await post(jp_fetch, "checkpoints/auto", {"notebook": "work/undo.ipynb", "action": "off"})
     assert r.code == 200 and json.loads(r.body)["enabled"] is False
+
+
+async def test_a_link_inside_the_store_is_named_on_delete_and_nothing_is_deleted(jp_fetch, jp_serverapp, tmp_path):
+    """Someone replaced the store's blobs/ by a link to another folder: a REST delete says so, with the fix,
+    instead of an unhandled error, and neither the checkpoint nor the other folder's files are touched."""
+    root = tmp_path / "ckpt"
+    saved = kernel_state.save({"x": list(range(10))}, notebook="a.ipynb", root=str(root))
+    elsewhere = tmp_path / "elsewhere"
+    (root / "blobs").rename(elsewhere)
+    (root / "blobs").symlink_to(elsewhere)
+    (elsewhere / "notes.txt").write_text("mine")
+    r = await jp_fetch("gkews", "checkpoints", saved["id"], method="DELETE", raise_error=False)
+    answer = json.loads(r.body)
+    assert r.code == 500 and answer["reason"] == "StoreUnusable", r.body
+    assert "symbolic link" in answer["message"] and "GKEWS_CHECKPOINT_ROOT" in answer["message"]
+    assert (elsewhere / "notes.txt").read_text() == "mine"
+    assert [c["id"] for c in kernel_state.list_checkpoints(notebook="a.ipynb", root=str(root))] == [saved["id"]]
