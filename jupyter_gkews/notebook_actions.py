@@ -2,9 +2,14 @@
 of its checkpoints into it. Both go through the kernel bridge, so the kernel does the (un)pickling."""
 from __future__ import annotations
 
+import asyncio
+
 from .errors import BadRequest, Conflict, KernelCallError, from_kernel
 from .lifecycle import clean_notebook_paths
 from .states import State
+
+#: seconds a kernel seen running a cell may take to be seen idle before a call into it is refused
+BUSY_GRACE = 2.0
 
 
 class NotebookActions:
@@ -21,16 +26,22 @@ class NotebookActions:
             raise Conflict(f"the session is {state}; wait for it to finish, then try again")
         for s in await self.lifecycle.serverapp.session_manager.list_sessions():
             if s["path"] == notebook and s.get("kernel") and s["kernel"].get("id"):
-                self._refuse_busy(s["kernel"]["id"], notebook)
+                await self._refuse_busy(s["kernel"]["id"], notebook)
                 return s["kernel"]["id"]
         hint = " (it is paused: resume first)" if state == State.PAUSED else ""
         raise Conflict(f"{notebook!r} has no running kernel{hint}; open the notebook and start its kernel")
 
-    def _refuse_busy(self, kernel_id: str, notebook: str) -> None:
+    async def _refuse_busy(self, kernel_id: str, notebook: str) -> None:
         """A call into a kernel that runs a cell would wait behind it (a restore would then overwrite what
-        the cell computed): refuse at once, with the way out."""
+        the cell computed): refuse, with the way out. The server learns that a cell ended from the kernel's
+        last IOPub message, which can arrive a little after the cell's reply: a kernel still "busy" is
+        given BUSY_GRACE seconds to turn idle first, so a click right after a cell is not refused."""
         km = self.lifecycle.serverapp.kernel_manager
-        if kernel_id in km and km.get_kernel(kernel_id).execution_state == "busy":
+        deadline = asyncio.get_running_loop().time() + BUSY_GRACE
+        while kernel_id in km and km.get_kernel(kernel_id).execution_state == "busy":
+            if asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.05)
+                continue
             raise Conflict(f"the kernel of {notebook!r} is running a cell; wait for it to finish (or interrupt "
                            f"it), then try again; nothing was changed")
 
