@@ -137,7 +137,7 @@ class CheckpointRestoreHandler(GkewsHandler):
 
 
 class CheckpointAutoHandler(GkewsHandler):
-    accepted = {"notebook", "action"}
+    request_schema = "auto"
 
     @web.authenticated
     @authorized
@@ -147,7 +147,7 @@ class CheckpointAutoHandler(GkewsHandler):
 
 
 class CheckpointRewindHandler(GkewsHandler):
-    accepted = {"notebook", "cell"}
+    request_schema = "rewind"
 
     @web.authenticated
     @authorized

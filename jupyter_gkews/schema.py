@@ -45,6 +45,14 @@ REQUESTS: dict[str, dict] = {
     "resume": _obj({"notebooks": _NOTEBOOKS}),
     "checkpoint-now": _obj({"notebook": _NOTEBOOK}, required=["notebook"]),
     "restore": _obj({"notebook": _NOTEBOOK}, required=["notebook"]),
+    "auto": _obj({"notebook": _NOTEBOOK,
+                  "action": {"enum": ["on", "off", "status"],
+                             "x-message": 'give the action as {"action": "on"}, "off" or "status"'}},
+                 required=["notebook"]),
+    "rewind": _obj({"notebook": _NOTEBOOK,
+                    "cell": {"type": "integer", "minimum": 1,
+                             "x-message": 'give the cell as {"cell": 12}, the number left of the cell'}},
+                   required=["notebook", "cell"]),
 }
 
 
