@@ -46,13 +46,13 @@ def _pwrite_all(fd: int, buf, offset: int) -> None:
         view, offset = view[n:], offset + n
 
 
-def build_header(entries) -> bytes:
+def build_header(entries, metadata: dict | None = None) -> bytes:
     """entries: [(name, dtype, shape, nbytes)] in data order. Returns 8-byte length + padded JSON."""
     header, offset = {}, 0
     for name, dtype, shape, nbytes in entries:
         header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
-    header["__metadata__"] = {"format": "pt", "writer": "kernel_state"}
+    header["__metadata__"] = {"format": "pt", "writer": "kernel_state", **(metadata or {})}
     text = json.dumps(header, separators=(",", ":")).encode()
     padded = _round_up(8 + len(text)) - 8
     return struct.pack("<Q", padded) + text + b" " * (padded - len(text))
@@ -164,19 +164,24 @@ def _pread_into(fd: int, view: memoryview, offset: int) -> int:
     return total
 
 
-def read_blob(path: str, digest: str, into: memoryview | None = None) -> tuple[mmap.mmap | None, dict]:
+def read_blob(path: str, digest: str, into: memoryview | None = None, _depth: int = 0) -> tuple[mmap.mmap | None, dict]:
     """Read a blob into page-aligned memory after checking its header and its hash.
 
     Returns (buffer, {name: (dtype, shape, begin, end)}); offsets are relative to the buffer. Plain
     sequential reads let the kernel's readahead keep the disk busy while this thread hashes (measured
     here: faster cold than O_DIRECT); restore reads two blobs at a time. With `into` (a view exactly the
     size of the blob's data) the data goes there instead and the buffer returned is None; the caller
-    must drop what it read when this raises.
+    must drop what it read when this raises. Where only `<digest>.enc` exists, it is decoded
+    (encoded_blob.py) and the same is returned.
     """
     what = f"blob {digest[:12]}"
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
+        encoded = path[:-len(".safetensors")] + ".enc" if path.endswith(".safetensors") else None
+        if encoded and os.path.exists(encoded):  # an automatic checkpoint's blob, stored smaller
+            from . import encoded_blob
+            return encoded_blob.read(encoded, digest, into, _base_reader(os.path.dirname(path), _depth))
         raise CorruptBlob(f"{what} is missing from the checkpoint store ({path})") from None
     try:
         size = os.fstat(fd).st_size
@@ -204,3 +209,16 @@ def read_blob(path: str, digest: str, into: memoryview | None = None) -> tuple[m
     if hasher.hexdigest() != digest:
         raise CorruptBlob(f"{what} does not match its hash: the file {path} was modified or damaged")
     return buf, dict(entries)
+
+
+def _base_reader(blob_dir: str, depth: int):
+    """For an encoded blob: reads the tensor bytes of its base, which must not have a base itself."""
+    def read_base(digest: str) -> memoryview:
+        if depth:
+            raise CorruptBlob(f"blob {digest[:12]} is the base of a blob that is itself a base's delta")
+        buf, entries = read_blob(os.path.join(blob_dir, f"{digest}.safetensors"), digest, None, depth + 1)
+        if set(entries) != {"t"}:
+            raise CorruptBlob(f"blob {digest[:12]} holds {len(entries)} tensors: it cannot be a base")
+        _dtype, _shape, begin, end = entries["t"]
+        return memoryview(buf)[begin:end]
+    return read_base

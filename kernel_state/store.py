@@ -1,6 +1,7 @@
 """The checkpoint store on disk.
 
     <root>/blobs/<xxh3-128>.safetensors   tensor and array data, shared by all checkpoints
+    <root>/blobs/<xxh3-128>.enc           the same, stored smaller (automatic checkpoints; encoded_blob.py)
     <root>/blobs/<xxh3-128>.pkl           one pickled variable (its tensors by reference)
     <root>/notebooks/<key>/notebook.json  which notebook the key stands for
     <root>/notebooks/<key>/manifests/<id>.json
@@ -47,7 +48,7 @@ MARKER_FORMAT = "gkews-checkpoint-store"
 LAYOUT = ("blobs", "tmp", "notebooks")
 # The names the store writes; garbage collection and delete touch nothing else.
 CHECKPOINT_ID = re.compile(r"\d{8}-\d{6}-\d{3}-[0-9a-f]{4}")
-BLOB_NAME = re.compile(r"[0-9a-f]{32}\.(safetensors|pkl)")
+BLOB_NAME = re.compile(r"[0-9a-f]{32}\.(safetensors|enc|pkl)")
 TEMP_NAME = re.compile(r"[0-9a-f]{32}(\.[a-z]+)?\.tmp")
 KEY_NAME = re.compile(r"[0-9a-f]{24}")
 PIN_NAME = re.compile(r"[0-9a-f]{24}\.json|[0-9a-f]{32}\.tmp")  # kernel_state.pins: written by the server
@@ -87,6 +88,7 @@ class Store:
     def __init__(self, root: str | None = None):
         self.root = config.checkpoint_root(root)
         self.blob_dir = os.path.join(self.root, "blobs")
+        self.accept_encoded = False  # a pause's checkpoint is plain safetensors, whatever kernel undo wrote
         self.tmp_dir = os.path.join(self.root, "tmp")
         self.staged: dict[str, str] = {}  # final path -> temp path, written but not yet durable
 
@@ -223,11 +225,16 @@ class Store:
         return os.path.join(self.blob_dir, f"{digest}.{ext}")
 
     def has_blob(self, digest: str, ext: str) -> bool:
-        """A blob under its final name, as a regular file (a link there is not ours and gets replaced)."""
-        try:
-            return stat.S_ISREG(os.lstat(self.blob_path(digest, ext)).st_mode)
-        except FileNotFoundError:
-            return False
+        """A blob under its final name, as a regular file (a link there is not ours and gets replaced).
+        With accept_encoded (an automatic checkpoint's save), `<digest>.enc` stands for the safetensors one."""
+        exts = (ext, "enc") if ext == "safetensors" and self.accept_encoded else (ext,)
+        for name in exts:
+            try:
+                if stat.S_ISREG(os.lstat(self.blob_path(digest, name)).st_mode):
+                    return True
+            except FileNotFoundError:
+                pass
+        return False
 
     # -- locking: saves share, garbage collection is exclusive -----------------------------------
     @contextlib.contextmanager
@@ -241,8 +248,9 @@ class Store:
             os.close(fd)
 
     # -- writing ----------------------------------------------------------------------------------
-    def put_tensors(self, entries, progress=None) -> tuple[str, int, bool]:
-        """Stage a safetensors blob; returns (digest, size, newly written)."""
+    def put_tensors(self, entries, progress=None, position=None) -> tuple[str, int, bool]:
+        """Stage a safetensors blob; returns (digest, size, newly written). (position: where the bytes
+        live in the process; only the automatic checkpoints' staging store uses it.)"""
         try:
             tmp, digest, size = write_blob(entries, self.tmp_dir, progress)
         except OSError as exc:
@@ -461,8 +469,9 @@ class Store:
         except (CorruptManifest, NotAStore):
             referenced = None  # cannot tell what every checkpoint needs: keep every blob until that is fixed
         if referenced is not None:
-            doomed += [os.path.join(self.blob_dir, n) for n in os.listdir(self.blob_dir)
-                       if BLOB_NAME.fullmatch(n) and n.split(".", 1)[0] not in referenced]
+            names = [n for n in os.listdir(self.blob_dir) if BLOB_NAME.fullmatch(n)]
+            referenced |= self._bases(n for n in names if n.endswith(".enc") and n[:-4] in referenced)
+            doomed += [os.path.join(self.blob_dir, n) for n in names if n.split(".", 1)[0] not in referenced]
         freed = 0
         for path in doomed:
             try:
@@ -475,6 +484,12 @@ class Store:
             except OSError:  # gone meanwhile, or not ours to remove: the next collection tries again
                 pass
         return freed
+
+    def _bases(self, encoded_names) -> set[str]:
+        """The blobs these encoded blobs are XORed with: kept while they are (their manifests may not
+        name them: a later checkpoint that found a blob unchanged names that blob alone)."""
+        from .encoded_blob import base_of
+        return {b for b in (base_of(os.path.join(self.blob_dir, n)) for n in encoded_names) if b}
 
 
 def manifest_checksum(manifest: dict) -> str:
