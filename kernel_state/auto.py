@@ -26,12 +26,12 @@ import os
 import threading
 import time
 
-from . import checkpoint, config
+from . import checkpoint, config, encoded_blob
 from .errors import CheckpointError, CheckpointNotFound, CheckpointWriteError
 from .fsutil import write_json_durable
 from .hashing import new_hasher
-from .safetensors_io import build_header
-from .store import Store, summary
+from .safetensors_io import build_header, read_blob
+from .store import Store, summary, write_error
 
 ENV_SWITCH = "GKEWS_AUTO_CHECKPOINT"  # "1": on from the kernel's start (c.AutoCheckpoint.enabled too)
 
@@ -55,7 +55,8 @@ class StagingStore(Store):
         self.copied = 0
 
     def _present(self, final: str) -> bool:
-        return final in self.new or self.pending(final) or os.path.exists(final)
+        return final in self.new or self.pending(final) or os.path.exists(final) or (
+            final.endswith(".safetensors") and os.path.exists(final[:-len("safetensors")] + "enc"))
 
     def has_blob(self, digest: str, ext: str) -> bool:
         return self._present(self.blob_path(digest, ext))
@@ -69,7 +70,9 @@ class StagingStore(Store):
         self.new[final] = ("bytes", bytes(data))
         return digest, len(data), True
 
-    def put_tensors(self, entries, progress=None) -> tuple[str, int, bool]:
+    def put_tensors(self, entries, progress=None, position=None) -> tuple[str, int, bool]:
+        """position: where these bytes live in the process (a storage, a chunk of an array), so the
+        writer can store them as a delta of what it last wrote from there."""
         # copied before hashing, so the name is that of exactly the bytes the writer will write
         copies = [(n, d, s, _staged_copy(mv)) for n, d, s, mv in entries]
         header = build_header([(n, d, s, mv.nbytes) for n, d, s, mv in copies])
@@ -82,7 +85,7 @@ class StagingStore(Store):
         if self._present(final):
             return digest, size, False
         self.copied += size - len(header)
-        self.new[final] = ("tensors", copies)
+        self.new[final] = ("tensors", copies, position)
         return digest, size, True
 
 
@@ -185,18 +188,18 @@ class Writer:
         store.ensure()
         try:
             with store.lock():
-                for final, (kind, payload) in snap.blobs.items():
+                keyframes = {}
+                for final, (kind, payload, *position) in snap.blobs.items():
                     if self.abandon:
                         raise Abandoned()
-                    if os.path.exists(final):
+                    if _on_disk(final):
                         continue
                     if kind == "bytes":
                         store.put_bytes(payload)
                     else:
-                        store.put_tensors(payload)
+                        self._put_tensors(store, snap.manifest, final, payload, position[0], keyframes)
                 missing = [d for d in snap.manifest["blobs"] if not any(
-                    os.path.exists(p) or p in store.staged
-                    for p in (store.blob_path(d, "safetensors"), store.blob_path(d, "pkl")))]
+                    p in store.staged or os.path.exists(p) for p in map(store.blob_path, (d,) * 3, BLOB_EXTS))]
                 if missing:  # deleted since it was found unchanged (a delete by id, or another retention)
                     raise CheckpointWriteError(
                         f"{len(missing)} blob(s) this checkpoint shares with older ones were deleted meanwhile; "
@@ -204,12 +207,70 @@ class Writer:
                 if self.abandon:
                     raise Abandoned()
                 store.commit(snap.notebook, snap.manifest)
+                KEYFRAMES.update(keyframes)
         except BaseException:
             for tmp in store.staged.values():  # an unfinished write leaves nothing behind
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
             raise
         store.apply_retention(snap.notebook, auto=True)
+
+    @staticmethod
+    def _put_tensors(store: Store, manifest: dict, final: str, payload, position, keyframes: dict) -> None:
+        """One tensor's bytes as an encoded blob (XORed with what was last written from the same place,
+        when that is on disk) if that saves a tenth; else as a plain safetensors blob."""
+        digest = os.path.basename(final).split(".", 1)[0]
+        if position is None or len(payload) != 1 or payload[0][3].nbytes < ENCODE_FROM:
+            store.put_tensors(payload)
+            return
+        _name, dtype, shape, data = payload[0]
+        base = KEYFRAMES.get((store.root, position))
+        base_view = _base_bytes(store, base, data.nbytes) if base else None
+        if base_view is None:
+            base = None
+        try:
+            encoded = encoded_blob.write(store.tmp_dir, dtype, shape, data, base, base_view)
+        except OSError as exc:
+            raise write_error(exc, store.root) from None
+        if encoded is None:
+            store.put_tensors(payload)
+            keyframes[(store.root, position)] = digest
+            return
+        tmp, size = encoded
+        store._stage(tmp, digest, "enc")
+        manifest["blobs"][digest] = size
+        if base:  # named here too, so the retention's byte count sees it
+            manifest["blobs"][base] = os.path.getsize(_on_disk(store.blob_path(base, "safetensors")))
+        else:
+            keyframes[(store.root, position)] = digest
+
+
+BLOB_EXTS = ("safetensors", "enc", "pkl")
+ENCODE_FROM = 1 << 20  # tensors and chunks from this size on may be stored encoded
+# (store root, position) -> the last blob written from there without a base: the next one's base
+KEYFRAMES: dict[tuple, str] = {}
+
+
+def _on_disk(final: str) -> str | None:
+    """The file a blob is stored in: `<X>.safetensors`, or `<X>.enc` for an encoded one."""
+    if os.path.exists(final):
+        return final
+    if final.endswith(".safetensors"):
+        encoded = final[:-len("safetensors")] + "enc"
+        if os.path.exists(encoded):
+            return encoded
+    return None
+
+
+def _base_bytes(store: Store, base: str, nbytes: int) -> memoryview | None:
+    """The tensor bytes of a keyframe still on disk, or None (collected meanwhile, or another size)."""
+    try:
+        buf, entries = read_blob(store.blob_path(base, "safetensors"), base)
+    except CheckpointError:
+        return None
+    if set(entries) != {"t"} or entries["t"][3] - entries["t"][2] != nbytes:
+        return None
+    return memoryview(buf)[entries["t"][2]:entries["t"][3]]
 
 
 class AutoCheckpoint:
@@ -417,11 +478,12 @@ def rewind(cell: int, namespace=None, *, notebook: str | None = None, root: str 
     count = getattr(shell, "execution_count", None)  # the next cell's number, outside a cell
     now = undo_cell if undo_cell is not None else count - 1 if isinstance(count, int) else None
     with AUTO.paused():
-        undo = checkpoint.save(ns, notebook=notebook, root=root, auto_label={
+        undo = checkpoint.save(ns, notebook=notebook, root=root, retention=False, auto_label={
             "cell": now, "source": f"(before rewind to cell [{cell}])", "before_rewind": cell})
         store = Store(root)
         before = store.load_manifest(config.notebook_name(notebook), undo["id"])
         result = checkpoint.restore(ns, notebook=notebook, root=root, checkpoint=target["id"])
+        store.apply_retention(config.notebook_name(notebook), auto=True)  # now that the target is read
     kept = set(target["variables"]) | set(target["modules"]) | set(target["skipped"])
     # defined after that cell: a rewind takes it away (the undo checkpoint has it); a module imported
     # since stays bound, as it stays loaded

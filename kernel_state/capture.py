@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import copyreg
 import io
+import json
 import os
 import pickle
 import sys
 import types
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 import dill
 
@@ -58,6 +60,8 @@ NUMPY_DTYPES = {"b1": "BOOL", "u1": "U8", "i1": "I8", "i2": "I16", "u2": "U16", 
 
 # What earlier saves in this process wrote, to prove torch storages unchanged by their version counter.
 _written: dict[tuple, dict] = {}
+# (store root, variable) -> (what its value digest depends on, the digest): Capture._value_digest
+_digests: dict[tuple, tuple[str, str]] = {}
 
 
 def _torch():
@@ -109,8 +113,10 @@ class Capture:
     """Turns live objects into blobs and tables. With dry=True it writes nothing and only fingerprints,
     which is how verify() re-derives what a checkpoint would say about the live state."""
 
-    def __init__(self, store=None, *, dry: bool = False, progress=None, algorithms: dict | None = None):
+    def __init__(self, store=None, *, dry: bool = False, progress=None, algorithms: dict | None = None,
+                 reuse_digests: bool = False):
         self.store, self.dry, self.progress = store, dry, progress
+        self.reuse_digests = reuse_digests and not dry  # verify (dry) always walks the live value
         self.algorithms = algorithms or {}
         self.tensors: dict[str, dict] = {}
         self.arrays: dict[str, dict] = {}
@@ -128,16 +134,17 @@ class Capture:
         self._pack: list = []
         self._current: str | None = None
         self._var_storages: list[str] = []
+        self._var_refs: list[tuple] = []  # the tensors and arrays this variable's pickle refers to
+        self._var_memo = False  # and whether it refers to an object another variable's pickle holds
         self._shared: dict[int, tuple] = {}
         self._reductions: dict[int, tuple] = {}
 
     # -- per variable -------------------------------------------------------------------------------
     def add_variable(self, name: str, value, picklers=("pickle", "dill")) -> dict:
-        from .compare import value_digest
         self._current = name
         errors = []
         for kind in picklers:
-            self._var_storages = []
+            self._var_storages, self._var_refs, self._var_memo = [], [], False
             buf = io.BytesIO()
             try:
                 pickler = PICKLERS[kind](buf, protocol=PROTOCOL)
@@ -158,7 +165,7 @@ class Capture:
                       "bytes": len(data) + sum(self.storages[s]["nbytes"] for s in self._var_storages),
                       "storages": list(self._var_storages)}
             record.update(_describe(value))
-            record["digest"] = value_digest(value, self)
+            record["digest"] = self._value_digest(name, value, digest)
             self.variables[name] = record
             self.saved_vars.add(name)
             if kind == "pickle":  # dill edits its memo as it goes: its indices are not the unpickler's
@@ -166,6 +173,33 @@ class Capture:
             return record
         exc = errors[0]
         raise VariableSkipped(f"{type(exc).__name__}: {str(exc)[:300]}")
+
+    def _value_digest(self, name: str, value, pickle_digest: str) -> str:
+        """The digest verify compares. Walking a large object graph costs milliseconds after every cell,
+        so kernel undo reuses the last one when nothing it depends on changed: the same pickle bytes,
+        the same tensor and array layouts, the same storage contents, and no object of another variable
+        (whose contents the pickle does not hold)."""
+        from .compare import value_digest
+        key = self._digest_key(pickle_digest) if self.reuse_digests else None
+        cached = _digests.get((self.store.root, name)) if key else None
+        if cached and cached[0] == key:
+            return cached[1]
+        digest = value_digest(value, self)
+        if key:
+            _digests[(self.store.root, name)] = (key, digest)
+        return digest
+
+    def _digest_key(self, pickle_digest: str) -> str | None:
+        if self._var_memo:
+            return None
+        parts: list = [pickle_digest]
+        for kind, key in self._var_refs:
+            record = (self.tensors if kind == "tensor" else self.arrays)[key]
+            parts.append(record)
+            if "grad" in record:
+                parts.append(self.tensors[record["grad"]])
+        parts.append([self.storages[s].get("fingerprint") for s in self._var_storages])
+        return digest_bytes(json.dumps(parts, sort_keys=True, default=str).encode())
 
     def _share(self, name: str, memo: dict) -> None:
         """Objects this variable's pickle holds: a later variable that reaches one refers to it here."""
@@ -194,23 +228,32 @@ class Capture:
         shared = self._shared.get(id(obj))
         if shared is not None and shared[0] != self._current:
             self.variables[shared[0]]["shared"] = True
+            self._var_memo = True
             return ("memo",) + shared
         torch = _torch()
         if torch is not None:
             if isinstance(obj, torch.Tensor):
                 key = self._tensor(obj, torch)
-                return None if key is None else ("tensor", key)
+                if key is None:
+                    return None
+                self._var_refs.append(("tensor", key))
+                return ("tensor", key)
             if isinstance(obj, torch.storage.TypedStorage):
                 skey = self._storage(obj._untyped_storage, None, TORCH_DTYPES.get(str(obj.dtype)[6:]))
                 return ("storage", skey, str(obj.dtype)[6:])
             if isinstance(obj, torch.UntypedStorage):
                 return ("storage", self._storage(obj, None, None), None)
         if np is not None and isinstance(obj, np.ndarray):
+            key = None
             if isinstance(obj, np.memmap) and not obj.dtype.hasobject:
-                return ("array", self._array(obj, memmap=True))
-            if type(obj) is np.ndarray:
+                key = self._array(obj, memmap=True)
+            elif type(obj) is np.ndarray:
                 key = self._array(obj)
-                return None if key is None else ("array", key)
+            if key is not None:
+                self._var_refs.append(("array", key))
+                return ("array", key)
+            if type(obj) is np.ndarray:
+                return None
         refuse(obj)
         return None
 
@@ -324,7 +367,8 @@ class Capture:
         else:
             fingerprint = storage_fingerprint(ust, dtype, shape)
         if nbytes >= PACK_LIMIT:
-            digest, size, new = self.store.put_tensors([("t", dtype, shape, data)], self._progress_bytes)
+            digest, size, new = self.store.put_tensors([("t", dtype, shape, data)], self._progress_bytes,
+                                                       position=ident)
             self._account(digest, size, new)
             record.update(blob=digest, name="t", blob_bytes=size,
                           fingerprint=fingerprint or {"algorithm": "xxh3-128", "value": digest})
@@ -377,21 +421,22 @@ class Capture:
         # no version counter in numpy: the hash decides what changed
         if root.nbytes >= CHUNKED:
             pieces = [data[i:i + CHUNK] for i in range(0, root.nbytes, CHUNK)]
-            record["chunks"] = [[cpu_fingerprint("U8", [len(p)], p), len(p)] for p in pieces]
+            # at memory speed, on two threads: after every cell, kernel undo hashes every chunk
+            record["chunks"] = [[digest, len(p)] for digest, p in zip(_hash_pool.map(_chunk_digest, pieces), pieces)]
             joined = ",".join(digest for digest, _n in record["chunks"]).encode()
             record["fingerprint"] = {"algorithm": CHUNKS_ALGORITHM, "value": digest_bytes(joined)}
             if not self.dry:
-                self._write_chunks(record, pieces)
+                self._write_chunks(record, pieces, ident)
         else:
             record["fingerprint"] = {"algorithm": "xxh3-128", "value": cpu_fingerprint(dtype, shape, data)}
             if not self.dry:
-                self._write_buffer(skey, record, data, root)
+                self._write_buffer(skey, record, data, root, ident)
         self._storage_keys[ident] = skey
         self.storages[skey] = record
         self._use(skey)
         return skey
 
-    def _write_buffer(self, skey, record, data, root) -> None:
+    def _write_buffer(self, skey, record, data, root, ident) -> None:
         dtype, shape, value = record["dtype"], record["shape"], record["fingerprint"]["value"]
         if root.nbytes >= PACK_LIMIT:
             if self.store.has_blob(value, "safetensors"):
@@ -399,21 +444,23 @@ class Capture:
                 self._account(value, size, False)
                 record.update(blob=value, name="t")
             else:
-                digest, size, new = self.store.put_tensors([("t", dtype, shape, data)], self._progress_bytes)
+                digest, size, new = self.store.put_tensors([("t", dtype, shape, data)], self._progress_bytes,
+                                                           position=ident)
                 self._account(digest, size, new)
                 record.update(blob=digest, name="t")
         else:
             record["name"] = value[:32]
             self._pack.append((skey, dtype, shape, data, root))
 
-    def _write_chunks(self, record, pieces) -> None:
+    def _write_chunks(self, record, pieces, ident) -> None:
         """Write the chunks no earlier checkpoint (nor this one) has; account for all of them."""
-        for (digest, n), piece in zip(record["chunks"], pieces):
+        for index, ((digest, n), piece) in enumerate(zip(record["chunks"], pieces)):
             stored = self.store.has_blob(digest, "safetensors")
             if stored or self.store.blob_path(digest, "safetensors") in self.store.staged:
                 self._account(digest, n + len_header("U8", [n]), False)
                 continue
-            written, size, new = self.store.put_tensors([("t", "U8", [n], piece)], self._progress_bytes)
+            written, size, new = self.store.put_tensors([("t", "U8", [n], piece)], self._progress_bytes,
+                                                        position=ident + (index,))
             self._account(written, size, new)
 
     # -- finishing ----------------------------------------------------------------------------------
@@ -452,6 +499,13 @@ class Capture:
     def _progress_bytes(self, n: int) -> None:
         if self.progress:
             self.progress(bytes_done=n)
+
+
+def _chunk_digest(piece: memoryview) -> str:
+    return cpu_fingerprint("U8", [len(piece)], piece)
+
+
+_hash_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gkews-hash")  # xxhash lets go of the GIL
 
 
 def _small_array(arr):

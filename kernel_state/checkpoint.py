@@ -116,7 +116,7 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
     tracker.total = len(chosen)
     if tracker.activity:
         _activity["variables_total"] = len(chosen)
-    capture = Capture(store, progress=tracker)
+    capture = Capture(store, progress=tracker, reuse_digests=bool(extra and extra.get("auto")))
     for name, value in chosen:
         capture.var_ids.setdefault(id(value), name)
     skipped = {}
@@ -149,14 +149,17 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
 
 
 def save(namespace=None, *, notebook=None, root=None, names=None, exclude=(), progress=None,
-         keep_last=None, max_bytes=None, random_state: bool = True, auto_label: dict | None = None) -> dict:
+         keep_last=None, max_bytes=None, random_state: bool = True, auto_label: dict | None = None,
+         retention: bool = True) -> dict:
     """Capture and commit a checkpoint. With auto_label it counts as an automatic one (kernel undo): it
-    carries the label and only the automatic checkpoints' retention applies to it."""
+    carries the label and only the automatic checkpoints' retention applies to it. retention=False leaves
+    retention to the caller (a rewind: its undo checkpoint must not push out the one it restores)."""
     ns, shell = _namespace(namespace)
     nb = config.notebook_name(notebook)
     store = Store(root)
     tracker = Progress(progress, 0)
     extra = {"auto": True, "label": auto_label} if auto_label else None
+    store.accept_encoded = bool(auto_label)
     store.ensure()
     try:
         with store.lock():
@@ -171,7 +174,7 @@ def save(namespace=None, *, notebook=None, root=None, names=None, exclude=(), pr
     tracker(force=True)
     capture, manifest = staged.capture, staged.manifest
     capture.remember()
-    retention = store.apply_retention(nb, keep_last, max_bytes, auto=bool(auto_label))
+    retention = store.apply_retention(nb, keep_last, max_bytes, auto=bool(auto_label)) if retention else None
     result = summary(manifest)
     result.update(saved=list(capture.variables) + list(staged.modules), skipped=staged.skipped,
                   bytes_written=capture.bytes_written, seconds=round(time.perf_counter() - staged.started, 4),

@@ -234,7 +234,9 @@ class Restorer:
         if record.get("kind") != "torch":
             return False
         import torch
-        return cuda_io.streams(record, self._target(record["device"], torch))
+        # an automatic checkpoint's encoded blob is decoded on the host, then copied to the device
+        return cuda_io.streams(record, self._target(record["device"], torch)) and \
+            self.store.has_blob(record["blob"], "safetensors")
 
     def _target(self, saved: str, torch) -> str:
         if self.device == "cpu" or saved == "cpu":
