@@ -11,7 +11,10 @@ against the memcpy time of those bytes (measured in the same kernel); per writte
 background write seconds. Kishu commits in its own post_run_cell hook (timed by wrapping it, as in
 benchmarks/peers). After the last cell: storage against the live state, then a rewind to cell 10 and to
 cell 40 (ours: the rewind op; Kishu: checkout of that cell's commit, in the same kernel), timed, and every
-variable compared by content digest with the state recorded after that cell.
+variable compared by content digest with the state recorded after that cell. Between cells the driver
+waits --think seconds (default 1: a person reading the result); with 0 the cells run back to back, like
+Run All, the snapshots of cells that end while the writer is busy coalesce, and a cell without a
+checkpoint of its own cannot be rewound to (the report lists the cells that have one).
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from . import __main__ as peers
@@ -70,7 +74,7 @@ def memcpy_gbps(kernel: Kernel) -> float:
     return 0.1 / (t1 - t0)
 
 
-def run_ours(work: Path, cells: list[str], rewind_to) -> dict:
+def run_ours(work: Path, cells: list[str], rewind_to, think: float) -> dict:
     root = work / "ours"
     kernel = Kernel(root, notebook=NOTEBOOK, extra_env={"GKEWS_AUTO_CHECKPOINT": "1"})
     rows, expect = [], {}
@@ -79,6 +83,7 @@ def run_ours(work: Path, cells: list[str], rewind_to) -> dict:
         gbps = memcpy_gbps(kernel)
         for index, cell in enumerate(cells, 1):
             kernel.run(cell, timeout=1800)
+            time.sleep(think)  # the person reads the cell's result before running the next
             status = kernel.call({"op": "auto", "action": "status"})["result"]
             stage = status["last_stage"] or {}
             assert stage.get("cell") == index, (stage, index)
@@ -89,6 +94,7 @@ def run_ours(work: Path, cells: list[str], rewind_to) -> dict:
             print(f"  cell {index:2d}: foreground {stage['seconds'] * 1000:7.1f} ms, "
                   f"{stage['copied'] / 1e6:7.1f} MB staged", flush=True)
         status = kernel.call({"op": "auto", "action": "status", "wait": 1800})["result"]
+        own = sorted(r["label"]["cell"] for r in kernel.call({"op": "list"})["result"] if r.get("auto"))
         writes = evaluate(kernel, "__import__('json').dumps("
                                   "__import__('kernel_state.auto').auto.AUTO.writer.write_seconds)")
         live = evaluate(kernel, inkernel("live_bytes()"))["bytes"]
@@ -105,10 +111,11 @@ def run_ours(work: Path, cells: list[str], rewind_to) -> dict:
     finally:
         kernel.close()
     return {"name": "kernel_state (auto)", "rows": rows, "writes": writes, "live": live, "stored": stored,
-            "rewinds": rewinds, "coalesced": status["coalesced"], "written": status["written"], "gbps": gbps}
+            "rewinds": rewinds, "coalesced": status["coalesced"], "written": status["written"], "gbps": gbps,
+            "cells_with_checkpoint": own}
 
 
-def run_kishu(work: Path, cells: list[str], rewind_to) -> dict:
+def run_kishu(work: Path, cells: list[str], rewind_to, think: float) -> dict:
     system = peers.Kishu(work)
     kernel = Kernel(system.dir, notebook=NOTEBOOK, extra_env=system.env(), kernel_name=system.kernel_name)
     rows, expect, commits = [], {}, {}
@@ -117,6 +124,7 @@ def run_kishu(work: Path, cells: list[str], rewind_to) -> dict:
         system.setup(kernel)
         for index, cell in enumerate(cells, 1):
             kernel.run(cell, timeout=1800)
+            time.sleep(think)
             row = system.checkpoint(kernel, index)
             rows.append({"cell": index, "foreground": row["seconds"]})
             if index in rewind_to:
@@ -160,6 +168,8 @@ def report(results: list[dict]) -> None:
             print(f"background write per checkpoint: p50 {_q(r['writes'], 0.5):.3f} s, "
                   f"p95 {_q(r['writes'], 0.95):.3f} s, "
                   f"max {max(r['writes']):.3f} s; {r['written']} written, {r['coalesced']} coalesced")
+            if r["coalesced"]:
+                print(f"cells with a checkpoint of their own: {r['cells_with_checkpoint']}")
         print(f"stored after {len(r['rows'])} cells: {r['stored'] / 1e6:.0f} MB = {r['stored'] / r['live']:.2f}x the "
               f"live state ({r['live'] / 1e6:.0f} MB)")
         for cell, rw in r["rewinds"].items():
@@ -174,6 +184,9 @@ def report(results: list[dict]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cells", type=int, default=50)
+    ap.add_argument("--think", type=float, default=1.0,
+                    help="seconds between a cell's end and the next cell (a person reading the result); "
+                         "0 runs them back to back, like Run All, and snapshots coalesce")
     ap.add_argument("--mb", type=float, default=200, help="size of the numpy array in MB")
     ap.add_argument("--systems", default="ours,kishu", help="comma-separated subset of ours,kishu")
     ap.add_argument("--smoke", action="store_true", help="12 cells, a 20 MB array, ours only: does it run")
@@ -195,9 +208,9 @@ def main() -> None:
             try:
                 if system == "kishu":
                     peers.ensure_kishu(jupyter_path)
-                    results.append(run_kishu(work, cells, rewind_to))
+                    results.append(run_kishu(work, cells, rewind_to, args.think))
                 else:
-                    results.append(run_ours(work, cells, rewind_to))
+                    results.append(run_ours(work, cells, rewind_to, args.think))
                 report(results[-1:])  # each system's figures as soon as it is done
             except Exception as exc:  # one system failing still prints the others' figures
                 print(f"  {system} failed: {type(exc).__name__}: {exc}", flush=True)
