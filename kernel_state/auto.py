@@ -30,14 +30,17 @@ from . import checkpoint, config, encoded_blob
 from .errors import CheckpointError, CheckpointNotFound, CheckpointWriteError
 from .fsutil import write_json_durable
 from .hashing import new_hasher
+from .priority import background_priority
 from .safetensors_io import build_header, read_blob
 from .store import Store, summary, write_error
 
 ENV_SWITCH = "GKEWS_AUTO_CHECKPOINT"  # "1": on from the kernel's start (c.AutoCheckpoint.enabled too)
 
 
-def _staged_copy(mv: memoryview) -> memoryview:
-    """A private copy of bytes the user's next cell may change."""
+def _staged_copy(mv) -> memoryview:
+    """A private copy of bytes the user's next cell may change (a device storage's through pinned buffers)."""
+    if hasattr(mv, "host_copy"):
+        return mv.host_copy()
     return memoryview(bytearray(mv))
 
 
@@ -156,6 +159,7 @@ class Writer:
             return self._cond.wait_for(lambda: self._next is None and self._current is None, timeout)
 
     def _run(self) -> None:
+        background_priority()
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._next is not None)

@@ -203,6 +203,10 @@ class DeviceSource:
     def write_to(self, fd: int, offset: int, hasher, progress=None) -> int:
         return stream_to_file(self.device, self.storage, fd, offset, hasher, progress)
 
+    def host_copy(self) -> memoryview:
+        """The bytes in fresh host memory (kernel undo stages a changed tensor before the next cell)."""
+        return copy_to_host(self.device, self.storage)
+
 
 def source_for(storage):
     """A DeviceSource when this storage streams through the ring, else None (plain path)."""
@@ -296,6 +300,34 @@ def _stream_to_file(device, storage, fd, offset, hasher, progress):
         if direct >= 0:
             os.close(direct)
     return offset + nbytes
+
+
+def copy_to_host(device, storage) -> memoryview:
+    """The storage's bytes in fresh page-aligned host memory, through the ring: the device copies the
+    next chunks into pinned buffers while this thread moves the finished one out (a pageable copy of
+    device memory would go at a fraction of the speed)."""
+    with _ring_lock:
+        buffers = ring(device)
+        size, count, nbytes = buffers[0].nbytes, len(buffers), storage.nbytes()
+        owner = mmap.mmap(-1, max(nbytes, 1))
+        out = memoryview(owner)[:nbytes]
+        spans = [(start, min(size, nbytes - start)) for start in range(0, nbytes, size)]
+        copies: dict[int, object] = {}
+        try:
+            device.begin(storage)
+            for i in range(min(count, len(spans))):
+                copies[i] = device.to_host(storage, spans[i][0], spans[i][1], buffers[i])
+            for i, (start, n) in enumerate(spans):
+                device.wait(copies.pop(i))
+                out[start:start + n] = buffers[i % count].view[:n]
+                if i + count < len(spans):  # that buffer is free again
+                    nxt = spans[i + count]
+                    copies[i + count] = device.to_host(storage, nxt[0], nxt[1], buffers[i % count])
+        except BaseException:
+            for event in copies.values():  # nothing may still write into the ring
+                device.wait(event)
+            raise
+        return out
 
 
 # -- restore ------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ import zstandard
 from .errors import CorruptBlob
 from .fsutil import remove_quietly, temp_path
 from .hashing import new_hasher
+from .priority import background_priority
 from .safetensors_io import ITEMSIZE, _pwrite_all, build_header, read_header
 
 ENCODING = "xor-shuffle-zstd/1"
@@ -40,7 +41,10 @@ SHUFFLE = 8            # bytes per row of the shuffle: groups bytes of equal sig
 LEVEL = 1
 WORTH_IT = 0.9         # written encoded only when that saves at least a tenth of the bytes
 MAX_ENCODED = 512 << 20  # larger tensors stay plain: the writer holds a blob's frames in memory
-_pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="gkews-codec")
+
+_pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="gkews-codec",
+                           initializer=background_priority)  # only kernel undo's writer encodes
+_decode_pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="gkews-decode")
 
 
 def plain_header(dtype: str, shape) -> bytes:
@@ -176,7 +180,7 @@ def read(path: str, digest: str, into: memoryview | None, read_base) -> tuple[mm
             target[:] = plain
         if ref is not None:
             np.bitwise_xor(target, ref[start:start + block], out=target)
-    list(_pool.map(one, range(len(frames))))
+    list(_decode_pool.map(one, range(len(frames))))  # a restore: the user waits for it
     hasher = new_hasher()
     hasher.update(header)
     hasher.update(view)

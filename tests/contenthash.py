@@ -1,7 +1,8 @@
 """Content digests of live values, to compare what was saved with what came back.
 
 Kept free of project imports so that the peers benchmark can also run this file inside a kernel.
-Arrays and tensors by dtype, shape and bytes (a view by its own values); anything else by its pickle.
+Arrays and tensors by dtype, shape and bytes (a view by its own values); modules and optimizers by their
+state_dict (optimizers with the values of their parameters); anything else by its pickle.
 """
 import pickle
 import sys
@@ -13,6 +14,11 @@ def content_digest(value) -> str:
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.nn.Module):
         return content_digest({k: v for k, v in value.state_dict().items()})
+    if torch is not None and isinstance(value, torch.optim.Optimizer):
+        # what torch defines as an optimizer's state (its pickle is not canonical: it carries private
+        # one-time warning flags torch's own __setstate__ drops), and the values of the parameters it steps
+        params = [p for group in value.param_groups for p in group["params"]]
+        return "optimizer:" + content_digest([type(value).__name__, value.state_dict(), *params])
     if torch is not None and isinstance(value, torch.Tensor):
         value = value.detach().cpu().contiguous().numpy()
     np = sys.modules.get("numpy")

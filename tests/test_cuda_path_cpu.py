@@ -265,3 +265,35 @@ def test_the_gpu_benchmark_runs_on_the_cpu_with_smoke(tmp_path):
                   "unchanged re-save / full save", "verify / full save"):
         assert ratio in figures["ratios"] and figures["ratios"][ratio] > 0, ratio
         assert ratio in out.stdout
+
+
+def test_kernel_undo_stages_a_changed_device_tensor_through_the_ring(tmp_path, device):
+    """An automatic checkpoint copies a changed device storage to host memory through the pinned ring
+    before the next cell runs (only that storage), so the checkpoint holds the end of its cell even when
+    the next cell changes the tensor again while the writer writes; it restores bit-identical."""
+    from kernel_state import auto
+    ns = namespace()
+
+    class Shell:
+        user_ns, execution_count, config = ns, 3, {}
+    undo = auto.AutoCheckpoint()
+    undo.shell, undo.root, undo.notebook = Shell(), str(tmp_path / "undo"), NB
+    undo.snapshot({"cell": 1, "source": "first"})
+    assert undo.writer.wait_idle(120) and undo.writer.error is None
+    before = device.count("d2h")
+    weight = ns["model"][0].weight
+    with torch.no_grad():
+        weight.mul_(1.001)
+    expected = {k: v.clone() for k, v in ns["model"].state_dict().items()}
+    undo.writer.hold()  # the writer takes the snapshot but writes nothing until the next cell has run
+    undo.snapshot({"cell": 2, "source": "second"})
+    assert device.count("d2h") - before == chunks(weight.untyped_storage().nbytes())
+    with torch.no_grad():
+        weight.add_(1.0)  # the next cell
+    undo.writer.release()
+    assert undo.writer.wait_idle(120) and undo.writer.error is None, undo.writer.error
+    back = {}
+    kernel_state.restore(back, notebook=NB, root=undo.root, checkpoint=undo.writer.last["id"])
+    for name, value in expected.items():
+        assert torch.equal(raw(back["model"].state_dict()[name]), raw(value)), name
+    assert back["model"][2].weight is back["emb"].weight
