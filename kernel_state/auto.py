@@ -31,7 +31,7 @@ from .errors import CheckpointError, CheckpointNotFound, CheckpointWriteError
 from .fsutil import write_json_durable
 from .hashing import new_hasher
 from .priority import background_priority
-from .safetensors_io import build_header, read_blob
+from .safetensors_io import build_header, read_base
 from .store import Store, summary, write_error
 
 ENV_SWITCH = "GKEWS_AUTO_CHECKPOINT"  # "1": on from the kernel's start (c.AutoCheckpoint.enabled too)
@@ -267,14 +267,13 @@ def _on_disk(final: str) -> str | None:
 
 
 def _base_bytes(store: Store, base: str, nbytes: int) -> memoryview | None:
-    """The tensor bytes of a keyframe still on disk, or None (collected meanwhile, or another size)."""
+    """The tensor bytes of a keyframe still on disk, or None (collected meanwhile, another size, or the
+    same contents written since as another place's delta: a base may not have a base)."""
     try:
-        buf, entries = read_blob(store.blob_path(base, "safetensors"), base)
+        view = read_base(store.blob_dir, base)
     except CheckpointError:
         return None
-    if set(entries) != {"t"} or entries["t"][3] - entries["t"][2] != nbytes:
-        return None
-    return memoryview(buf)[entries["t"][2]:entries["t"][3]]
+    return view if view.nbytes == nbytes else None
 
 
 class AutoCheckpoint:

@@ -211,14 +211,19 @@ def read_blob(path: str, digest: str, into: memoryview | None = None, _depth: in
     return buf, dict(entries)
 
 
+def read_base(blob_dir: str, digest: str) -> memoryview:
+    """The tensor bytes of a blob used as an encoded blob's base; one that has a base itself, or holds
+    more than one tensor, is refused (CorruptBlob)."""
+    buf, entries = read_blob(os.path.join(blob_dir, f"{digest}.safetensors"), digest, None, 1)
+    if set(entries) != {"t"}:
+        raise CorruptBlob(f"blob {digest[:12]} holds {len(entries)} tensors: it cannot be a base")
+    _dtype, _shape, begin, end = entries["t"]
+    return memoryview(buf)[begin:end]
+
+
 def _base_reader(blob_dir: str, depth: int):
-    """For an encoded blob: reads the tensor bytes of its base, which must not have a base itself."""
-    def read_base(digest: str) -> memoryview:
+    def base(digest: str) -> memoryview:
         if depth:
             raise CorruptBlob(f"blob {digest[:12]} is the base of a blob that is itself a base's delta")
-        buf, entries = read_blob(os.path.join(blob_dir, f"{digest}.safetensors"), digest, None, depth + 1)
-        if set(entries) != {"t"}:
-            raise CorruptBlob(f"blob {digest[:12]} holds {len(entries)} tensors: it cannot be a base")
-        _dtype, _shape, begin, end = entries["t"]
-        return memoryview(buf)[begin:end]
-    return read_base
+        return read_base(blob_dir, digest)
+    return base

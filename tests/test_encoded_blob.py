@@ -124,3 +124,24 @@ def test_garbage_collection_keeps_a_base_only_an_encoded_blob_names(store):
     assert os.path.exists(store.blob_path(digest, "enc"))
     assert not os.path.exists(store.blob_path(orphan, "enc"))
     assert _read(store, digest, after).tobytes() == after.tobytes()
+
+
+def test_the_writer_never_takes_a_delta_for_a_base(store):
+    """The same contents can be one place's keyframe, be collected, and come back as another place's
+    delta: the writer must then not XOR with it (a read would need a base's base)."""
+    from kernel_state import auto
+    a = np.zeros(1 << 18)
+    b, c = a.copy(), a.copy()
+    b[0], c[1] = 1, 2
+    middle = _encoded(store, b, base=_plain(store, a), base_arr=a)  # a delta, remembered as a keyframe
+    auto.KEYFRAMES[(store.root, "place")] = middle
+    digest = cpu_fingerprint("F64", [c.size], _bytes(c))
+    manifest = {"format": "gkews-checkpoint", "version": 1, "id": "20261201-010101-000-abce", "notebook": "n",
+                "variables": {}, "skipped": {}, "modules": {}, "tensors": {}, "arrays": {}, "storages": {},
+                "blobs": {digest: 0}}
+    with store.lock():
+        auto.Writer._put_tensors(store, manifest, store.blob_path(digest, "safetensors"),
+                                 [("t", "F64", [c.size], _bytes(c))], "place", {})
+        store.commit("n.ipynb", manifest)
+    assert encoded_blob.base_of(store.blob_path(digest, "enc")) is None
+    assert _read(store, digest, c).tobytes() == c.tobytes()
