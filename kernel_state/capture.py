@@ -15,6 +15,7 @@ object's __reduce__ runs once per save, whichever pickler ends up saving it.
 """
 from __future__ import annotations
 
+import collections
 import copyreg
 import io
 import json
@@ -46,6 +47,7 @@ CHUNK = 8 << 20          # so that an in-place change to a slice rewrites one ch
 CHUNKS_ALGORITHM = "xxh3-128-chunks"
 PROTOCOL = 5
 _PLAIN = (int, float, str, bytes, bool, type(None), complex)
+_CONTAINERS = {dict, list, tuple, set, frozenset, collections.OrderedDict}
 # what both picklers save by their own code, before any reducer_override
 _BASIC = {int, float, str, bytes, bool, type(None), complex, list, dict, tuple, set, frozenset, bytearray}
 
@@ -230,6 +232,8 @@ class Capture:
             self.variables[shared[0]]["shared"] = True
             self._var_memo = True
             return ("memo",) + shared
+        if type(obj) in _CONTAINERS:  # most of what a model's pickle meets: never a tensor nor a resource
+            return None
         torch = _torch()
         if torch is not None:
             if isinstance(obj, torch.Tensor):

@@ -164,6 +164,11 @@ def report(results: list[dict]) -> None:
             print(f"cells staging < 100 MB: {len(small)}; foreground p95 {p95 * 1000:.0f} ms;"
                   f" over the memcpy time of the staged bytes: p95 {_q(over, 0.95) * 1000:.0f} ms, "
                   f"max {max(over) * 1000:.0f} ms (memcpy {r['gbps']:.1f} GB/s)")
+        staged = [row for row in r["rows"] if row.get("copied") is not None]
+        if staged:
+            over = [row["foreground"] - row["memcpy"] for row in staged]
+            print(f"every cell ({len(staged)}): foreground over the memcpy time of its staged bytes: "
+                  f"p95 {_q(over, 0.95) * 1000:.0f} ms, max {max(over) * 1000:.0f} ms")
         if r["writes"]:
             print(f"background write per checkpoint: p50 {_q(r['writes'], 0.5):.3f} s, "
                   f"p95 {_q(r['writes'], 0.95):.3f} s, "
