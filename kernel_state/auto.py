@@ -58,8 +58,7 @@ class StagingStore(Store):
         self.copied = 0
 
     def _present(self, final: str) -> bool:
-        return final in self.new or self.pending(final) or os.path.exists(final) or (
-            final.endswith(".safetensors") and os.path.exists(final[:-len("safetensors")] + "enc"))
+        return final in self.new or self.pending(final) or _on_disk(final) is not None
 
     def has_blob(self, digest: str, ext: str) -> bool:
         return self._present(self.blob_path(digest, ext))
