@@ -27,21 +27,26 @@ import threading
 import time
 
 from . import checkpoint, config, encoded_blob
+from .dirty_pages import TRACKER
 from .errors import CheckpointError, CheckpointNotFound, CheckpointWriteError
 from .fsutil import write_json_durable
 from .hashing import new_hasher
 from .priority import background_priority
 from .safetensors_io import build_header, read_base
+from .staging_pool import StagingPool
 from .store import Store, summary, write_error
 
 ENV_SWITCH = "GKEWS_AUTO_CHECKPOINT"  # "1": on from the kernel's start (c.AutoCheckpoint.enabled too)
+
+
+POOL = StagingPool()
 
 
 def _staged_copy(mv) -> memoryview:
     """A private copy of bytes the user's next cell may change (a device storage's through pinned buffers)."""
     if hasattr(mv, "host_copy"):
         return mv.host_copy()
-    return memoryview(bytearray(mv))
+    return POOL.copy(mv)
 
 
 class StagingStore(Store):
@@ -174,6 +179,7 @@ class Writer:
                     self.last = {**summary(snap.manifest), "write_seconds": round(seconds, 4),
                                  "stage_seconds": snap.stage_seconds}
                     self.error = None
+                POOL.give(_staging_of(snap))  # written: its buffers can take the next snapshot's bytes
             except Abandoned:
                 return
             except BaseException as exc:  # reported once by the hook; the next snapshot retries its bytes
@@ -248,6 +254,12 @@ class Writer:
             keyframes[(store.root, position)] = digest
 
 
+def _staging_of(snap: Snapshot):
+    for kind, payload, *_position in snap.blobs.values():
+        if kind == "tensors":
+            yield from (entry[3] for entry in payload)
+
+
 BLOB_EXTS = ("safetensors", "enc", "pkl")
 ENCODE_FROM = 1 << 20  # tensors and chunks from this size on may be stored encoded
 # (store root, position) -> the last blob written from there without a base: the next one's base
@@ -289,13 +301,14 @@ class AutoCheckpoint:
         self.skipped_cells = 0
         self.reported_error: str | None = None
         self.stage_error: str | None = None
-        self.last_stage: dict | None = None  # cell, foreground seconds, bytes copied into staging
+        self.last_stage: dict | None = None  # cell, foreground seconds, bytes copied and hashed
 
     # -- switching ------------------------------------------------------------------------------------
     def on(self, shell=None, notebook: str | None = None, root: str | None = None, remember: bool = True) -> dict:
         shell = shell or checkpoint.current_shell()
         if shell is None:
             raise ValueError("auto-checkpointing needs an IPython kernel: it runs after every cell")
+        config.auto_staging_bytes()  # a wrong GKEWS_AUTO_STAGING_MB is said here, not after a cell
         if self.shell is not None and self.shell is not shell:
             self.off()
         self.shell, self.notebook, self.root = shell, notebook, root
@@ -311,12 +324,14 @@ class AutoCheckpoint:
             with contextlib.suppress(ValueError):
                 self.shell.events.unregister("post_run_cell", self.post_run_cell)
         self.enabled = False
+        POOL.clear()
         remember_choice(False, notebook or self.notebook, root or self.root)
         return self.status()
 
     def pause(self) -> dict:
         """The server, around a pause or a resume: no automatic checkpoint until unpause()."""
         self.suspended += 1
+        POOL.clear()  # a pause gives memory back
         return self.status()
 
     def unpause(self) -> dict:
@@ -363,7 +378,8 @@ class AutoCheckpoint:
         staged.capture.remember()  # the staged bytes count as written: pending, then on disk
         seconds = round(time.perf_counter() - started, 4)
         self.stage_seconds = (self.stage_seconds + [seconds])[-200:]
-        self.last_stage = {"cell": label.get("cell"), "seconds": seconds, "copied": store.copied}
+        self.last_stage = {"cell": label.get("cell"), "seconds": seconds, "copied": store.copied,
+                           "hashed": staged.capture.hashed}
         snap = Snapshot(store.root, nb, staged.manifest, store.new, seconds, store.copied)
         self.writer.submit(snap)
         return snap
@@ -388,11 +404,20 @@ class AutoCheckpoint:
                 "last": w.last, "last_stage": self.last_stage, "error": self.stage_error or w.error,
                 "stage_seconds": {"p50": _quantile(stage, 0.5), "max": stage[-1] if stage else None},
                 "write_seconds": {"p50": _quantile(write, 0.5), "max": write[-1] if write else None},
-                "keep_last": config.auto_keep_last(), "max_bytes": config.auto_max_bytes()}
+                "keep_last": config.auto_keep_last(), "max_bytes": config.auto_max_bytes(),
+                "staging": {"pooled": POOL.bytes, "reused": POOL.reused, "limit": _staging_limit()},
+                "dirty_pages": TRACKER.status()}
 
     def shutdown(self) -> None:
         """atexit: never wait for the writer; it stops before its next file and removes its temp files."""
         self.writer.abandon = True
+
+
+def _staging_limit() -> int | None:
+    try:
+        return config.auto_staging_bytes()
+    except ValueError:
+        return None
 
 
 def _quantile(values: list, q: float):

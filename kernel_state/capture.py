@@ -30,6 +30,7 @@ import dill
 
 from . import byvalue, cuda_io
 from .alignment import array_from_layout
+from .dirty_pages import TRACKER
 from .errors import CheckpointWriteError
 from .resources import refuse
 from .fingerprint import cpu_fingerprint, memory_view, storage_fingerprint
@@ -64,6 +65,8 @@ NUMPY_DTYPES = {"b1": "BOOL", "u1": "U8", "i1": "I8", "i2": "I16", "u2": "U16", 
 _written: dict[tuple, dict] = {}
 # (store root, variable) -> (what its value digest depends on, the digest): Capture._value_digest
 _digests: dict[tuple, tuple[str, str]] = {}
+# a tracked numpy buffer -> its chunks' digests at the last scan of its pages (Capture._chunk_digests)
+_chunks_known: dict[tuple, list[str]] = {}
 
 
 def _torch():
@@ -126,6 +129,7 @@ class Capture:
         self.variables: dict[str, dict] = {}
         self.blobs: dict[str, int] = {}
         self.bytes_written = 0
+        self.hashed = 0  # bytes of large arrays hashed to find what changed
         self.var_ids: dict[int, str] = {}
         self.saved_vars: set[str] = set()
         self._tensor_keys: dict[int, str] = {}
@@ -425,8 +429,8 @@ class Capture:
         # no version counter in numpy: the hash decides what changed
         if root.nbytes >= CHUNKED:
             pieces = [data[i:i + CHUNK] for i in range(0, root.nbytes, CHUNK)]
-            # at memory speed, on two threads: after every cell, kernel undo hashes every chunk
-            record["chunks"] = [[digest, len(p)] for digest, p in zip(_hash_pool.map(_chunk_digest, pieces), pieces)]
+            digests = self._chunk_digests(ident, pieces)
+            record["chunks"] = [[digest, len(p)] for digest, p in zip(digests, pieces)]
             joined = ",".join(digest for digest, _n in record["chunks"]).encode()
             record["fingerprint"] = {"algorithm": CHUNKS_ALGORITHM, "value": digest_bytes(joined)}
             if not self.dry:
@@ -439,6 +443,29 @@ class Capture:
         self.storages[skey] = record
         self._use(skey)
         return skey
+
+    def _chunk_digests(self, ident: tuple, pieces: list) -> list[str]:
+        """Every chunk's digest, hashed at memory speed on two threads. After a cell, kernel undo hashes
+        only the chunks with a page written since its last checkpoint, where the kernel can say
+        (dirty_pages.py); a pause's save and verify hash every chunk."""
+        if not self.reuse_digests:
+            self.hashed += sum(len(p) for p in pieces)
+            return list(_hash_pool.map(_chunk_digest, pieces))
+        _, address, nbytes = ident
+        known = _chunks_known.pop(ident, None)  # popped: a save cut short leaves nothing stale behind
+        written = TRACKER.written(ident, address, nbytes, CHUNK) if known else None
+        if written is None:
+            TRACKER.track(ident, address, nbytes)  # before hashing: a write meanwhile shows next time
+            digests = list(_hash_pool.map(_chunk_digest, pieces))
+            changed = range(len(pieces))
+        else:
+            digests, changed = list(known), sorted(written)
+            for index, digest in zip(changed, _hash_pool.map(_chunk_digest, [pieces[i] for i in changed])):
+                digests[index] = digest
+        self.hashed += sum(len(pieces[i]) for i in changed)
+        if TRACKER.tracking(ident):
+            _chunks_known[ident] = digests
+        return digests
 
     def _write_buffer(self, skey, record, data, root, ident) -> None:
         dtype, shape, value = record["dtype"], record["shape"], record["fingerprint"]["value"]

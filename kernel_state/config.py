@@ -7,6 +7,7 @@ DEFAULT_KEEP_LAST = 5
 CONTENTS_ROOT_ENV = "GKEWS_CONTENTS_ROOT"
 DEFAULT_AUTO_KEEP_LAST = 50          # automatic checkpoints (kernel undo) kept per notebook
 DEFAULT_AUTO_MAX_BYTES = 8 << 30     # and the bytes their distinct blobs may take, per notebook
+DEFAULT_AUTO_STAGING_MB = 1024       # warm staging memory kept between automatic checkpoints, per kernel
 
 
 def checkpoint_root(root: str | None = None) -> str:
@@ -133,6 +134,15 @@ def auto_keep_last(value: int | None = None) -> int:
         raise ValueError(f"GKEWS_AUTO_KEEP_LAST must be at least 1 (got {n}): the newest automatic checkpoint "
                          f"is always kept; turn auto-checkpointing off instead")
     return n
+
+
+def auto_staging_bytes(value: int | None = None) -> int:
+    """Warm staging memory kernel undo keeps between snapshots (staging_pool.py); 0 keeps none."""
+    mb = value if value is not None else _int_env("GKEWS_AUTO_STAGING_MB", DEFAULT_AUTO_STAGING_MB)
+    if mb < 0:
+        raise ValueError(f"GKEWS_AUTO_STAGING_MB must be 0 (keep none) or positive (got {mb}); "
+                         f"the default is {DEFAULT_AUTO_STAGING_MB}")
+    return mb << 20
 
 
 def auto_max_bytes(value: int | None = None) -> int:

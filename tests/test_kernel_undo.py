@@ -283,3 +283,66 @@ def test_small_changes_to_large_data_are_stored_small_and_come_back_exact(store)
         for digest in saved["blobs"]:
             assert (store / "blobs" / f"{digest}.safetensors").exists() or \
                 (store / "blobs" / f"{digest}.pkl").exists(), digest
+
+
+def test_staging_memory_is_reused_bounded_and_never_while_the_writer_needs_it(store):
+    """A cell that changes the same arrays again copies them into the memory the last written snapshot
+    used (no page faults), the pool stays under GKEWS_AUTO_STAGING_MB, and a held writer's bytes are
+    never reused: every checkpoint still holds exactly the state at the end of its cell."""
+    with Kernel(store, extra_env={"GKEWS_AUTO_STAGING_MB": "40"}) as k:
+        k.run("%gkews_checkpoint auto on")
+        k.run("import numpy as np\na = np.arange(6_000_000.0)  # 48 MB: six chunks of at most 8 MiB")
+        settle(k)
+        k.run("a += 1  # one")
+        first = settle(k)["staging"]
+        assert 0 < first["pooled"] <= 40 << 20 and first["limit"] == 40 << 20, first
+        k.run("a += 1  # two")
+        second = settle(k)["staging"]
+        assert second["reused"] >= first["reused"] + (32 << 20), (first, second)  # at least four chunks warm
+        assert second["pooled"] <= 40 << 20
+        k.run("from kernel_state import auto; auto.AUTO.writer.hold()\na += 1  # three")
+        k.run("import time\nwhile not auto.AUTO.status()['writing']:\n    time.sleep(0.01)")
+        k.run("a += 1  # four: staged while three is held, into other memory")
+        silently(k, "auto.AUTO.writer.release()")
+        settle(k)
+        rows = checkpoints_by_source(k)
+        for source, value in (("a += 1  # two", 2.0), ("a += 1  # one", 1.0),
+                              ("a += 1  # four: staged while three is held, into other memory", 4.0)):
+            k.run(f"%gkews_checkpoint rewind {rows[source]['label']['cell']}")
+            assert k.value("bool((a == np.arange(6_000_000.0) + %r).all())" % value) is True, source
+        k.run("%gkews_checkpoint auto off")
+        assert auto_status(k)["staging"]["pooled"] == 0
+
+
+def test_only_written_chunks_are_hashed_and_every_checkpoint_is_still_exact(store, tmp_path):
+    """After a cell that wrote a few bytes of a 64 MB array (a store, a file read into it, a copy), the
+    foreground hashes the chunks those bytes are in, not the whole array, where the kernel can tell
+    (Linux 6.7+); on any kernel, a rewind to each cell gives back exactly the array it ended with."""
+    import platform
+    release = tuple(int(x) for x in platform.release().split(".")[:2])
+    (tmp_path / "block").write_bytes(bytes(range(256)) * 64)
+    with Kernel(store) as k:
+        k.run("%gkews_checkpoint auto on")
+        k.run("import numpy as np, hashlib\na = np.arange(8_000_000.0)  # 64 MB, eight chunks\n"
+              "digest = lambda: hashlib.sha256(a.tobytes()).hexdigest()")
+        settle(k)
+        cells = {
+            "a[10] = -1.0": None,
+            f"with open({str(tmp_path / 'block')!r}, 'rb') as f:\n    f.readinto(memoryview(a)[3_000_000:3_002_048])":
+                None,
+            "np.copyto(a[7_999_000:], 5.0)": None,
+            "a[4_200_000:4_200_100] *= 3": None,
+        }
+        hashed = []
+        for source in cells:
+            k.run(source)
+            status = settle(k)
+            hashed.append(status["last_stage"]["hashed"])
+            cells[source] = k.value("digest()")
+        if release >= (6, 7):
+            assert auto_status(k)["dirty_pages"]["off"] is None
+            assert max(hashed) <= 2 * (8 << 20), hashed  # at most two of the eight chunks per cell
+        rows = checkpoints_by_source(k)
+        for source, expected in reversed(list(cells.items())):
+            k.run(f"%gkews_checkpoint rewind {rows[source.splitlines()[0]]['label']['cell']}")
+            assert k.value("digest()") == expected, source

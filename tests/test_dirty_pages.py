@@ -1,0 +1,130 @@
+"""Dirty-page tracking for kernel undo: which chunks of a large array a cell wrote, and when not to trust it."""
+from __future__ import annotations
+
+import ctypes
+import mmap
+import platform
+
+import numpy as np
+import pytest
+
+from kernel_state.dirty_pages import PAGE, DirtyPages
+
+CHUNK = 1 << 20
+N = 8 * CHUNK  # eight chunks
+_linux = tuple(int(x) for x in platform.release().split(".")[:2] if x.isdigit()) if platform.system() == "Linux" else ()
+supported = len(_linux) == 2 and _linux >= (6, 7)  # asynchronous write-protection and PAGEMAP_SCAN
+
+
+def _buffer():
+    """Eight chunks of private anonymous memory of their own, filled: what numpy allocates for a large
+    array (mapped here directly, so no neighbour in the same pages can write)."""
+    arr = np.frombuffer(mmap.mmap(-1, N, flags=mmap.MAP_PRIVATE), np.uint8)
+    arr[:] = 1
+    return arr
+
+
+def _tracked(tracker: DirtyPages, arr):
+    ident = ("numpy", arr.ctypes.data, arr.nbytes)
+    assert tracker.track(ident, arr.ctypes.data, arr.nbytes), tracker.unavailable
+    return ident
+
+
+def _written(tracker, ident):
+    return tracker.written(ident, ident[1], ident[2], CHUNK)
+
+
+@pytest.fixture
+def tracker():
+    if not supported:
+        t = DirtyPages()
+        arr = np.ones(N, np.uint8)
+        assert not t.track(("numpy", arr.ctypes.data, N), arr.ctypes.data, N)
+        assert t.unavailable  # says why, and every chunk is hashed as before
+        pytest.skip(f"Linux {platform.release()} has no asynchronous write-protection (6.7 or later)")
+    return DirtyPages()
+
+
+def test_it_names_the_chunks_a_cell_wrote_and_only_those(tracker):
+    arr = _buffer()
+    ident = _tracked(tracker, arr)
+    assert _written(tracker, ident) == set()
+    arr[3 * CHUNK + 5] = 7
+    arr[6 * CHUNK - 1] = 7  # the last byte of chunk 5
+    assert _written(tracker, ident) == {3, 5}
+    assert _written(tracker, ident) == set()  # protected again by the scan
+    np.copyto(arr[CHUNK:CHUNK + 10], 9)
+    assert _written(tracker, ident) == {1}
+    assert tracker.tracking(ident)
+
+
+def test_a_write_by_the_kernel_itself_counts(tracker, tmp_path):
+    arr = _buffer()
+    ident = _tracked(tracker, arr)
+    path = tmp_path / "data"
+    path.write_bytes(b"x" * 3 * PAGE)
+    with open(path, "rb") as f:  # read(2) into the array: no user-space store touches the pages
+        f.readinto(memoryview(arr)[7 * CHUNK:7 * CHUNK + 3 * PAGE])
+    assert _written(tracker, ident) == {7}
+
+
+def test_discarded_pages_count_as_written(tracker):
+    arr = _buffer()
+    ident = _tracked(tracker, arr)
+    start = arr.ctypes.data + 2 * CHUNK
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(PAGE), 4) == 0  # MADV_DONTNEED: zeros now
+    assert arr[start - arr.ctypes.data] == 0
+    assert _written(tracker, ident) == {2}
+
+
+def test_a_mostly_rewritten_buffer_is_hashed_from_then_on(tracker):
+    arr = _buffer()
+    ident = _tracked(tracker, arr)
+    arr += 1
+    assert _written(tracker, ident) == set(range(8))
+    assert not tracker.tracking(ident)
+    assert _written(tracker, ident) is None  # not known: the caller hashes every chunk
+
+
+def test_memory_mapped_again_at_the_same_address_is_not_trusted(tracker):
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    prot, flags = mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+    address = libc.mmap(None, N, prot, flags, -1, 0)
+    arr = np.frombuffer((ctypes.c_char * N).from_address(address), np.uint8)
+    arr[:] = 1
+    ident = ("numpy", address, N)
+    assert tracker.track(ident, address, N)
+    assert libc.munmap(ctypes.c_void_p(address), ctypes.c_size_t(N)) == 0
+    again = libc.mmap(address, N, prot, flags | 0x10, -1, 0)  # MAP_FIXED: a new buffer, same place and size
+    assert again == address
+    assert _written(tracker, ident) is None
+    libc.munmap(ctypes.c_void_p(address), ctypes.c_size_t(N))
+
+
+def test_shared_memory_is_never_tracked(tracker):
+    shared = mmap.mmap(-1, N)  # MAP_SHARED: another process may write it through its own page tables
+    arr = np.frombuffer(shared, np.uint8)
+    assert not tracker.track(("numpy", arr.ctypes.data, N), arr.ctypes.data, N)
+    del arr
+    shared.close()
+
+
+def test_overlapping_ranges_never_steal_each_others_writes(tracker):
+    arr = _buffer()
+    whole = _tracked(tracker, arr)
+    part = arr[:4 * CHUNK]
+    inner = _tracked(tracker, part)  # replaces the range it overlaps
+    arr[5] = 3
+    assert _written(tracker, whole) is None
+    assert _written(tracker, inner) == {0}
+
+
+def test_turned_off_by_the_environment(monkeypatch):
+    monkeypatch.setenv("GKEWS_AUTO_DIRTY_PAGES", "0")
+    tracker = DirtyPages()
+    arr = np.ones(N, np.uint8)
+    assert not tracker.track(("numpy", arr.ctypes.data, N), arr.ctypes.data, N)
+    assert "GKEWS_AUTO_DIRTY_PAGES=0" in tracker.unavailable
