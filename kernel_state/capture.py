@@ -437,6 +437,7 @@ class Capture:
                 self._write_chunks(record, pieces, ident)
         else:
             record["fingerprint"] = {"algorithm": "xxh3-128", "value": cpu_fingerprint(dtype, shape, data)}
+            self.hashed += root.nbytes
             if not self.dry:
                 self._write_buffer(skey, record, data, root, ident)
         self._storage_keys[ident] = skey

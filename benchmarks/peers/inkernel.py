@@ -245,6 +245,25 @@ def _get_ipython_builtin():
     return get_ipython()
 
 
+cell_times: list[float] = []
+
+
+def time_cells() -> str:
+    """Time each cell's own code: from the last pre_run_cell hook to the first post_run_cell one, before
+    any system's checkpoint hook. What a system makes the user's code pay (page faults of dirty-page
+    tracking) shows here."""
+    from IPython import get_ipython
+    ip = get_ipython()
+    started = []
+    ip.events.register("pre_run_cell", lambda info: started.append(time.perf_counter()))
+    ip.events.callbacks["post_run_cell"].insert(0, lambda result: cell_times.append(time.perf_counter() - started[-1]))
+    return _answer(ok=True)
+
+
+def timed_cells() -> str:
+    return json.dumps(cell_times)
+
+
 def kishu_init(notebook_path: str) -> str:
     from kishu import init_kishu
     ip = _get_ipython_builtin()

@@ -74,6 +74,7 @@ def run_ours(work: Path, cells: list[str], rewind_to, think: float) -> dict:
     rows, expect = [], {}
     try:
         boot(kernel)
+        evaluate(kernel, inkernel("time_cells()"))
         gbps = evaluate(kernel, inkernel("memcpy_rates()"))
         for index, cell in enumerate(cells, 1):
             kernel.run(cell, timeout=1800)
@@ -83,12 +84,13 @@ def run_ours(work: Path, cells: list[str], rewind_to, think: float) -> dict:
             assert stage.get("cell") == index, (stage, index)
             rows.append({"cell": index, "foreground": stage["seconds"], "copied": stage["copied"],
                          "memcpy": stage["copied"] / (gbps["warm"] * 1e9),
-                         "memcpy_fresh": stage["copied"] / (gbps["fresh"] * 1e9)})
+                         "memcpy_fresh": stage["copied"] / (gbps["fresh"] * 1e9), "hashed": stage.get("hashed")})
             if index in rewind_to:
                 expect[index] = evaluate(kernel, inkernel("expected()"))["variables"]
             print(f"  cell {index:2d}: foreground {stage['seconds'] * 1000:7.1f} ms, "
                   f"{stage['copied'] / 1e6:7.1f} MB staged", flush=True)
         status = kernel.call({"op": "auto", "action": "status", "wait": 1800})["result"]
+        cell_seconds = evaluate(kernel, inkernel("timed_cells()"))
         own = sorted(r["label"]["cell"] for r in kernel.call({"op": "list"})["result"] if r.get("auto"))
         writes = evaluate(kernel, "__import__('json').dumps("
                                   "__import__('kernel_state.auto').auto.AUTO.writer.write_seconds)")
@@ -107,7 +109,7 @@ def run_ours(work: Path, cells: list[str], rewind_to, think: float) -> dict:
         kernel.close()
     return {"name": "kernel_state (auto)", "rows": rows, "writes": writes, "live": live, "stored": stored,
             "rewinds": rewinds, "coalesced": status["coalesced"], "written": status["written"], "gbps": gbps,
-            "cells_with_checkpoint": own}
+            "cells_with_checkpoint": own, "cell_seconds": cell_seconds, "hashed": [r["hashed"] for r in rows]}
 
 
 def run_kishu(work: Path, cells: list[str], rewind_to, think: float) -> dict:
@@ -117,6 +119,7 @@ def run_kishu(work: Path, cells: list[str], rewind_to, think: float) -> dict:
     try:
         boot(kernel)
         system.setup(kernel)
+        evaluate(kernel, inkernel("time_cells()"))
         for index, cell in enumerate(cells, 1):
             kernel.run(cell, timeout=1800)
             time.sleep(think)
@@ -127,6 +130,7 @@ def run_kishu(work: Path, cells: list[str], rewind_to, think: float) -> dict:
                 commits[index] = system.commit
             print(f"  cell {index:2d}: {row['seconds']:.3f} s, {row['stored'] / 1e6:.0f} MB stored", flush=True)
         live = evaluate(kernel, inkernel("live_bytes()"))["bytes"]
+        cell_seconds = evaluate(kernel, inkernel("timed_cells()"))
         rewinds = {}
         for cell in rewind_to:
             try:
@@ -139,7 +143,7 @@ def run_kishu(work: Path, cells: list[str], rewind_to, think: float) -> dict:
         kernel.close()
     # everything under Kishu's KISHU_PATH_ROOT (its database and the empty notebook it is given)
     return {"name": "Kishu", "rows": rows, "writes": [], "live": live, "stored": _du(system.dir),
-            "rewinds": rewinds}
+            "rewinds": rewinds, "cell_seconds": cell_seconds}
 
 
 def _du(path: Path) -> int:
@@ -165,6 +169,13 @@ def report(results: list[dict]) -> None:
                       f"touched ({r['gbps']['warm']:.1f} GB/s): p95 {_q(warm, 0.95) * 1000:.0f} ms, max "
                       f"{max(warm) * 1000:.0f} ms; into fresh memory ({r['gbps']['fresh']:.1f} GB/s): p95 "
                       f"{_q(fresh, 0.95) * 1000:.0f} ms, max {max(fresh) * 1000:.0f} ms")
+        if r.get("hashed"):
+            print(f"hashed to find what changed, per cell: p50 {_q(r['hashed'], 0.5) / 1e6:.0f} MB, "
+                  f"max {max(r['hashed']) / 1e6:.0f} MB")
+        if r.get("cell_seconds"):
+            cs = r["cell_seconds"]
+            print(f"the cells' own code (hooks excluded; dirty-page faults included): p50 {_q(cs, 0.5) * 1000:.1f} ms, "
+                  f"p95 {_q(cs, 0.95) * 1000:.1f} ms, all {len(cs)} cells {sum(cs):.2f} s")
         if r["writes"]:
             print(f"background write per checkpoint: p50 {_q(r['writes'], 0.5):.3f} s, "
                   f"p95 {_q(r['writes'], 0.95):.3f} s, "
