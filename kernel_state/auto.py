@@ -42,11 +42,14 @@ ENV_SWITCH = "GKEWS_AUTO_CHECKPOINT"  # "1": on from the kernel's start (c.AutoC
 POOL = StagingPool()
 
 
-def _staged_copy(mv) -> memoryview:
-    """A private copy of bytes the user's next cell may change (a device storage's through pinned buffers)."""
+def _staged_copy(mv, hasher) -> memoryview:
+    """A private copy of bytes the user's next cell may change (a device storage's through pinned
+    buffers), hashed into `hasher` as it is made."""
     if hasattr(mv, "host_copy"):
-        return mv.host_copy()
-    return POOL.copy(mv)
+        copy = mv.host_copy()
+        hasher.update(copy)
+        return copy
+    return POOL.copy(mv, hasher)
 
 
 class StagingStore(Store):
@@ -80,13 +83,11 @@ class StagingStore(Store):
     def put_tensors(self, entries, progress=None, position=None) -> tuple[str, int, bool]:
         """position: where these bytes live in the process (a storage, a chunk of an array), so the
         writer can store them as a delta of what it last wrote from there."""
-        # copied before hashing, so the name is that of exactly the bytes the writer will write
-        copies = [(n, d, s, _staged_copy(mv)) for n, d, s, mv in entries]
-        header = build_header([(n, d, s, mv.nbytes) for n, d, s, mv in copies])
+        header = build_header([(n, d, s, mv.nbytes) for n, d, s, mv in entries])
         hasher = new_hasher()
         hasher.update(header)
-        for entry in copies:
-            hasher.update(entry[3])
+        # the copy is hashed, not the live bytes: the name is that of exactly what the writer will write
+        copies = [(n, d, s, _staged_copy(mv, hasher)) for n, d, s, mv in entries]
         digest, size = hasher.hexdigest(), len(header) + sum(e[3].nbytes for e in copies)
         final = self.blob_path(digest, "safetensors")
         if self._present(final):

@@ -189,12 +189,12 @@ def test_pause_flag_a_failing_save_said_once_and_shutdown_not_delayed(store):
         k.run("last = np.ones(2_000_000)")
         assert auto_status(k)["writing"]
         # nor from being interrupted: a cell that loops is stopped while the writer holds a snapshot
-        msg_id = k.client.execute("import time\nwhile True:\n    time.sleep(0.05)")
+        msg_id = k.client.execute("import time\nprint('looping', flush=True)\nwhile True:\n    time.sleep(0.05)")
         seen = None
-        while seen != "busy":
+        while seen != "looping":  # the cell's own code runs ("busy" comes before it, and so could the signal)
             msg = k.client.get_iopub_msg(timeout=60)
-            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status":
-                seen = msg["content"]["execution_state"]
+            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
+                seen = msg["content"]["text"].strip()
         k.km.interrupt_kernel()
         while True:
             msg = k.client.get_iopub_msg(timeout=60)
