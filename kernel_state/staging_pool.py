@@ -8,31 +8,54 @@ The pool is bounded (GKEWS_AUTO_STAGING_MB) and emptied when auto-checkpointing 
 """
 from __future__ import annotations
 
+import mmap
 import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
 
 from . import config
 
 MIN_POOLED = 1 << 20  # smaller copies are cheap to allocate and too varied in size to match
-PIECE = 512 << 10    # copied, then hashed from the cache
+PIECE = 1 << 20      # copied on one thread, then hashed from the cache on this one
+_copiers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gkews-stage")
+
+
+def _fresh(n: int):
+    """New staging memory: small copies in a bytearray; large ones in an anonymous private mapping,
+    which is neither zeroed first (a bytearray is) nor backed by huge pages (numpy asks for them, and
+    zeroing 2 MiB pages on first touch made a cold copy twice as slow here), and which goes back to the
+    system when dropped."""
+    return bytearray(n) if n < MIN_POOLED else mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE)
 
 
 class StagingPool:
     def __init__(self):
         self._lock = threading.Lock()
-        self._free: dict[int, list[bytearray]] = {}
+        self._free: dict[int, list] = {}
         self.bytes = 0
         self.reused = 0  # bytes copied into warm buffers since the start, for status and benchmarks
 
     def copy(self, mv, hasher) -> memoryview:
         """A private copy of `mv` (1-D bytes), in a warm buffer of its size when one is free, fed to
-        `hasher` piece by piece while each piece is still in the CPU's cache (a tenth faster than
-        hashing the copy afterwards)."""
-        buf = self._take(mv.nbytes) if mv.nbytes >= MIN_POOLED else None
-        out = memoryview(bytearray(mv.nbytes) if buf is None else buf)
-        for start in range(0, mv.nbytes, PIECE):
-            piece = out[start:start + PIECE]
-            piece[:] = mv[start:start + PIECE]
-            hasher.update(piece)
+        `hasher` in order. Large ones are copied piece by piece on two threads (numpy lets go of the
+        GIL), and each piece is hashed as soon as it is there, while it is still in the CPU's cache:
+        a training step's 268 MB took 24 ms to copy and 5 more to hash, on two cores."""
+        n = mv.nbytes
+        buf = self._take(n) if n >= MIN_POOLED else None
+        if buf is None:
+            buf = _fresh(n)
+        out = memoryview(buf)
+        if n < 2 * PIECE:
+            out[:] = mv
+            hasher.update(out)
+            return out
+        src, dst = np.frombuffer(mv, np.uint8), np.frombuffer(buf, np.uint8)
+        starts = range(0, n, PIECE)
+        copies = [_copiers.submit(np.copyto, dst[i:i + PIECE], src[i:i + PIECE]) for i in starts]
+        for start, done in zip(starts, copies):
+            done.result()
+            hasher.update(out[start:start + PIECE])
         return out
 
     def _take(self, nbytes: int) -> bytearray | None:
@@ -53,7 +76,7 @@ class StagingPool:
         with self._lock:
             for view in views:
                 buf = view.obj if isinstance(view, memoryview) else None
-                if type(buf) is not bytearray or len(buf) < MIN_POOLED or self.bytes + len(buf) > limit:
+                if type(buf) is not mmap.mmap or len(buf) < MIN_POOLED or self.bytes + len(buf) > limit:
                     continue
                 self._free.setdefault(len(buf), []).append(buf)
                 self.bytes += len(buf)
