@@ -26,7 +26,7 @@ import os
 import threading
 import time
 
-from . import checkpoint, config, encoded_blob
+from . import checkpoint, config, encoded_blob, pending_names
 from .dirty_pages import TRACKER
 from .errors import CheckpointError, CheckpointNotFound, CheckpointWriteError
 from .fsutil import write_json_durable
@@ -42,12 +42,13 @@ ENV_SWITCH = "GKEWS_AUTO_CHECKPOINT"  # "1": on from the kernel's start (c.AutoC
 POOL = StagingPool()
 
 
-def _staged_copy(mv, hasher) -> memoryview:
+def _staged_copy(mv, hasher=None) -> memoryview:
     """A private copy of bytes the user's next cell may change (a device storage's through pinned
-    buffers), hashed into `hasher` as it is made."""
+    buffers), hashed into `hasher` (if any) as it is made."""
     if hasattr(mv, "host_copy"):
         copy = mv.host_copy()
-        hasher.update(copy)
+        if hasher is not None:
+            hasher.update(copy)
         return copy
     return POOL.copy(mv, hasher)
 
@@ -69,6 +70,8 @@ class StagingStore(Store):
         return final in self.new or self.pending(final) or _on_disk(final) is not None
 
     def has_blob(self, digest: str, ext: str) -> bool:
+        if pending_names.is_pending(digest):  # staged by an earlier snapshot the writer has not named yet
+            return digest in self.new or self.pending(digest)
         return self._present(self.blob_path(digest, ext))
 
     def put_bytes(self, data: bytes) -> tuple[str, int, bool]:
@@ -80,21 +83,29 @@ class StagingStore(Store):
         self.new[final] = ("bytes", bytes(data))
         return digest, len(data), True
 
-    def put_tensors(self, entries, progress=None, position=None) -> tuple[str, int, bool]:
+    def put_tensors(self, entries, progress=None, position=None, digest=None) -> tuple[str, int, bool]:
         """position: where these bytes live in the process (a storage, a chunk of an array), so the
-        writer can store them as a delta of what it last wrote from there."""
+        writer can store them as a delta of what it last wrote from there. digest: the blob's name when
+        the caller hashed the bytes already (a numpy buffer or chunk); a single torch storage without
+        one gets a placeholder the writer replaces (pending_names.py); anything else is hashed here."""
         header = build_header([(n, d, s, mv.nbytes) for n, d, s, mv in entries])
-        hasher = new_hasher()
-        hasher.update(header)
-        # the copy is hashed, not the live bytes: the name is that of exactly what the writer will write
-        copies = [(n, d, s, _staged_copy(mv, hasher)) for n, d, s, mv in entries]
-        digest, size = hasher.hexdigest(), len(header) + sum(e[3].nbytes for e in copies)
-        final = self.blob_path(digest, "safetensors")
-        if self._present(final):
+        size = len(header) + sum(mv.nbytes for *_, mv in entries)
+        if digest is not None and self._present(self.blob_path(digest, "safetensors")):
             return digest, size, False
+        hasher = None
+        if digest is None and (position is None or len(entries) != 1):
+            hasher = new_hasher()
+            hasher.update(header)
+        # when hashed here, the copy is, not the live bytes: the name is that of what will be written
+        copies = [(n, d, s, _staged_copy(mv, hasher)) for n, d, s, mv in entries]
+        if hasher is not None:
+            digest = hasher.hexdigest()
+            if self._present(self.blob_path(digest, "safetensors")):
+                return digest, size, False
+        key = pending_names.new() if digest is None else self.blob_path(digest, "safetensors")
         self.copied += size - len(header)
-        self.new[final] = ("tensors", copies, position)
-        return digest, size, True
+        self.new[key] = ("tensors", copies, position)
+        return digest or key, size, True
 
 
 class Snapshot:
@@ -198,8 +209,9 @@ class Writer:
         store.ensure()
         try:
             with store.lock():
+                blobs = self._name(store, snap)
                 keyframes = {}
-                for final, (kind, payload, *position) in snap.blobs.items():
+                for final, (kind, payload, *position) in blobs.items():
                     if self.abandon:
                         raise Abandoned()
                     if _on_disk(final):
@@ -224,6 +236,28 @@ class Writer:
                     os.unlink(tmp)
             raise
         store.apply_retention(snap.notebook, auto=True)
+
+    def _name(self, store: Store, snap: Snapshot) -> dict:
+        """Hash the copies staged under a placeholder, and put the names in the manifest; returns the
+        blobs to write by their final paths."""
+        blobs = {}
+        for key, payload in snap.blobs.items():
+            if pending_names.is_pending(key):
+                if self.abandon:
+                    raise Abandoned()
+                if pending_names.resolve(key) == key:  # not named yet (else: taken over after a failure)
+                    hasher = new_hasher()
+                    hasher.update(build_header([(n, d, s, mv.nbytes) for n, d, s, mv in payload[1]]))
+                    for entry in payload[1]:
+                        hasher.update(entry[3])
+                    pending_names.named(key, hasher.hexdigest())
+                key = store.blob_path(pending_names.resolve(key), "safetensors")
+            blobs.setdefault(key, payload)
+        unknown = pending_names.resolve_manifest(snap.manifest)
+        if unknown:  # staged by a snapshot that was never written and not taken over: never committed
+            raise CheckpointWriteError(f"{len(unknown)} staged tensor(s) of an earlier automatic checkpoint "
+                                       f"were lost with it; the next cell's checkpoint copies them again")
+        return blobs
 
     @staticmethod
     def _put_tensors(store: Store, manifest: dict, final: str, payload, position, keyframes: dict) -> None:

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import dill
 
-from . import byvalue, cuda_io
+from . import byvalue, cuda_io, pending_names
 from .alignment import array_from_layout
 from .dirty_pages import TRACKER
 from .errors import CheckpointWriteError
@@ -361,6 +361,8 @@ class Capture:
             record["fingerprint"] = storage_fingerprint(ust, dtype, shape, self.algorithms.get(skey))
             return record
         previous = _written.get((self.store.root,) + ident)
+        if previous:
+            pending_names.resolve_record(previous)
         if (previous and t is not None and self.store.has_blob(previous["blob"], "safetensors")
                 and any(ref() is t and version == t._version for ref, version in previous["seen"])):
             record.update({k: previous[k] for k in ("blob", "name", "fingerprint")})
@@ -477,7 +479,7 @@ class Capture:
                 record.update(blob=value, name="t")
             else:
                 digest, size, new = self.store.put_tensors([("t", dtype, shape, data)], self._progress_bytes,
-                                                           position=ident)
+                                                           position=ident, digest=value)
                 self._account(digest, size, new)
                 record.update(blob=digest, name="t")
         else:
@@ -492,7 +494,7 @@ class Capture:
                 self._account(digest, n + len_header("U8", [n]), False)
                 continue
             written, size, new = self.store.put_tensors([("t", "U8", [n], piece)], self._progress_bytes,
-                                                        position=ident + (index,))
+                                                        position=ident + (index,), digest=digest)
             self._account(written, size, new)
 
     # -- finishing ----------------------------------------------------------------------------------

@@ -248,9 +248,10 @@ class Store:
             os.close(fd)
 
     # -- writing ----------------------------------------------------------------------------------
-    def put_tensors(self, entries, progress=None, position=None) -> tuple[str, int, bool]:
-        """Stage a safetensors blob; returns (digest, size, newly written). (position: where the bytes
-        live in the process; only the automatic checkpoints' staging store uses it.)"""
+    def put_tensors(self, entries, progress=None, position=None, digest=None) -> tuple[str, int, bool]:
+        """Stage a safetensors blob; returns (digest, size, newly written). (position, and the digest a
+        caller already computed, serve only the automatic checkpoints' staging store: this one always
+        names a blob by what it hashed while writing it.)"""
         try:
             tmp, digest, size = write_blob(entries, self.tmp_dir, progress)
         except OSError as exc:

@@ -1,6 +1,7 @@
 """A real ipykernel, started with jupyter_client, driven the way a notebook drives it."""
 from __future__ import annotations
 
+import ast
 import json
 import os
 import queue
@@ -61,16 +62,20 @@ class Kernel:
         text = self.run(f"import json as _j; print(_j.dumps({expr}))", stdout_only=True)
         return json.loads(text.strip().splitlines()[-1])
 
-    def call(self, request: dict) -> dict:
-        """The JSON call the server makes: kernel_state.api through user_expressions, silently."""
-        expr = f"__import__('kernel_state.api').api.call({json.dumps(json.dumps(request))})"
+    def quietly(self, expr: str):
+        """An expression's value (a Python literal), evaluated without a cell of its own: silent, so no
+        execution count and no pre/post_run_cell hook (no automatic checkpoint)."""
         msg_id = self.client.execute("", silent=True, user_expressions={"r": expr})
         reply = self.client.get_shell_msg(timeout=120)
         while reply["parent_header"].get("msg_id") != msg_id:
             reply = self.client.get_shell_msg(timeout=120)
         data = reply["content"]["user_expressions"]["r"]
         assert data["status"] == "ok", data
-        return json.loads(eval(data["data"]["text/plain"]))  # the repr of the JSON string
+        return ast.literal_eval(data["data"]["text/plain"])
+
+    def call(self, request: dict) -> dict:
+        """The JSON call the server makes: kernel_state.api through user_expressions, silently."""
+        return json.loads(self.quietly(f"__import__('kernel_state.api').api.call({json.dumps(json.dumps(request))})"))
 
     def close(self) -> None:
         self.client.stop_channels()

@@ -346,3 +346,50 @@ def test_only_written_chunks_are_hashed_and_every_checkpoint_is_still_exact(stor
         for source, expected in reversed(list(cells.items())):
             k.run(f"%gkews_checkpoint rewind {rows[source.splitlines()[0]]['label']['cell']}")
             assert k.value("digest()") == expected, source
+
+
+def test_tensors_named_by_the_writer_while_later_cells_refer_to_them(store):
+    """A changed torch storage is staged under a placeholder and named by the writer thread. Cells that
+    end while it is still unnamed (the writer held), one that leaves it unchanged and one that changes it
+    again, and a write that fails with the next snapshot queued: no manifest on disk ever holds a
+    placeholder, and every rewind gives back exactly the weights of its cell."""
+    with Kernel(store) as k:
+        k.run("%gkews_checkpoint auto on")
+        k.run("import hashlib, torch\nfrom kernel_state import auto\n"
+              "w = torch.nn.Parameter(torch.randn(2_000_000, generator=torch.Generator().manual_seed(1)))\n"
+              "state = lambda: hashlib.sha256(w.detach().numpy().tobytes()).hexdigest()")
+        settle(k)
+        expected = {}
+        k.run("auto.AUTO.writer.hold()\nwith torch.no_grad(): w.mul_(2)  # one")
+        k.run("import time\nwhile not auto.AUTO.status()['writing']:\n    time.sleep(0.01)")
+        expected["import time"] = k.quietly("state()")  # w unchanged since "one": the same placeholder
+        silently(k, "auto.AUTO.writer.release()")
+        settle(k)
+        k.run("with torch.no_grad(): w.add_(1)  # two")
+        settle(k)
+        expected["with torch.no_grad(): w.add_(1)  # two"] = k.quietly("state()")
+        # the next write fails once (a full disk, say) while the snapshot after it waits: that one takes
+        # over the bytes it shares with the failed one, under their placeholder, and writes them
+        k.run("from kernel_state.errors import CheckpointWriteError\n_put, _failed = auto.Writer._put_tensors, []\n"
+              "def _once(*a):\n    if not _failed:\n        _failed.append(1)\n"
+              "        raise CheckpointWriteError('the disk is full (injected)')\n    return _put(*a)\n"
+              "auto.Writer._put_tensors = staticmethod(_once)\n"
+              "auto.AUTO.writer.hold()\nwith torch.no_grad(): w.sub_(3)  # three")
+        k.run("while not auto.AUTO.status()['writing']:\n    time.sleep(0.01)")
+        k.run("x = 4  # four: w as three left it, staged only in the snapshot that fails")
+        silently(k, "auto.AUTO.writer.release()")
+        status = settle(k)
+        assert status["error"] is None and k.quietly("_failed") == [1], status
+        expected["x = 4  # four: w as three left it, staged only in the snapshot that fails"] = k.quietly("state()")
+        k.run("ok = 1  # five")
+        assert settle(k)["error"] is None
+        expected["ok = 1  # five"] = k.quietly("state()")
+        manifests = list((store / "notebooks").rglob("*.json"))
+        assert manifests and not [m for m in manifests if "pending-" in m.read_text()]
+        rows = checkpoints_by_source(k)
+        for source in ("ok = 1  # five", "x = 4  # four: w as three left it, staged only in the snapshot that fails",
+                       "with torch.no_grad(): w.add_(1)  # two", "import time"):
+            k.run(f"%gkews_checkpoint rewind {rows[source]['label']['cell']}")
+            assert k.quietly("state()") == expected[source], source
+        k.run(f"%gkews_checkpoint rewind {rows['auto.AUTO.writer.hold()']['label']['cell']}")  # "one"
+        assert k.quietly("state()") == expected["import time"]
