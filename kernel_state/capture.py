@@ -142,6 +142,7 @@ class Capture:
         self._var_storages: list[str] = []
         self._var_refs: list[tuple] = []  # the tensors and arrays this variable's pickle refers to
         self._var_memo = False  # and whether it refers to an object another variable's pickle holds
+        self._var_raw = False  # or to a storage outside the tensor table (torch's own reductions)
         self._shared: dict[int, tuple] = {}
         self._reductions: dict[int, tuple] = {}
 
@@ -150,7 +151,7 @@ class Capture:
         self._current = name
         errors = []
         for kind in picklers:
-            self._var_storages, self._var_refs, self._var_memo = [], [], False
+            self._var_storages, self._var_refs, self._var_memo, self._var_raw = [], [], False, False
             buf = io.BytesIO()
             try:
                 pickler = PICKLERS[kind](buf, protocol=PROTOCOL)
@@ -183,8 +184,10 @@ class Capture:
     def _value_digest(self, name: str, value, pickle_digest: str) -> str:
         """The digest verify compares. Walking a large object graph costs milliseconds after every cell,
         so kernel undo reuses the last one when nothing it depends on changed: the same pickle bytes,
-        the same tensor and array layouts, the same storage contents, and no object of another variable
-        (whose contents the pickle does not hold)."""
+        the same tensor and array layouts, and no object of another variable (whose contents the pickle
+        does not hold). The contents of the tables' tensors and arrays are not part of it (verify
+        compares their storages' fingerprints on their own); those of a storage the pickle refers to
+        outside the tables (torch's own reduction of a quantized or subclassed tensor) are."""
         from .compare import value_digest
         key = self._digest_key(pickle_digest) if self.reuse_digests else None
         cached = _digests.get((self.store.root, name)) if key else None
@@ -204,7 +207,8 @@ class Capture:
             parts.append(record)
             if "grad" in record:
                 parts.append(self.tensors[record["grad"]])
-        parts.append([self.storages[s].get("fingerprint") for s in self._var_storages])
+        if self._var_raw:  # the digest walks such a tensor's bytes; one in the table it names by layout
+            parts.append([self.storages[s].get("fingerprint") for s in self._var_storages])
         return digest_bytes(json.dumps(parts, sort_keys=True, default=str).encode())
 
     def _share(self, name: str, memo: dict) -> None:
@@ -248,8 +252,10 @@ class Capture:
                 return ("tensor", key)
             if isinstance(obj, torch.storage.TypedStorage):
                 skey = self._storage(obj._untyped_storage, None, TORCH_DTYPES.get(str(obj.dtype)[6:]))
+                self._var_raw = True
                 return ("storage", skey, str(obj.dtype)[6:])
             if isinstance(obj, torch.UntypedStorage):
+                self._var_raw = True
                 return ("storage", self._storage(obj, None, None), None)
         if np is not None and isinstance(obj, np.ndarray):
             key = None
