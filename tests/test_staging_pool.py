@@ -8,7 +8,7 @@ from kernel_state.hashing import new_hasher
 from kernel_state.staging_pool import MIN_POOLED, PIECE, StagingPool
 
 
-@pytest.mark.parametrize("n", [1, 1000, MIN_POOLED - 1, MIN_POOLED, 2 * PIECE, 5 * PIECE + 12345])
+@pytest.mark.parametrize("n", [1, 1000, MIN_POOLED - 1, MIN_POOLED, 2 * PIECE, 5 * PIECE + 12345, 37 * PIECE + 1])
 def test_a_copy_holds_exactly_the_bytes_and_hashes_them_in_order(n):
     src = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
     expected = new_hasher()
@@ -21,6 +21,8 @@ def test_a_copy_holds_exactly_the_bytes_and_hashes_them_in_order(n):
     assert hasher.hexdigest() == expected.hexdigest()
     src += 1  # the user's next cell changes the source: the copy is private
     assert bytes(out) == before
+    unhashed = pool.copy(memoryview(src))  # a torch storage's: named later by the writer
+    assert bytes(unhashed) == src.tobytes()
 
 
 def test_warm_buffers_are_reused_by_size_and_bounded(monkeypatch):
