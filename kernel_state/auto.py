@@ -336,7 +336,7 @@ class AutoCheckpoint:
         self.skipped_cells = 0
         self.reported_error: str | None = None
         self.stage_error: str | None = None
-        self.last_stage: dict | None = None  # cell, foreground seconds, bytes copied and hashed
+        self.last_stage: dict | None = None  # cell, foreground seconds, bytes copied (into warm memory), hashed
 
     # -- switching ------------------------------------------------------------------------------------
     def on(self, shell=None, notebook: str | None = None, root: str | None = None, remember: bool = True) -> dict:
@@ -405,7 +405,7 @@ class AutoCheckpoint:
 
     def snapshot(self, label: dict) -> Snapshot:
         """Stage the namespace as it is now and hand it to the writer; returns without touching the disk."""
-        started = time.perf_counter()
+        started, reused = time.perf_counter(), POOL.reused
         ns = self.shell.user_ns
         nb = config.notebook_name(self.notebook)
         store = StagingStore(self.root, self.writer.pending)
@@ -414,7 +414,7 @@ class AutoCheckpoint:
         seconds = round(time.perf_counter() - started, 4)
         self.stage_seconds = (self.stage_seconds + [seconds])[-200:]
         self.last_stage = {"cell": label.get("cell"), "seconds": seconds, "copied": store.copied,
-                           "hashed": staged.capture.hashed}
+                           "warm": POOL.reused - reused, "hashed": staged.capture.hashed}
         snap = Snapshot(store.root, nb, staged.manifest, store.new, seconds, store.copied)
         self.writer.submit(snap)
         return snap
