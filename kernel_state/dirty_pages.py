@@ -183,7 +183,10 @@ class DirtyPages:
             walked = SCAN_ARG.unpack(arg)[4]
             if count < REGIONS and walked >= end:
                 break
-            at = max(walked, out[-1][1] if out else at)
+            following = max(walked, out[-1][1] if out else at)
+            if following <= at:  # no progress: the rest is not known
+                return None
+            at = following
         return out
 
     def _unregister(self, start: int, end: int) -> None:

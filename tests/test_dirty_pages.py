@@ -132,3 +132,10 @@ def test_turned_off_by_the_environment(monkeypatch):
     arr = np.ones(N, np.uint8)
     assert not tracker.track(("numpy", arr.ctypes.data, N), arr.ctypes.data, N)
     assert "GKEWS_AUTO_DIRTY_PAGES=0" in tracker.unavailable
+
+
+def test_more_written_ranges_than_one_scan_returns(tracker):
+    arr = _buffer()
+    ident = _tracked(tracker, arr)
+    arr[4 * CHUNK:7 * CHUNK:2 * PAGE] = 9  # every other page of three chunks: more ranges than one scan holds
+    assert _written(tracker, ident) == {4, 5, 6}
