@@ -4,7 +4,8 @@ A cell that trains a model changes the same tensors, of the same sizes, cell aft
 into fresh memory costs a page fault per page (and on a VM that hands freed memory back to its host,
 a trip to the host as well): several times the copy itself. So once the writer has written a snapshot,
 its staging buffers go back here, and the next snapshot copies into one of exactly the size it needs.
-The pool is bounded (GKEWS_AUTO_STAGING_MB) and emptied when auto-checkpointing stops or a pause begins.
+The pool is bounded (GKEWS_AUTO_STAGING_MB), lets go of a buffer that 20 snapshots in a row did not
+take, and is emptied when auto-checkpointing stops or a pause begins.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from . import config
 MIN_POOLED = 1 << 20  # smaller copies are cheap to allocate and too varied in size to match
 PIECE = 1 << 20      # copied on one thread, then hashed from the cache on this one
 LARGE_PIECE = 8 << 20  # when nothing is hashed: 268 MB of 16 MiB tensors in 14 ms, against 19 with 1 MiB
+KEEP_FOR = 20  # snapshots a buffer waits to be taken again before it goes back to the system
 _copiers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gkews-stage")
 
 
@@ -33,7 +35,8 @@ def _fresh(n: int):
 class StagingPool:
     def __init__(self):
         self._lock = threading.Lock()
-        self._free: dict[int, list] = {}
+        self._free: dict[int, list[tuple[int, mmap.mmap]]] = {}  # size -> (snapshot it came from, buffer)
+        self._given = 0  # snapshots given back so far
         self.bytes = 0
         self.reused = 0  # bytes copied into warm buffers since the start, for status and benchmarks
 
@@ -70,7 +73,7 @@ class StagingPool:
                 return None
             self.bytes -= nbytes
             self.reused += nbytes
-            return free.pop()
+            return free.pop()[1]
 
     def give(self, views) -> None:
         """Buffers the writer no longer needs; what does not fit the bound is left to the allocator."""
@@ -79,11 +82,19 @@ class StagingPool:
         except ValueError:  # said when auto-checkpointing was turned on
             limit = 0
         with self._lock:
+            self._given += 1
+            for size, free in list(self._free.items()):  # sizes the last snapshots did not need: let go
+                kept = [(given, buf) for given, buf in free if given > self._given - KEEP_FOR]
+                self.bytes -= size * (len(free) - len(kept))
+                if kept:
+                    self._free[size] = kept
+                else:
+                    del self._free[size]
             for view in views:
                 buf = view.obj if isinstance(view, memoryview) else None
                 if type(buf) is not mmap.mmap or len(buf) < MIN_POOLED or self.bytes + len(buf) > limit:
                     continue
-                self._free.setdefault(len(buf), []).append(buf)
+                self._free.setdefault(len(buf), []).append((self._given, buf))
                 self.bytes += len(buf)
 
     def clear(self) -> None:

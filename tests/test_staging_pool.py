@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from kernel_state.hashing import new_hasher
-from kernel_state.staging_pool import MIN_POOLED, PIECE, StagingPool
+from kernel_state.staging_pool import KEEP_FOR, MIN_POOLED, PIECE, StagingPool
 
 
 @pytest.mark.parametrize("n", [1, 1000, MIN_POOLED - 1, MIN_POOLED, 2 * PIECE, 5 * PIECE + 12345, 37 * PIECE + 1])
@@ -39,3 +39,11 @@ def test_warm_buffers_are_reused_by_size_and_bounded(monkeypatch):
     pool.give([again])
     pool.clear()
     assert pool.bytes == 0
+
+
+def test_a_size_no_snapshot_takes_again_goes_back_to_the_system():
+    pool = StagingPool()
+    pool.give([pool.copy(memoryview(np.ones(3 * PIECE, np.uint8)))])  # a one-off array's buffer
+    for i in range(KEEP_FOR + 1):  # twenty-one snapshots of a tensor of another size
+        pool.give([pool.copy(memoryview(np.full(2 * PIECE, i, np.uint8)))])
+    assert pool.bytes == 2 * PIECE  # the warm one stays, the one-off went
