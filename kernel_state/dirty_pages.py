@@ -84,7 +84,7 @@ class DirtyPages:
     def _open(self) -> str | None:
         """None when tracking works here, else why not (said in the automatic checkpoints' status)."""
         if os.environ.get(ENV_SWITCH, "1").strip().lower() in ("0", "false", "off", "no"):
-            return f"turned off ({ENV_SWITCH}=0): every large array is hashed after every cell"
+            return f"turned off by {ENV_SWITCH}=0"
         if SYS_USERFAULTFD is None:
             return f"no userfaultfd on {os.uname().machine}"
         libc = ctypes.CDLL(None, use_errno=True)
@@ -99,7 +99,7 @@ class DirtyPages:
             self._pagemap = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             os.close(fd)
-            return f"asynchronous write-protection or PAGEMAP_SCAN not supported (Linux 6.7 or later): {exc}"
+            return f"asynchronous write-protection or PAGEMAP_SCAN unsupported (needs Linux 6.7 or later): {exc}"
         self._uffd = fd
         return None
 

@@ -229,6 +229,11 @@ def auto_status_line(s: dict) -> str:
         parts.append(f"foreground p50 {s['stage_seconds']['p50'] * 1000:.0f} ms")
     parts.append(f"keeps {s['keep_last']} / {human_bytes(s['max_bytes']) if s['max_bytes'] else 'no byte limit'}")
     line = "; ".join(parts) + "."
+    staging, dirty = s.get("staging") or {}, s.get("dirty_pages") or {}
+    if staging.get("limit") is not None:
+        line += f"\nWarm staging memory: {human_bytes(staging['pooled'])} of {human_bytes(staging['limit'])}."
+    if dirty.get("off"):
+        line += f"\nDirty-page tracking is off ({dirty['off']}): large arrays are hashed whole after every cell."
     if s["error"]:
         line += f"\nLast error: {s['error']}"
     return line

@@ -310,6 +310,7 @@ def test_staging_memory_is_reused_bounded_and_never_while_the_writer_needs_it(st
                               ("a += 1  # four: staged while three is held, into other memory", 4.0)):
             k.run(f"%gkews_checkpoint rewind {rows[source]['label']['cell']}")
             assert k.value("bool((a == np.arange(6_000_000.0) + %r).all())" % value) is True, source
+        assert "Warm staging memory: " in k.run("%gkews_checkpoint auto status")
         k.run("%gkews_checkpoint auto off")
         assert auto_status(k)["staging"]["pooled"] == 0
 
@@ -430,3 +431,17 @@ def test_arrays_freed_and_made_again_in_the_same_memory_come_back_exact(store):
         for source in rng.sample(sorted(expected), 8):
             k.run(f"%gkews_checkpoint rewind {rows[source]['label']['cell']}")
             assert k.quietly("state()") == expected[source], source
+
+
+def test_dirty_page_tracking_turned_off_is_said_and_changes_nothing_saved(store):
+    with Kernel(store, extra_env={"GKEWS_AUTO_CHECKPOINT": "1", "GKEWS_AUTO_DIRTY_PAGES": "0"}) as k:
+        k.run("import numpy as np\na = np.arange(5_000_000.0)")
+        k.run("a[7] = -1")
+        status = settle(k)
+        assert status["last_stage"]["hashed"] == 40_000_000  # the whole array, every cell
+        assert ("Dirty-page tracking is off (turned off by GKEWS_AUTO_DIRTY_PAGES=0)"
+                in k.run("%gkews_checkpoint auto status"))
+        k.run("a[8] = -2")
+        settle(k)
+        k.run(f"%gkews_checkpoint rewind {checkpoints_by_source(k)['a[7] = -1']['label']['cell']}")
+        assert k.quietly("[float(a[7]), float(a[8])]") == [-1.0, 8.0]
