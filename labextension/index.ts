@@ -10,6 +10,7 @@ import { showDetails } from './details';
 import { DEFAULT_TIMINGS, GkewsModel } from './model';
 import { connectNotifications } from './notify';
 import { CheckpointPanel } from './panel';
+import { HeldCells } from './heldcells';
 import { DEFAULT_READINESS, Readiness } from './readiness';
 import { holdKernelStart, rememberSession } from './reattach';
 import { GkewsStatusItem } from './statusitem';
@@ -41,6 +42,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const model = new GkewsModel(new GkewsApi(app.serviceManager.serverSettings));
     // First, before any view: "ready" waits for the open notebooks to be reconnected.
     const readiness = new Readiness(model, () => tracker.filter(() => true), app.serviceManager.sessions, app.restored);
+    // After it: a cell run while its notebook is paused or coming back waits for "ready", then runs.
+    new HeldCells(model, () => tracker.filter(() => true));
     if (settingRegistry) {
       void settingRegistry.load(PLUGIN_ID).then(
         settings => {

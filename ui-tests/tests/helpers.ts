@@ -65,10 +65,21 @@ export async function typeAndRun(
   expected: string,
   timeout = 60_000
 ): Promise<{ prompt: string }> {
+  const cell = await typeAndSchedule(page, code);
+  await expect(cell.locator('.jp-OutputArea-output')).toHaveText(expected, { timeout });
+  const prompt = (await cell.locator('.jp-InputPrompt').textContent()) ?? '';
+  return { prompt: prompt.trim() };
+}
+
+/** The same, without waiting for the cell to run: returns the new cell. */
+export async function typeAndSchedule(page: Page, code: string): Promise<Locator> {
   const panel = page.locator('.jp-NotebookPanel:visible');
   const cells = panel.locator('.jp-Notebook .jp-Cell');
   const before = await cells.count();
-  await cells.nth(before - 1).locator('.jp-InputArea-editor').click();
+  await cells
+    .nth(before - 1)
+    .locator('.jp-InputArea-editor')
+    .click();
   await page.keyboard.press('Escape');
   await page.keyboard.press('b');
   await expect(cells).toHaveCount(before + 1);
@@ -77,7 +88,5 @@ export async function typeAndRun(
   await expect(cell.locator('.jp-InputArea-editor')).toHaveClass(/jp-mod-focused/);
   await page.keyboard.type(code);
   await page.keyboard.press('Shift+Enter');
-  await expect(cell.locator('.jp-OutputArea-output')).toHaveText(expected, { timeout });
-  const prompt = (await cell.locator('.jp-InputPrompt').textContent()) ?? '';
-  return { prompt: prompt.trim() };
+  return cell;
 }

@@ -8,7 +8,7 @@
 import { expect, test } from '@jupyterlab/galata';
 import type { Page } from '@playwright/test';
 
-import { newNotebook, notification, shutDownEverything, statusItem, typeAndRun } from './helpers';
+import { newNotebook, notification, shutDownEverything, statusItem, typeAndRun, typeAndSchedule } from './helpers';
 
 test.use({ autoGoto: true, viewport: { width: 1280, height: 720 } });
 test.afterEach(async ({ request }) => shutDownEverything(request));
@@ -107,7 +107,9 @@ test('two notebooks open: each runs its next cell in its own kernel', async ({ p
   await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
   await resumeButton(page).click();
   await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
-  await expect(notification(page, 'Paused first.ipynb and second.ipynb; Resume brings their kernels back.')).toHaveCount(1);
+  await expect(
+    notification(page, 'Paused first.ipynb and second.ipynb; Resume brings their kernels back.')
+  ).toHaveCount(1);
   for (const name of ['first.ipynb', 'second.ipynb']) {
     await page.notebook.activate(name);
     const { prompt } = await typeAndRun(page, 'print(w + 1)', '42\n');
@@ -133,4 +135,23 @@ test('a cell left running at Pause is interrupted on request, and the next cell 
   await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
   const { prompt } = await typeAndRun(page, 'print(w + 1)', '42\n');
   expect(prompt).toBe('[3]:');
+});
+
+test('cells run while paused and while resuming wait, then run in order once ready', async ({ page, tmpPath }) => {
+  await openAndRun(page, tmpPath, ['held.ipynb']);
+  await pauseButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  const whilePaused = await typeAndSchedule(page, 'print("while paused", w)');
+  await expect(
+    notification(page, 'held.ipynb is paused: the cell will run after Resume, once it is ready.')
+  ).toHaveCount(1);
+  await resumeButton(page).click();
+  const whileResuming = await typeAndSchedule(page, 'print("while resuming", w + 1)');
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  await expect(whilePaused.locator('.jp-OutputArea-output')).toHaveText('while paused 41\n');
+  await expect(whileResuming.locator('.jp-OutputArea-output')).toHaveText('while resuming 42\n');
+  await expect(whilePaused.locator('.jp-InputPrompt')).toHaveText('[2]:');
+  await expect(whileResuming.locator('.jp-InputPrompt')).toHaveText('[3]:');
+  const { prompt } = await typeAndRun(page, 'print(w + 2)', '43\n');
+  expect(prompt).toBe('[4]:');
 });
