@@ -396,7 +396,7 @@ def test_tensors_named_by_the_writer_while_later_cells_refer_to_them(store):
         assert k.quietly("state()") == expected["import time"]
 
 
-def test_arrays_freed_and_made_again_in_the_same_memory_come_back_exact(store):
+def test_arrays_freed_and_made_again_in_the_same_memory_come_back_exact(store, tmp_path):
     """Dirty-page tracking trusts memory, not objects: arrays deleted and made again (often at the same
     address and size), written in place, read into from a file, zeroed, copied over; after every cell a
     checkpoint, and a rewind to each of them gives back exactly what that cell left."""
@@ -417,7 +417,7 @@ def test_arrays_freed_and_made_again_in_the_same_memory_come_back_exact(store):
     with Kernel(store) as k:
         k.run("%gkews_checkpoint auto on")
         k.run(f"import hashlib, os, numpy as np\nN = {n}\na = np.arange(N, dtype=float)\nb = np.ones(N)\n"
-              "blob = os.path.join(os.getcwd(), 'blob.bin')\nopen(blob, 'wb').write(os.urandom(32768))\n"
+              f"blob = {str(tmp_path / 'blob.bin')!r}\nopen(blob, 'wb').write(os.urandom(32768))\n"
               "state = lambda: hashlib.sha256(a.tobytes() + b.tobytes()).hexdigest()")
         settle(k)
         expected = {}
