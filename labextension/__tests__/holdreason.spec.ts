@@ -1,0 +1,62 @@
+/**
+ * When a cell run in a notebook would be lost (its kernel is released or
+ * coming back), and when it can run: what heldcells.ts decides from the
+ * server's status and this page's reconnection.
+ */
+import { holdReason } from '../holdreason';
+import { GkewsModel } from '../model';
+import { IGkewsApi, INotebookStatus, IStatus } from '../types';
+
+const paused: INotebookStatus = { path: 'work/train.ipynb', kernel_id: 'k1', status: 'released' };
+
+function status(overrides: Partial<IStatus>): IStatus {
+  return {
+    state: 'active',
+    phase: null,
+    message: '',
+    backend: 'local',
+    cycle: 1,
+    progress: null,
+    error: null,
+    timeline: {},
+    notebooks: [],
+    updated: 0,
+    ...overrides
+  };
+}
+
+async function modelWith(answer: IStatus): Promise<GkewsModel> {
+  const api = { status: async () => answer } as unknown as IGkewsApi;
+  const model = new GkewsModel(api);
+  model.expectAttachment();
+  await model.refresh();
+  return model;
+}
+
+const panel = (path: string) => ({ context: { path } }) as any;
+
+describe('holdReason', () => {
+  it('holds a cell of a paused or resuming notebook, not of another one', async () => {
+    let model = await modelWith(status({ state: 'paused', notebooks: [paused] }));
+    expect(holdReason(model, panel('work/train.ipynb'))).toBe('is paused');
+    expect(holdReason(model, panel('other.ipynb'))).toBeNull();
+    model = await modelWith(status({ state: 'resuming', notebooks: [paused] }));
+    expect(holdReason(model, panel('work/train.ipynb'))).toBe('is being resumed');
+  });
+
+  it('holds it while this page reconnects the resumed notebook, and lets it run once that is done', async () => {
+    const resumed = { ...paused, status: 'resumed', verdict: 'restored-from-checkpoint' as const };
+    const model = await modelWith(status({ state: 'active', notebooks: [resumed] }));
+    expect(holdReason(model, panel('work/train.ipynb'))).toBe('is being reconnected to its restored kernel');
+    model.setAttachment({ cycle: 1, waiting: ['work/train.ipynb'], failed: {} });
+    expect(holdReason(model, panel('work/train.ipynb'))).toBe('is being reconnected to its restored kernel');
+    model.setAttachment({ cycle: 1, waiting: [], failed: {} });
+    expect(holdReason(model, panel('work/train.ipynb'))).toBeNull();
+  });
+
+  it('never holds a cell while nothing was paused', async () => {
+    const running = { ...paused, status: 'running' };
+    const model = await modelWith(status({ state: 'active', cycle: 0, notebooks: [running] }));
+    expect(holdReason(model, panel('work/train.ipynb'))).toBeNull();
+  });
+});
