@@ -6,24 +6,12 @@
 import { holdReason } from '../holdreason';
 import { GkewsModel } from '../model';
 import { IGkewsApi, INotebookStatus, IStatus } from '../types';
+import { status as anyStatus } from './status';
+
+/** The statuses of these tests: after a first pause (cycle 1). */
+const status = (overrides: Partial<IStatus>) => anyStatus({ cycle: 1, ...overrides });
 
 const paused: INotebookStatus = { path: 'work/train.ipynb', kernel_id: 'k1', status: 'released' };
-
-function status(overrides: Partial<IStatus>): IStatus {
-  return {
-    state: 'active',
-    phase: null,
-    message: '',
-    backend: 'local',
-    cycle: 1,
-    progress: null,
-    error: null,
-    timeline: {},
-    notebooks: [],
-    updated: 0,
-    ...overrides
-  };
-}
 
 async function modelWith(answer: IStatus): Promise<GkewsModel> {
   const api = { status: async () => answer } as unknown as IGkewsApi;

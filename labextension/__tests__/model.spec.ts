@@ -13,22 +13,7 @@ import {
 } from '../describe';
 import { GkewsModel, ITransition } from '../model';
 import { GkewsError, IGkewsApi, INotebookStatus, IStatus } from '../types';
-
-function status(overrides: Partial<IStatus> = {}): IStatus {
-  return {
-    state: 'active',
-    phase: null,
-    message: '',
-    backend: 'local',
-    cycle: 0,
-    progress: null,
-    error: null,
-    timeline: {},
-    notebooks: [],
-    updated: 0,
-    ...overrides
-  };
-}
+import { status } from './status';
 
 const restoredNotebook: INotebookStatus = {
   path: 'work/train.ipynb',
