@@ -16,6 +16,8 @@ import json
 import os
 import uuid
 
+from kernel_state.hold import ANSWER_SUFFIX, CALL_SUFFIX, held_pid
+
 from .errors import KernelCallError, KernelStateMissing
 
 SAVED_LINE = '{"gkews_saved"'
@@ -67,14 +69,21 @@ class KernelBridge:
         self.kernel_manager, self.timeout, self.log = kernel_manager, timeout, log
 
     async def call(self, kernel_id: str, request: dict, *, label: str = "", on_progress=None,
-                   timeout: float | None = None) -> dict:
-        """Run kernel_state.api.call(request) in the kernel; returns its result or raises KernelCallError."""
+                   timeout: float | None = None, hold_file: str | None = None) -> dict:
+        """Run kernel_state.api.call(request) in the kernel; returns its result or raises KernelCallError.
+        A kernel in the hold at hold_file answers there, ahead of the cells waiting behind its hold."""
         label = label or kernel_id
         timeout = timeout or self.timeout
         kernel, client, before = self._open(kernel_id, label)
         try:
-            reply = await self._unless_dead(kernel_id, kernel, client, label, self._execute(
-                client, _expression("api", "answer", json.dumps(request)), timeout, _progress_hook(on_progress)))
+            payload, pid = None, kernel_pid(kernel)
+            if hold_file and pid is not None and held_pid(hold_file) == pid:
+                payload = await self._unless_dead(kernel_id, kernel, client, label,
+                                                  call_held(hold_file, pid, request, timeout))
+            if payload is None:  # not held (or it left its hold before taking the call): an ordinary request
+                reply = await self._unless_dead(kernel_id, kernel, client, label, self._execute(
+                    client, _expression("api", "answer", json.dumps(request)), timeout, _progress_hook(on_progress)))
+                payload = self._answer_json(kernel, label, reply)
         except (TimeoutError, asyncio.TimeoutError):
             raise KernelCallError(f"the kernel of {label} did not answer within {timeout:.0f} s") from None
         except RuntimeError as exc:  # wait_for_ready: the kernel died
@@ -82,7 +91,7 @@ class KernelBridge:
         finally:
             client.stop_channels()
             await self._restore_activity(kernel, before)
-        return self._answer(kernel, label, reply)
+        return _result(payload)
 
     async def save_and_hold(self, kernel_id: str, request: dict, hold_file: str, *, label: str = "",
                             on_progress=None, hold_seconds: float | None = None) -> tuple[dict, Hold]:
@@ -208,10 +217,7 @@ class KernelBridge:
         return result
 
     def _answer(self, kernel, label: str, reply) -> dict:
-        result = self._answer_json(kernel, label, reply)
-        if not result["ok"]:
-            raise KernelCallError(result["error"], kind=result.get("type"))
-        return result["result"]
+        return _result(self._answer_json(kernel, label, reply))
 
     async def _restore_activity(self, kernel, before) -> None:
         last, server_last = before
@@ -228,6 +234,54 @@ class KernelBridge:
             others = [getattr(self.kernel_manager.get_kernel(k), "last_activity", None)
                       for k in self.kernel_manager.list_kernel_ids()]
             self.kernel_manager.last_kernel_activity = max([server_last] + [t for t in others if t])
+
+
+async def call_held(hold_file: str, pid: int, request: dict, timeout: float) -> dict | None:
+    """Ask the kernel pid, held at hold_file, through the files beside its hold (kernel_state.hold): its
+    answer (kernel_state.api's JSON), or None when it left the hold without taking the call."""
+    call_id = uuid.uuid4().hex
+    call_path, answer_path = hold_file + CALL_SUFFIX, hold_file + ANSWER_SUFFIX
+    _remove(answer_path)  # one a call that gave up left behind
+    with open(call_path + ".partial", "w") as f:
+        json.dump({"id": call_id, "request": request}, f)
+    os.replace(call_path + ".partial", call_path)
+    deadline = asyncio.get_running_loop().time() + timeout
+    try:
+        while True:
+            answer = _take_answer(answer_path, call_id)
+            if answer is not None:
+                return answer
+            if held_pid(hold_file) != pid:  # it left the hold: it answered just before, or never will
+                return _take_answer(answer_path, call_id)
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError
+            await asyncio.sleep(0.05)
+    finally:
+        _remove(call_path)
+
+
+def _result(payload: dict) -> dict:
+    """kernel_state.api's answer: its result, or its error raised."""
+    if not payload["ok"]:
+        raise KernelCallError(payload["error"], kind=payload.get("type"))
+    return payload["result"]
+
+
+def _take_answer(path: str, call_id: str) -> dict | None:
+    """The held kernel's answer to call_id, once it is there (a stale one is dropped)."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (FileNotFoundError, ValueError):
+        return None
+    _remove(path)
+    return data["answer"] if data.get("id") == call_id else None
+
+
+def kernel_pid(kernel) -> int | None:
+    """The kernel's process: its provisioner's pid, or the one an adopted kernel was given (gpu_suspend)."""
+    provisioner = getattr(kernel, "provisioner", None)
+    return getattr(provisioner, "pid", None) or getattr(kernel, "gkews_pid", None)
 
 
 def _expression(module: str, function: str, *args) -> str:

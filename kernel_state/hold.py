@@ -7,6 +7,14 @@ when the server removes the hold file (the pause failed or was undone: the kerne
 cell runs then), when the kernel is shut down (released: the process exits here, the waiting cell never
 ran), or when its bound runs out (the server sees that and checkpoints again). The save's result is
 printed as one line at once, so the server need not wait for the hold to end to read it.
+
+A kernel that lives on through the pause (GPU suspend, a Pod snapshot) is still held when the resume
+begins, with the cells sent meanwhile waiting behind the hold. The resume's verify (and restore) must see
+the state of the checkpoint, not that state after those cells, so the server asks the held kernel through
+files beside its hold file (`.call` in, `.answer` out) and lets it go only afterwards: then the waiting
+cells run, on the verified state. Once detached (the kernel is to outlive a server restart) the hold has
+no bound; it ends when the server removes the file. The held kernel writes its pid into the hold file,
+so that a server can tell a kernel in its hold from a fresh one started under the same kernel id.
 """
 from __future__ import annotations
 
@@ -34,26 +42,79 @@ def _hold(hold_file: str, seconds: float) -> None:
         shell = get_ipython()
     except ImportError:
         shell = None
-    deadline = time.monotonic() + seconds  # bounded: a server that vanished does not hold us forever
-    while os.path.exists(hold_file) and time.monotonic() < deadline:
+    if not _sign(hold_file, str(os.getpid())):  # so that the server can tell us from a fresh kernel
+        return  # the server let go before the save was done: nothing to hold
+    # Bounded, so that a pause that got stuck does not hold the user's cells for ever; time in which the
+    # process did not run (a Pod snapshot, SIGSTOP) does not count. Detached (to outlive its server): no bound.
+    detached, held, last = False, 0.0, time.monotonic()
+    while os.path.exists(hold_file) and (detached or held < seconds):
         if os.path.exists(hold_file + DETACH_SUFFIX):  # asked while held: no shell request can reach us now
-            detach_from_parent()
+            parent = detach_from_parent()
+            detached = True
             with contextlib.suppress(FileNotFoundError):
                 os.remove(hold_file + DETACH_SUFFIX)
+        if os.path.exists(hold_file + CALL_SUFFIX):
+            _answer_call(hold_file)
         if getattr(shell, "exit_now", False):  # a shutdown request arrived (ipykernel's do_shutdown)
             time.sleep(0.2)  # its reply goes out from the control thread meanwhile
             os._exit(0)
         time.sleep(0.05)
+        held, last = held + min(time.monotonic() - last, 1.0), time.monotonic()
+    _sign(hold_file, "")  # left: calls through the hold file would find no one
+    if detached:
+        attach_to_parent(parent)
+
+
+def _sign(hold_file: str, text: str) -> bool:
+    """Write into the hold file the server made (never create it: a missing file means released)."""
+    try:
+        with open(hold_file, "r+") as f:
+            f.write(text)
+            f.truncate()
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def held_pid(hold_file: str) -> int | None:
+    """The pid of the kernel in this hold, or None (no hold, or one not yet entered)."""
+    try:
+        with open(hold_file) as f:
+            return int(f.read().strip() or 0) or None
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _answer_call(hold_file: str) -> None:
+    """Run the server's request from `<hold>.call` here, in the held kernel; the answer goes to `<hold>.answer`.
+    Both files are written whole, then renamed, so neither side ever reads half of one."""
+    call_path = hold_file + CALL_SUFFIX
+    call: dict = {}
+    try:
+        with open(call_path) as f:
+            call = json.load(f)
+        answer = json.loads(api.call(call["request"]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        answer = {"ok": False, "error": f"unreadable call file {call_path}: {exc}", "type": "ValueError"}
+    partial = hold_file + ANSWER_SUFFIX + ".partial"
+    with open(partial, "w") as f:
+        json.dump({"id": call.get("id") if isinstance(call, dict) else None, "answer": answer}, f, default=str)
+    os.replace(partial, hold_file + ANSWER_SUFFIX)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(call_path)
 
 
 #: beside the hold file: the server asks a held kernel to outlive it (GPU suspend keeps it across restarts)
 DETACH_SUFFIX = ".detach"
+#: beside the hold file: a request for the held kernel (JSON {"id", "request"}), and its answer
+CALL_SUFFIX = ".call"
+ANSWER_SUFFIX = ".answer"
 
 
-def detach_from_parent() -> None:
+def detach_from_parent() -> int | None:
     """Let this kernel outlive the server that started it: ipykernel's parent poller exits the kernel once
     its parent changes, so give it a parent pid that equals every pid. Pure Python: it works while the
-    process's CUDA calls are locked."""
+    process's CUDA calls are locked. Returns the parent it watched before."""
     from ipykernel.kernelapp import IPKernelApp
 
     class AnyParent(int):
@@ -66,8 +127,20 @@ def detach_from_parent() -> None:
         __hash__ = int.__hash__
 
     poller = getattr(IPKernelApp.instance(), "poller", None)
-    if poller is not None:
-        poller.parent_pid = AnyParent(1)
+    if poller is None:
+        return None
+    before = poller.parent_pid
+    poller.parent_pid = AnyParent(1)
+    return before
+
+
+def attach_to_parent(parent: int | None) -> None:
+    """Watch the parent again after a hold that ended with the same server (not after an adoption: our
+    parent is another process then, and a server that adopted us never stops us by exiting)."""
+    from ipykernel.kernelapp import IPKernelApp
+    poller = getattr(IPKernelApp.instance(), "poller", None)
+    if poller is not None and parent and os.getppid() == parent:
+        poller.parent_pid = parent
 
 
 @contextlib.contextmanager

@@ -191,3 +191,21 @@ async def test_auto_without_the_extra_shuts_down_and_says_why(jp_fetch, jp_serve
                                     "the NVIDIA driver bindings are not installed"), nb["message"]
     assert 'pip install "jupyter-gkews[gpu]"' in nb["message"]
     assert paused[""]["message"] == "paused 1 notebook(s)"  # as before: nothing lives on
+
+
+async def test_a_cell_run_while_suspended_runs_after_the_verify(jp_fetch, jp_serverapp, jp_root_dir, fake_gpu):
+    """The kernel lives on while suspended, so a cell sent meanwhile waits in it; the resume must verify the
+    state the checkpoint saw, then run that cell: live-verified, and the cell's effect kept."""
+    import asyncio
+    from test_lifecycle_holes import printed, start_cell
+    kid, pid = await start(jp_fetch, jp_serverapp, jp_root_dir, "nb.ipynb")
+    hold(fake_gpu, pid, 512)
+    assert (await pause(jp_fetch))["nb.ipynb"]["status"] == "suspended"
+    client, msg_id = await start_cell(jp_serverapp, kid, 'label = "while paused"; print(label)')
+    await asyncio.sleep(0)
+    nb = (await resume(jp_fetch))["nb.ipynb"]
+    out, ran = await printed(client, msg_id, until_idle=True)
+    client.stop_channels()
+    assert nb["verdict"] == "live-verified", nb
+    assert (out.strip(), ran) == ("while paused", True)
+    assert (await run_cell(jp_serverapp, kid, CHECK)).split() == ["332833500", "while", "paused", str(pid)]

@@ -23,7 +23,9 @@ import time
 
 from traitlets import CaselessStrEnum, Float, Int
 
-from ..bridge import hold_file
+from kernel_state.hold import held_pid
+
+from ..bridge import hold_file, kernel_pid
 from ..gpu_suspend import GIB, DriverError, GpuUnavailable, gib, keepalive, procs
 from ..gpu_suspend.driver import refusal
 from ..states import NotebookStatus
@@ -92,7 +94,7 @@ class LocalBackend(Backend):
         """Suspend or shut down each notebook's kernel; per path: its status, message and suspend record."""
         km = self.serverapp.kernel_manager
         kernels = {nb["path"]: (km.get_kernel(nb["kernel_id"]) if nb["kernel_id"] in km else None) for nb in notebooks}
-        pids = {path: keepalive.kernel_pid(k) if k is not None else None for path, k in kernels.items()}
+        pids = {path: kernel_pid(k) if k is not None else None for path, k in kernels.items()}
         if self.release_mode == "shutdown":
             plan = {nb["path"]: ("shutdown", "") for nb in notebooks}
         else:
@@ -237,7 +239,9 @@ class LocalBackend(Backend):
             why = notebook.pop("gpu_fallback", None) or await self._bring_back(notebook)
             if why is None:
                 kernel = km.get_kernel(notebook["kernel_id"])
-                await keepalive.run_expression(kernel, keepalive.attach_expression(os.getpid()))
+                if held_pid(hold_file(self.serverapp.runtime_dir, notebook["kernel_id"])) != kernel_pid(kernel):
+                    # not in its hold (whose end watches the server again): it runs requests, ask it
+                    await keepalive.run_expression(kernel, keepalive.attach_expression(os.getpid()))
                 return await self._bind_session(notebook, notebook["kernel_id"])
             self.log.warning("gkews: %s: %s; restarting it from its checkpoint", notebook["path"], why)
             notebook["fallback"] = why

@@ -63,11 +63,6 @@ async def run_expression(kernel, expr: str, timeout: float = 30.0) -> bool:
             kernel.last_activity = before
 
 
-def kernel_pid(kernel) -> int | None:
-    provisioner = getattr(kernel, "provisioner", None)
-    return getattr(provisioner, "pid", None) or getattr(kernel, "gkews_pid", None)
-
-
 def forget(km, kernel_id: str) -> None:
     """Drop a kernel from the server's kernel manager without stopping the process."""
     if kernel_id not in km:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 
+from kernel_state.hold import ANSWER_SUFFIX, CALL_SUFFIX
+
 from ..bridge import hold_file
 from ..states import Event, NotebookStatus
 
@@ -33,13 +35,15 @@ class Holds:
         if hold is not None:
             await hold.release()
 
-    async def _unhold(self, notebooks: list[dict]) -> None:
-        """Before a resume talks to a kernel that lived on (GPU suspend): end its hold, also one a previous
-        server left behind (its hold file), or every request would wait behind it."""
-        await self._release_holds()
-        for nb in notebooks:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(self._hold_file(nb["kernel_id"]))
+    async def _let_go(self, *kernel_ids: str) -> None:
+        """After the resume verified (or restored) a kernel that lived on: end its hold, also one a previous
+        server left behind (only its hold file is left then), so that the cells waiting in it run now."""
+        for kernel_id in kernel_ids:
+            await self._release_hold(kernel_id)
+            path = self._hold_file(kernel_id)
+            for leftover in (path, path + CALL_SUFFIX, path + ANSWER_SUFFIX):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(leftover)
 
     async def _release_holds(self, *, only_stopped: bool = False) -> None:
         """Let held kernels run again (all, or only those already stopped: their clients are closed)."""

@@ -39,7 +39,6 @@ class Resume:
                 return self.status()  # not handed over: the claim is given back as the block ends
             if self._restore_watch:  # resumed on request: no longer waiting to wake up in a restored Pod
                 self._restore_watch.cancel()
-            await self._release_holds()
             requested = now()
 
             def begin(state):
@@ -58,7 +57,7 @@ class Resume:
                 self.state["timeline"]["capacity_obtained"] = now()
                 await self._enter(State.RESUMING, Phase.RESTORING, f"restoring {len(notebooks)} notebook(s)",
                                   Event.RESTORING)
-            await self._unhold(notebooks)
+            held = {nb["path"]: nb["kernel_id"] for nb in notebooks}  # a kernel that lived on is still held
             for nb in notebooks:
                 nb.update(verdict=None, error=None)
                 try:
@@ -72,7 +71,8 @@ class Resume:
 
             async def resume_one(nb):  # kernels are separate processes: restore them side by side
                 if nb.get("verdict") != Verdict.FAILED:
-                    await self._verify_or_restore(nb)
+                    await self._verify_or_restore(nb, self._hold_file(held[nb["path"]]))
+                await self._let_go(*{held[nb["path"]], nb["kernel_id"]})  # the cells sent while paused run now
                 self.state["progress"]["notebooks_done"] += 1
                 await self._persist(Event.NOTEBOOK_RESUMED, path=nb["path"], verdict=nb["verdict"],
                                     why=nb.get("why_restored") or nb.get("error"))
@@ -95,13 +95,15 @@ class Resume:
             await self._fail(f"The resume stopped at {self.state['phase']}: {type(exc).__name__}: {exc}.",
                              "Resume again; the checkpoints are kept.")
 
-    async def _verify_or_restore(self, nb: dict) -> None:
-        """Same process with bit-identical state: live-verified. Anything else: restore from the checkpoint."""
+    async def _verify_or_restore(self, nb: dict, hold_file: str) -> None:
+        """Same process with bit-identical state: live-verified. Anything else: restore from the checkpoint.
+        A kernel that lived on answers in its hold, before the cells sent to it while paused."""
         # saved_as: the name it was checkpointed under, when it was renamed while paused
         request = {"notebook": nb.get("saved_as") or nb["path"], "root": self.checkpoint_root,
                    "checkpoint": nb["checkpoint"]}
         try:
-            verdict = await self.bridge.call(nb["kernel_id"], {"op": "verify", **request}, label=nb["path"])
+            verdict = await self.bridge.call(nb["kernel_id"], {"op": "verify", **request}, label=nb["path"],
+                                             hold_file=hold_file)
             if verdict["verified"]:
                 nb.update(status=NotebookStatus.RESUMED, verdict=Verdict.LIVE_VERIFIED, restored=[], failed={},
                           skipped_at_save=verdict["skipped_at_save"], same_process=True)
@@ -109,7 +111,8 @@ class Resume:
             reason = nb.pop("fallback", None) or (
                 "a new process: the live state did not survive" if not verdict["same_process"]
                 else "the same process, but its state differs from the checkpoint")
-            result = await self.bridge.call(nb["kernel_id"], {"op": "restore", **request}, label=nb["path"])
+            result = await self.bridge.call(nb["kernel_id"], {"op": "restore", **request}, label=nb["path"],
+                                            hold_file=hold_file)
         except KernelCallError as exc:
             nb.update(status=NotebookStatus.FAILED, verdict=Verdict.FAILED, error=str(exc),
                       next_step="open the notebook and run %gkews_checkpoint restore, or re-run its cells")
@@ -156,7 +159,6 @@ class Resume:
         return True
 
     async def _resume_restored(self, notebooks: list[dict], found: dict) -> None:
-        await self._release_holds()  # a restored kernel wakes up held: it must answer the verification
         self.state["timeline"].update(resume_requested=now(), capacity_obtained=now())
         self.state["restored_from"] = found
         await self._enter(State.RESUMING, Phase.RESTORING, f"this process was restored from a snapshot "
