@@ -6,6 +6,8 @@ same kernel processes keep running, which is what the server sees after a real g
 """
 from __future__ import annotations
 
+import asyncio
+
 import json
 
 import pytest
@@ -120,6 +122,16 @@ async def test_restored_pod_falls_back_for_the_kernel_that_changed(fake, jp_fetc
     assert json.loads(await run_cell(jp_serverapp, kid_a, CHECK)) == before_a
 
 
+async def workspace_paused(fake) -> dict:
+    """The Workspace once the controller (the fixture's thread) has marked it Paused, or as it is after 30 s."""
+    for _ in range(600):
+        ws = fake.get(WORKSPACES, WS)
+        if ws["status"]["state"] == "Paused":
+            break
+        await asyncio.sleep(0.05)
+    return ws
+
+
 async def test_trigger_pause_completes_because_the_pod_lives_on_after_its_checkpoint(fake, jp_fetch, jp_serverapp,
                                                                                      jp_root_dir):
     """The fixture plays postCheckpoint as GKE documents it: `stop` completes the Pod right after its checkpoint
@@ -130,7 +142,7 @@ async def test_trigger_pause_completes_because_the_pod_lives_on_after_its_checkp
     assert s["state"] == "paused", s["message"]
     assert s["snapshot"]["status"] == "ready" and s["snapshot"]["mode"] == "trigger"
     assert fake.get(POLICIES, f"gkews-{WS}")["spec"]["triggerConfig"]["postCheckpoint"] == "resume"
-    ws = fake.get(WORKSPACES, WS)
+    ws = await workspace_paused(fake)
     assert ws["spec"]["paused"] is True and ws["status"]["state"] == "Paused"
     assert not any(c == ("patch", "workspaces", WS) for c in fake.calls(user="system:admin"))  # the Pod paused it
 
@@ -144,11 +156,7 @@ async def test_workspace_addon_snapshots_on_pause_and_the_resumed_pod_is_verifie
     assert s["state"] == "paused", s["message"]
     assert s["snapshot"]["mode"] == "workspace"
     assert fake.get(POLICIES, f"gkews-{WS}") is None
-    for _ in range(600):  # the add-on held the pause until its snapshot was Ready, then let it through
-        ws = fake.get(WORKSPACES, WS)
-        if ws["status"]["state"] == "Paused":
-            break
-        await __import__("asyncio").sleep(0.05)
+    ws = await workspace_paused(fake)  # the add-on held the pause until its snapshot was Ready, then let it through
     assert ws["spec"]["paused"] is True and ws["status"]["state"] == "Paused"
     assert ws["metadata"]["annotations"]["podsnapshot.gke.kubeflow.org/checkpoint-state"] == "Ready"
     assert fake.addon_intercepts == 1  # one pause asked once
