@@ -7,9 +7,10 @@ from __future__ import annotations
 import os
 
 import pytest
+from serverkit import gkews_server_config, open_notebook, post, run_cell, status, wait_for
+from test_lifecycle_holes import printed, start_cell
 
 from jupyter_gkews.gpu_suspend import fake
-from serverkit import gkews_server_config, open_notebook, post, run_cell, status, wait_for
 
 MIB = 1024 ** 2
 CELL = 'import os\nweights = [i * i for i in range(1000)]\nlabel = "live"\nprint(os.getpid())'
@@ -196,13 +197,10 @@ async def test_auto_without_the_extra_shuts_down_and_says_why(jp_fetch, jp_serve
 async def test_a_cell_run_while_suspended_runs_after_the_verify(jp_fetch, jp_serverapp, jp_root_dir, fake_gpu):
     """The kernel lives on while suspended, so a cell sent meanwhile waits in it; the resume must verify the
     state the checkpoint saw, then run that cell: live-verified, and the cell's effect kept."""
-    import asyncio
-    from test_lifecycle_holes import printed, start_cell
     kid, pid = await start(jp_fetch, jp_serverapp, jp_root_dir, "nb.ipynb")
     hold(fake_gpu, pid, 512)
     assert (await pause(jp_fetch))["nb.ipynb"]["status"] == "suspended"
     client, msg_id = await start_cell(jp_serverapp, kid, 'label = "while paused"; print(label)')
-    await asyncio.sleep(0)
     nb = (await resume(jp_fetch))["nb.ipynb"]
     out, ran = await printed(client, msg_id, until_idle=True)
     client.stop_channels()
