@@ -84,7 +84,8 @@ def peak_memory(big_gib: float, device: str, work: str) -> dict:
         cmd = [sys.executable, os.path.join(HERE, "gpu", "peak_memory.py"), phase, "--device",
                "fake" if device == "cpu" else "cuda", "--root", root, "--mib", str(int(big_gib * 1024))]
         run = subprocess.run(cmd, capture_output=True, text=True,
-                             env=dict(os.environ, PYTHONPATH=os.path.dirname(HERE)))
+                             env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                                 [os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")])))
         if run.returncode:
             raise SystemExit(f"{phase} of a {big_gib} GiB tensor failed:\n{run.stderr[-3000:]}")
         out[phase] = json.loads(run.stdout.strip().splitlines()[-1])

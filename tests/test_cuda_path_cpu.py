@@ -18,6 +18,8 @@ torch = pytest.importorskip("torch", reason="the torch extra is installed by mak
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the repository first, then what the caller had (benchmarks/gpu/check.sh puts its wheels there)
+PYTHONPATH = os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])
 NB = "device.ipynb"
 MIB = 1 << 20
 BUFFER = 2 * MIB  # GKEWS_DEVICE_STAGING_MB=8: four buffers of 2 MiB
@@ -200,7 +202,7 @@ def run_phase(phase, root, env, mib=None):
 def test_peak_host_memory_of_a_save_and_a_restore_stays_within_the_staging_bound(tmp_path):
     """A 512 MiB tensor through a 32 MiB ring: the process's resident high-water mark grows by the ring
     and a little more, not by the tensor (a restore also holds the "device" copy, subtracted here)."""
-    env = dict(os.environ, GKEWS_DEVICE_STAGING_MB="32", PYTHONPATH=ROOT)
+    env = dict(os.environ, GKEWS_DEVICE_STAGING_MB="32", PYTHONPATH=PYTHONPATH)
     bound = 32 * MIB + 16 * MIB  # the ring, plus the interpreter's own allocations while it works
     saved = run_phase("save", tmp_path, env, mib=512)
     assert saved["ok"] and saved["high_water_reset"] and saved["tensor_bytes"] == 512 * MIB
@@ -257,7 +259,7 @@ def test_settings_say_what_is_wrong_and_how_to_fix_it(monkeypatch):
 def test_the_gpu_benchmark_runs_on_the_cpu_with_smoke(tmp_path):
     out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_gpu.py"), "--smoke",
                           "--dir", str(tmp_path), "--json", str(tmp_path / "bench.json")],
-                         env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=600)
+                         env=dict(os.environ, PYTHONPATH=PYTHONPATH), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     figures = json.loads((tmp_path / "bench.json").read_text())
     assert figures["device"] == "fake" and figures["ok"] is True

@@ -16,9 +16,20 @@ export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 started=$(date +%s)
 if compgen -G ".whl/*.whl" >/dev/null; then
   SITE=${SITE:-/tmp/site}
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
-    || { echo "installing .whl/ failed"; exit 2; }
+  if python3 -m pip --version >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
+      || { echo "installing .whl/ failed"; exit 2; }
+  else  # a wheel is a zip file laid out for site-packages
+    echo "no pip here: unpacking .whl/ into $SITE"
+    python3 -c "import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]" "$SITE" .whl/*.whl \
+      || { echo "unpacking .whl/ failed"; exit 2; }
+  fi
   export PYTHONPATH=$PWD:$SITE
+  # what `pip install` of this package would put in etc/: the server extension enabled (tests/test_gpu_suspend.py
+  # starts a real server; its JUPYTER_CONFIG_DIR is a temporary one, JUPYTER_CONFIG_PATH is searched as well)
+  mkdir -p "$SITE/etc/jupyter/jupyter_server_config.d"
+  cp jupyter-config/server-config/jupyter_gkews.json "$SITE/etc/jupyter/jupyter_server_config.d/"
+  export JUPYTER_CONFIG_PATH=$SITE/etc/jupyter
 else
   echo "no .whl/ here: tests that need the Jupyter packages will fail (make it with benchmarks/gpu/wheels.sh)"
   export PYTHONPATH=$PWD
