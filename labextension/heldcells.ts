@@ -1,24 +1,26 @@
 /**
- * A cell run while its notebook is paused, or while its kernel is coming back,
- * would go to the released kernel's socket and be lost: its prompt would show
- * [*] for ever and nothing would say why. Such a cell is held instead: a
- * notification says the notebook is paused (and that Resume runs it), and the
- * held cells run, in the order they were run, on the restored kernel as soon
- * as this page has the notebook back ("ready"). If the resume fails, they are
- * released with a message that they did not run.
+ * A cell run while its notebook is being paused or is paused, or while its
+ * kernel is coming back, would be lost: a released kernel never runs it, its
+ * prompt would show [*] for ever and nothing would say why. Such a cell is
+ * held instead: a notification says the notebook is paused (and that Resume
+ * runs it), and once this page has the notebook back ("ready") the held cells
+ * that never ran are run again, in the order they were run, on the restored
+ * kernel. A cell sent just before this page saw the pause is held too.
+ *
+ * A kernel that lived on (GPU suspend, a restored Pod snapshot, or a pause
+ * that failed) got the cell's request and runs it itself once let go: it is
+ * not sent twice. If the kernel did not come back, the cells are released
+ * with a message that they did not run.
  */
 import { Notification } from '@jupyterlab/apputils';
 import { PathExt } from '@jupyterlab/coreutils';
 import type { Cell, ICodeCellModel } from '@jupyterlab/cells';
 import { Notebook, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 
-import { holdReason } from './holdreason';
+import { holdReason, LEFT_RUNNING } from './holdreason';
 import { GkewsModel } from './model';
-
-interface IHeld {
-  panel: NotebookPanel;
-  cells: Cell[];
-}
+import { belongsTo } from './reattach';
+import { INotebookStatus } from './types';
 
 export class HeldCells {
   constructor(
@@ -26,12 +28,13 @@ export class HeldCells {
     private panels: () => NotebookPanel[]
   ) {
     NotebookActions.executionScheduled.connect(this.onScheduled, this);
+    NotebookActions.executed.connect(this.onExecuted, this);
     model.changed.connect(this.onChanged, this);
   }
 
-  /** Cells held per panel, for the tests and the details. */
+  /** Cells held, in all panels (for the tests and the details). */
   get count(): number {
-    return [...this.held.values()].reduce((n, h) => n + h.cells.length, 0);
+    return [...this.held.values()].reduce((n, cells) => n + cells.length, 0);
   }
 
   private onScheduled(_: unknown, args: { notebook: Notebook; cell: Cell }): void {
@@ -40,39 +43,73 @@ export class HeldCells {
       return;
     }
     const why = holdReason(this.model, panel);
-    if (!why) {
+    if (why) {
+      this.hold(panel, [args.cell], why);
       return;
     }
+    const pending = this.pending.get(panel) ?? new Set<Cell>();
+    pending.add(args.cell);
+    this.pending.set(panel, pending);
+  }
+
+  private onExecuted(_: unknown, args: { notebook: Notebook; cell: Cell }): void {
+    for (const [panel, cells] of this.pending) {
+      if (panel.content === args.notebook) {
+        cells.delete(args.cell);
+      }
+    }
+  }
+
+  private hold(panel: NotebookPanel, cells: Cell[], why: string): void {
     let held = this.held.get(panel);
     if (!held) {
-      held = { panel, cells: [] };
+      held = [];
       this.held.set(panel, held);
-      const after = this.model.status?.state === 'paused' ? 'after Resume, once it is ready' : 'once it is ready';
+      const state = this.model.status?.state;
+      const after = state === 'paused' || state === 'pausing' ? 'after Resume, once it is ready' : 'once it is ready';
       Notification.info(`${PathExt.basename(panel.context.path)} ${why}: the cell will run ${after}.`, {
         autoClose: 8000
       });
     }
-    if (!held.cells.includes(args.cell)) {
-      held.cells.push(args.cell);
+    for (const cell of cells) {
+      if (!held.includes(cell)) {
+        held.push(cell);
+      }
     }
   }
 
   private onChanged(): void {
-    const state = this.model.status?.state;
+    // a pause this page saw late: the cells sent just before it still wait for their answer
+    for (const [panel, cells] of [...this.pending]) {
+      const why = panel.isDisposed ? null : holdReason(this.model, panel);
+      if (panel.isDisposed || why) {
+        this.pending.delete(panel);
+      }
+      if (why) {
+        const waiting = [...cells].filter(c => !c.isDisposed && executionCount(c) === null);
+        if (waiting.length) {
+          this.hold(panel, waiting, why);
+        }
+      }
+    }
+    const status = this.model.status;
     for (const [panel, held] of [...this.held]) {
       if (panel.isDisposed) {
         this.held.delete(panel);
         continue;
       }
-      const failed = state === 'failed' || this.failedToReconnect(panel);
-      if (!failed && (state !== 'active' || holdReason(this.model, panel))) {
+      const nb = status?.notebooks.find(n => belongsTo(panel, n));
+      const leftRunning = !!nb && LEFT_RUNNING.includes(nb.status);
+      const failed = status?.state === 'failed' || this.failedToReconnect(panel);
+      if (holdReason(this.model, panel) || (!failed && !leftRunning && status?.state !== 'active')) {
         continue;
       }
       this.held.delete(panel);
-      // a cell the lost request reached after all has a count: it ran, once
-      const cells = held.cells.filter(
-        c => !c.isDisposed && c.model.type === 'code' && (c.model as ICodeCellModel).executionCount === null
-      );
+      // a cell the request reached after all has a count: it ran, once
+      const cells = held.filter(c => !c.isDisposed && c.model.type === 'code' && executionCount(c) === null);
+      if (!cells.length || leftRunning || lived(nb, failed)) {
+        continue; // its kernel got each request and runs it (or ran it) itself
+      }
       if (failed) {
         cells.forEach(c => c.setPrompt(''));
         Notification.warning(
@@ -80,7 +117,7 @@ export class HeldCells {
             'run: its kernel did not come back. Run them again once it has one.',
           { autoClose: false }
         );
-      } else if (cells.length) {
+      } else {
         void this.run(panel, cells);
       }
     }
@@ -101,5 +138,26 @@ export class HeldCells {
     await done;
   }
 
-  private held = new Map<NotebookPanel, IHeld>();
+  private held = new Map<NotebookPanel, Cell[]>();
+  /** Cells sent to a kernel that have not finished yet, per panel. */
+  private pending = new Map<NotebookPanel, Set<Cell>>();
+}
+
+function executionCount(cell: Cell): number | null {
+  return (cell.model as ICodeCellModel).executionCount;
+}
+
+/**
+ * Whether the kernel the held cells were sent to is the one that runs now:
+ * the same process came back (live-verified, or restored in place), or a
+ * failed pause let it go before it was released.
+ */
+function lived(nb: INotebookStatus | undefined, failed: boolean): boolean {
+  if (!nb) {
+    return false;
+  }
+  if (failed) {
+    return nb.status !== 'released' && nb.status !== 'failed' && !nb.verdict;
+  }
+  return nb.verdict === 'live-verified' || nb.same_process === true;
 }

@@ -8,12 +8,18 @@ import { NotebookPanel } from '@jupyterlab/notebook';
 import { GkewsModel } from './model';
 import { belongsTo } from './reattach';
 
+/** What a pause left running: not checkpointed (it failed, or a cell kept it busy), so never released. */
+export const LEFT_RUNNING = ['not-checkpointed', 'busy'];
+
 /** Why a cell run in this panel now would be lost, or null when it can run. */
 export function holdReason(model: GkewsModel, panel: NotebookPanel): string | null {
   const status = model.status;
   const nb = status?.notebooks.find(n => belongsTo(panel, n));
-  if (!status || !nb) {
-    return null; // not a notebook of the pause: its kernel runs
+  if (!status || !nb || LEFT_RUNNING.includes(nb.status)) {
+    return null; // not a notebook of the pause, or one it left running: its kernel runs
+  }
+  if (status.state === 'pausing') {
+    return 'is being paused'; // a cell sent now waits behind the checkpoint's hold, and the release ends it
   }
   if (status.state === 'paused') {
     return 'is paused';

@@ -120,7 +120,8 @@ class Resume:
         nb.update(status=NotebookStatus.RESUMED, verdict=Verdict.RESTORED_FROM_CHECKPOINT, why_restored=reason,
                   restore_seconds=result["seconds"],
                   restored=result["restored"], failed=result["failed"],
-                  skipped_at_save=result["skipped_at_save"], warnings=result["warnings"], same_process=False)
+                  skipped_at_save=result["skipped_at_save"], warnings=result["warnings"],
+                  same_process=verdict["same_process"])  # restored in place, or into a new process
 
     def _watch_first_cell(self, notebooks: list[dict]) -> None:
         """Record 'kernel usable': the moment a user's cell first ran in a restored kernel."""

@@ -42,6 +42,21 @@ describe('holdReason', () => {
     expect(holdReason(model, panel('work/train.ipynb'))).toBeNull();
   });
 
+  it('holds a cell while the notebook is being paused, not one the pause left running', async () => {
+    const checkpointed = { ...paused, status: 'checkpointed' };
+    let model = await modelWith(status({ state: 'pausing', notebooks: [checkpointed] }));
+    expect(holdReason(model, panel('work/train.ipynb'))).toBe('is being paused');
+    model = await modelWith(status({ state: 'pausing', notebooks: [{ ...paused, status: 'running' }] }));
+    expect(holdReason(model, panel('work/train.ipynb'))).toBe('is being paused');
+    for (const left of ['busy', 'not-checkpointed']) {
+      model = await modelWith(
+        status({ state: 'paused', notebooks: [checkpointed, { ...paused, path: 'b.ipynb', status: left }] })
+      );
+      expect(holdReason(model, panel('work/train.ipynb'))).toBe('is paused');
+      expect(holdReason(model, panel('b.ipynb'))).toBeNull();
+    }
+  });
+
   it('never holds a cell while nothing was paused', async () => {
     const running = { ...paused, status: 'running' };
     const model = await modelWith(status({ state: 'active', cycle: 0, notebooks: [running] }));

@@ -16,19 +16,21 @@ test.afterEach(async ({ request }) => shutDownEverything(request));
 const PAUSED = { timeout: 120_000 };
 const READY = { timeout: 180_000 };
 
-/** Upload and open notebooks (each with one cell that sets w), and run that cell in each. */
-async function openAndRun(page: Page, tmpPath: string, names: string[]): Promise<string[]> {
+/** Upload and open notebooks (each with the cells given: by default one that sets w), and run them in each. */
+async function openAndRun(page: Page, tmpPath: string, names: string[], cells = ['w = 41']): Promise<string[]> {
   const paths: string[] = [];
   for (const name of names) {
     const path = `${tmpPath}/${name}`;
-    await page.contents.uploadContent(JSON.stringify(newNotebook(['w = 41'])), 'text', path);
+    await page.contents.uploadContent(JSON.stringify(newNotebook(cells)), 'text', path);
     // (the command, not the file browser: its listing may lag behind the upload)
     await page.evaluate(async p => {
       await (window as any).jupyterapp.commands.execute('docmanager:open', { path: p });
     }, path);
     await expect(page.getByRole('main').getByRole('tab', { name })).toBeVisible();
     await page.notebook.activate(name);
-    await page.notebook.runCell(0, true);
+    for (let i = 0; i < cells.length; i++) {
+      await page.notebook.runCell(i, true);
+    }
     paths.push(path);
   }
   return paths;
@@ -154,4 +156,30 @@ test('cells run while paused and while resuming wait, then run in order once rea
   await expect(whileResuming.locator('.jp-InputPrompt')).toHaveText('[3]:');
   const { prompt } = await typeAndRun(page, 'print(w + 2)', '43\n');
   expect(prompt).toBe('[4]:');
+});
+
+test('a cell run while the pause is still checkpointing waits, then runs after Resume', async ({ page, tmpPath }) => {
+  // a variable whose checkpoint waits until the test lets it go (the file "gate"): the pause stays "pausing"
+  const slow = [
+    'import os, time',
+    'class Slow:',
+    '    def __reduce__(self):',
+    '        while not os.path.exists("gate"):',
+    '            time.sleep(0.05)',
+    '        return (int, (0,))',
+    'slow = Slow()'
+  ].join('\n');
+  await openAndRun(page, tmpPath, ['slow.ipynb'], ['w = 41', slow]);
+  await pauseButton(page).click();
+  await expect(statusItem(page)).toContainText('GPU session: pausing (checkpointing', PAUSED);
+  const whilePausing = await typeAndSchedule(page, 'print("while pausing", w)');
+  await expect(
+    notification(page, 'slow.ipynb is being paused: the cell will run after Resume, once it is ready.')
+  ).toHaveCount(1);
+  await page.contents.uploadContent('', 'text', `${tmpPath}/gate`);
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  await resumeButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  await expect(whilePausing.locator('.jp-OutputArea-output')).toHaveText('while pausing 41\n', READY);
+  await expect(whilePausing.locator('.jp-InputPrompt')).toHaveText('[3]:');
 });
