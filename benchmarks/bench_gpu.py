@@ -64,7 +64,10 @@ def write_source(model, path: str) -> str:
 
 
 def dd(src: str, dst: str, flags: list[str]) -> None:
-    subprocess.run(["dd", f"if={src}", f"of={dst}", "bs=8M", *flags], check=True, capture_output=True)
+    done = subprocess.run(["dd", f"if={src}", f"of={dst}", "bs=8M", *flags], capture_output=True, text=True)
+    if done.returncode:  # e.g. a filesystem that refuses O_DIRECT (tmpfs): the reference cannot be measured
+        raise SystemExit(f"dd {' '.join(flags)} into {os.path.dirname(dst)} failed: {done.stderr.strip()}; "
+                         "pass --dir on a disk that takes O_DIRECT writes")
 
 
 def same_weights(a: dict, b: dict) -> bool:

@@ -70,11 +70,21 @@ class CudaDevice:
         return t.set_(storage, 0, (storage.nbytes(),), (1,))
 
     def alloc_host(self, nbytes: int) -> HostBuffer:
+        # Exactly nbytes: torch's pinned allocator rounds each request up to a power of two (ring_shape
+        # asks for one), so nbytes + padding would pin twice the staging budget. cudaHostAlloc gives pages.
         torch = self.torch
-        t = torch.empty(nbytes + ALIGN, dtype=torch.uint8, pin_memory=True)
-        shift = (-t.data_ptr()) % ALIGN  # page-aligned, so the disk can read and write it directly
-        t = t[shift:shift + nbytes]
+        t = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        if t.data_ptr() % ALIGN:  # not from cudaHostAlloc (a host-register allocator): align it ourselves
+            t = torch.empty(nbytes + ALIGN, dtype=torch.uint8, pin_memory=True)
+            shift = (-t.data_ptr()) % ALIGN  # page-aligned, so the disk can read and write it directly
+            t = t[shift:shift + nbytes]
         return HostBuffer(t.data_ptr(), nbytes, t, tensor=t)
+
+    def empty_cache(self) -> None:
+        """Hand freed pinned blocks back to the driver (torch caches them for the life of the process)."""
+        empty = getattr(self.torch._C, "_host_emptyCache", None)
+        if empty is not None and self.torch.cuda.is_initialized():
+            empty()
 
     def begin(self, storage) -> None:
         """Order the side stream after the work already queued on the storage's current stream."""
@@ -171,8 +181,9 @@ def device_for(device_type: str):
 
 
 def ring_shape(staging: int) -> tuple[int, int]:
-    """(buffer size, buffer count) for a staging budget: at least 4 buffers, each a multiple of 4 KiB."""
-    size = min(MAX_BUFFER, staging // 4) // ALIGN * ALIGN
+    """(buffer size, buffer count) for a staging budget: at least 4 buffers, each a power of two of at
+    least 4 KiB (a pinned allocation is rounded up to one: any other size would pin more than asked)."""
+    size = max(ALIGN, 1 << (min(MAX_BUFFER, staging // 4).bit_length() - 1))
     return size, max(4, min(MAX_BUFFERS, staging // size))
 
 
@@ -191,6 +202,9 @@ def ring(device) -> list[HostBuffer]:
 def release() -> None:
     """Give the pinned buffers back (the next save or restore makes them again)."""
     _rings.clear()
+    for device in list(_devices.values()):
+        if hasattr(device, "empty_cache"):
+            device.empty_cache()
 
 
 # -- save ---------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 import kernel_state
 from kernel_state import cuda_io
 from kernel_state.fingerprint import DEVICE_ALGORITHM, device_checksum, mix64
+from kernel_state.hashing import new_hasher
 from kernel_state.store import manifest_checksum
 
 torch = pytest.importorskip("torch", reason="the torch extra is installed by make test")
@@ -108,16 +109,22 @@ def test_dtypes_buffers_tied_weights_and_views_round_trip_on_the_gpu(tmp_path, m
 
 
 def test_a_save_sees_work_still_queued_on_the_gpu(tmp_path):
-    """The side stream waits for the current stream: a save right after an in-place update (no
-    synchronize) stores the updated values."""
-    w = torch.ones(64 << 20, device="cuda")
-    for _ in range(20):
-        w.mul_(1.5).add_(1.0)
-    expected = w.clone()
-    kernel_state.save({"w": w}, notebook=NB, root=tmp_path)
-    back = {}
-    kernel_state.restore(back, notebook=NB, root=tmp_path)
-    assert torch.equal(back["w"] * 2, expected * 2)  # used at once, on the current stream
+    """The ring's side stream waits for the current stream: bytes streamed to a file right after work that
+    is still queued (no synchronize in between, and no fingerprint first, which would wait for it) are the
+    updated values."""
+    w = torch.ones(64 << 20, device="cuda")  # 256 MiB
+    torch.cuda._sleep(200_000_000)  # the current stream stays busy a while (about 0.1 s)
+    w.mul_(3.0)
+    path = tmp_path / "w.bin"
+    with open(path, "wb") as f:
+        end = cuda_io.stream_to_file(cuda_io.device_for("cuda"), w.untyped_storage(), f.fileno(), 0, new_hasher())
+    assert end == w.untyped_storage().nbytes()
+    back = torch.from_file(str(path), size=w.numel(), dtype=torch.float32)
+    assert torch.equal(back, torch.full_like(back, 3.0))
+    kernel_state.save({"w": w}, notebook=NB, root=tmp_path)  # and the whole save, then a restore
+    restored = {}
+    kernel_state.restore(restored, notebook=NB, root=tmp_path)
+    assert torch.equal(restored["w"] * 2, w * 2)  # used at once, on the current stream
 
 
 def test_peak_host_memory_of_a_gpu_save_and_restore_stays_within_the_staging_bound(tmp_path):
