@@ -66,6 +66,52 @@ def mix64_terms(words, positions):
     return v
 
 
+# On CUDA the summands come from one fused kernel (torch's jiterator compiles it with NVRTC on first use):
+# mix64_terms takes about 30 passes over memory, this one reads the words and positions once. It is used
+# only after it gave the same summands as mix64_terms for a test vector on that device; otherwise (no
+# NVRTC, a build without the jiterator) mix64_terms stays in use. The value is the same either way.
+_FUSED_SOURCE = """
+template <typename T> T gkews_mix64_terms(T word, T position) {
+  unsigned long long x = (unsigned long long)word ^ ((unsigned long long)position * 0x%016xull);
+  x ^= x >> 33; x *= 0x%016xull;
+  x ^= x >> 33; x *= 0x%016xull;
+  x ^= x >> 33;
+  return (T)x;
+}
+""" % (POSITION_KEY, _FMIX[0][1], _FMIX[1][1])
+_fused: dict = {}  # device type -> the checked kernel, or None where it cannot be used
+
+
+def fused_terms(device):
+    """The fused summand kernel for this device, once it proved equal to mix64_terms; None otherwise."""
+    if device.type != "cuda":
+        return None
+    if device.type not in _fused:
+        _fused[device.type] = _checked(_compile_fused, device)
+    return _fused[device.type]
+
+
+def _compile_fused():
+    import torch
+    return torch.cuda.jiterator._create_jit_fn(_FUSED_SOURCE)
+
+
+def _checked(make, device):
+    """make()'s kernel when its summands equal mix64_terms' on a vector with every bit pattern; else None."""
+    import torch
+    try:
+        kernel = make()
+        gen = torch.Generator(device="cpu").manual_seed(64)
+        words = torch.randint(-(1 << 63), (1 << 63) - 1, (4099,), dtype=torch.int64, generator=gen)
+        words[:4] = torch.tensor([0, -1, -(1 << 63), (1 << 63) - 1])
+        positions = torch.arange(1 << 40, (1 << 40) + words.numel(), dtype=torch.int64)
+        want = mix64_terms(words, positions)
+        got = kernel(words.to(device), positions.to(device))
+        return kernel if got.dtype == torch.int64 and torch.equal(got.cpu(), want) else None
+    except Exception:  # no NVRTC, no jiterator in this build, a compile error: the unfused ops work anyway
+        return None
+
+
 def mix64(untyped_storage) -> str:
     """The mix64 fingerprint of a torch storage, computed on its own device (16 hex digits)."""
     import torch
@@ -77,10 +123,11 @@ def mix64(untyped_storage) -> str:
     whole = nbytes // _WORD
     words = raw[:whole * _WORD].view(torch.int64)
     total = torch.zeros((), dtype=torch.int64, device=device)
+    terms = fused_terms(device) or mix64_terms
     for start in range(0, whole, _CHUNK_WORDS):
         chunk = words[start:start + _CHUNK_WORDS]
         positions = torch.arange(start, start + chunk.numel(), dtype=torch.int64, device=device)
-        total += mix64_terms(chunk, positions).sum()
+        total += terms(chunk, positions).sum()
     if nbytes % _WORD:  # the last partial word, zero-padded (the length term tells padding from zeros)
         tail = torch.zeros(_WORD, dtype=torch.uint8, device=device)
         tail[:nbytes % _WORD] = raw[whole * _WORD:]

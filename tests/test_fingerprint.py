@@ -49,6 +49,24 @@ def test_mix64_is_the_same_in_chunks(monkeypatch):
     assert fp(t) == whole
 
 
+def test_a_fused_kernel_is_used_only_when_it_gives_the_same_summands(monkeypatch):
+    """On CUDA the summands come from a fused kernel, checked first against mix64_terms (the GPU run of
+    test_cuda.py uses the real one); here stand-ins take its place."""
+    import kernel_state.fingerprint as f
+    cpu = torch.device("cpu")
+    assert f._checked(lambda: f.mix64_terms, cpu) is f.mix64_terms
+    assert f._checked(lambda: (lambda w, p: f.mix64_terms(w, p + 1)), cpu) is None  # other summands
+    assert f._checked(lambda: (lambda w, p: f.mix64_terms(w, p).to(torch.float64)), cpu) is None
+    assert f._checked(lambda: 1 / 0, cpu) is None  # it could not be compiled
+    assert f.fused_terms(cpu) is None
+
+    t = torch.randn(100_003)
+    unfused, calls = fp(t), []
+    monkeypatch.setattr(f, "_CHUNK_WORDS", 1000)
+    monkeypatch.setattr(f, "fused_terms", lambda device: lambda w, p: calls.append(1) or f.mix64_terms(w, p))
+    assert fp(t) == unfused and len(calls) == 51  # every chunk through it, and the same value
+
+
 def test_one_bit_of_any_element_changes_the_fingerprint():
     t = torch.randn(4097)
     base = fp(t)
