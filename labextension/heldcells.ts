@@ -17,10 +17,9 @@ import { PathExt } from '@jupyterlab/coreutils';
 import type { Cell, ICodeCellModel } from '@jupyterlab/cells';
 import { Notebook, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 
-import { holdReason, LEFT_RUNNING } from './holdreason';
+import { holdReason, kernelLivedOn, LEFT_RUNNING } from './holdreason';
 import { GkewsModel } from './model';
 import { belongsTo } from './reattach';
-import { INotebookStatus } from './types';
 
 export class HeldCells {
   constructor(
@@ -81,15 +80,16 @@ export class HeldCells {
   private onChanged(): void {
     // a pause this page saw late: the cells sent just before it still wait for their answer
     for (const [panel, cells] of [...this.pending]) {
+      // (a cell whose request was cancelled, its kernel gone, gets no "executed": it is idle again)
+      const waiting = [...cells].filter(c => !c.isDisposed && waitsForKernel(c));
       const why = panel.isDisposed ? null : holdReason(this.model, panel);
-      if (panel.isDisposed || why) {
-        this.pending.delete(panel);
+      if (why && waiting.length) {
+        this.hold(panel, waiting, why);
       }
-      if (why) {
-        const waiting = [...cells].filter(c => !c.isDisposed && executionCount(c) === null);
-        if (waiting.length) {
-          this.hold(panel, waiting, why);
-        }
+      if (why || !waiting.length) {
+        this.pending.delete(panel);
+      } else {
+        this.pending.set(panel, new Set(waiting));
       }
     }
     const status = this.model.status;
@@ -107,7 +107,7 @@ export class HeldCells {
       this.held.delete(panel);
       // a cell the request reached after all has a count: it ran, once
       const cells = held.filter(c => !c.isDisposed && c.model.type === 'code' && executionCount(c) === null);
-      if (!cells.length || leftRunning || lived(nb, failed)) {
+      if (!cells.length || leftRunning || kernelLivedOn(nb, failed)) {
         continue; // its kernel got each request and runs it (or ran it) itself
       }
       if (failed) {
@@ -147,17 +147,8 @@ function executionCount(cell: Cell): number | null {
   return (cell.model as ICodeCellModel).executionCount;
 }
 
-/**
- * Whether the kernel the held cells were sent to is the one that runs now:
- * the same process came back (live-verified, or restored in place), or a
- * failed pause let it go before it was released.
- */
-function lived(nb: INotebookStatus | undefined, failed: boolean): boolean {
-  if (!nb) {
-    return false;
-  }
-  if (failed) {
-    return nb.status !== 'released' && nb.status !== 'failed' && !nb.verdict;
-  }
-  return nb.verdict === 'live-verified' || nb.same_process === true;
+/** Sent, and still without an answer: its prompt shows [*]. */
+function waitsForKernel(cell: Cell): boolean {
+  const model = cell.model as ICodeCellModel;
+  return model.executionState === 'running' && model.executionCount === null;
 }

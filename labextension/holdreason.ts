@@ -7,6 +7,7 @@ import { NotebookPanel } from '@jupyterlab/notebook';
 
 import { GkewsModel } from './model';
 import { belongsTo } from './reattach';
+import { INotebookStatus } from './types';
 
 /** What a pause left running: not checkpointed (it failed, or a cell kept it busy), so never released. */
 export const LEFT_RUNNING = ['not-checkpointed', 'busy'];
@@ -33,4 +34,19 @@ export function holdReason(model: GkewsModel, panel: NotebookPanel): string | nu
     return 'is being reconnected to its restored kernel';
   }
   return null;
+}
+
+/**
+ * Whether the kernel that held cells were sent to is the one that runs now,
+ * so that it runs them itself: the same process came back (live-verified, or
+ * restored in place), or a failed pause let it go before it was released.
+ */
+export function kernelLivedOn(nb: INotebookStatus | undefined, failed: boolean): boolean {
+  if (!nb) {
+    return false;
+  }
+  if (failed) {
+    return nb.status !== 'released' && nb.status !== 'failed' && !nb.verdict;
+  }
+  return nb.verdict === 'live-verified' || nb.same_process === true;
 }

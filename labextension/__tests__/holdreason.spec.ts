@@ -3,7 +3,7 @@
  * coming back), and when it can run: what heldcells.ts decides from the
  * server's status and this page's reconnection.
  */
-import { holdReason } from '../holdreason';
+import { holdReason, kernelLivedOn } from '../holdreason';
 import { GkewsModel } from '../model';
 import { IGkewsApi, INotebookStatus, IStatus } from '../types';
 import { status as anyStatus } from './status';
@@ -61,5 +61,18 @@ describe('holdReason', () => {
     const running = { ...paused, status: 'running' };
     const model = await modelWith(status({ state: 'active', cycle: 0, notebooks: [running] }));
     expect(holdReason(model, panel('work/train.ipynb'))).toBeNull();
+  });
+});
+
+describe('kernelLivedOn', () => {
+  it('says a held cell reached a kernel that runs it itself: the same process, or a pause that failed', () => {
+    const resumed = { ...paused, status: 'resumed' };
+    expect(kernelLivedOn({ ...resumed, verdict: 'live-verified', same_process: true }, false)).toBe(true);
+    expect(kernelLivedOn({ ...resumed, verdict: 'restored-from-checkpoint', same_process: true }, false)).toBe(true);
+    expect(kernelLivedOn({ ...resumed, verdict: 'restored-from-checkpoint', same_process: false }, false)).toBe(false);
+    expect(kernelLivedOn({ ...paused, status: 'checkpointed' }, true)).toBe(true); // the pause failed
+    expect(kernelLivedOn({ ...paused, status: 'released' }, true)).toBe(false); // the resume failed
+    expect(kernelLivedOn({ ...paused, status: 'failed', verdict: 'failed' }, true)).toBe(false);
+    expect(kernelLivedOn(undefined, false)).toBe(false);
   });
 });
