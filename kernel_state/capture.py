@@ -370,7 +370,8 @@ class Capture:
         if previous:
             pending_names.resolve_record(previous)
         if (previous and t is not None and self.store.has_blob(previous["blob"], "safetensors")
-                and any(ref() is t and version == t._version for ref, version in previous["seen"])):
+                and any(ref() is t and version == t._version for ref, version in previous["seen"])
+                and self._same_bytes(ust, dtype, shape, previous["fingerprint"])):
             record.update({k: previous[k] for k in ("blob", "name", "fingerprint")})
             self._account(previous["blob"], previous["blob_bytes"], False)
             return record
@@ -393,6 +394,16 @@ class Capture:
             record.update(name=value[:32], fingerprint=fingerprint or {"algorithm": "xxh3-128", "value": value})
             self._pack.append((skey, dtype, shape, data, cpu))
         return record
+
+    @staticmethod
+    def _same_bytes(ust, dtype, shape, fingerprint: dict) -> bool:
+        """The same tensor at the same version is a hint, not a proof: fused optimizers (AdamW(fused=True)),
+        writes through .data, .numpy() or DLPack change the bytes without bumping the version. So the bytes
+        are fingerprinted again (on the GPU for CUDA). Only a storage kernel undo staged a moment ago, which
+        its writer has not named yet, is taken on its version: there is no fingerprint to compare with."""
+        if pending_names.is_pending(fingerprint["value"]):
+            return True
+        return storage_fingerprint(ust, dtype, shape, fingerprint["algorithm"]) == fingerprint
 
     # -- numpy --------------------------------------------------------------------------------------
     def _array(self, arr, memmap: bool = False) -> str | None:

@@ -83,3 +83,26 @@ del common
         assert changed.value("[type(mm).__name__, float(mm[0, 0]), float(rows[0, 0]), np.shares_memory(rows, mm)]") == \
             ["ndarray", 0.0, 640.0, True]
         assert np.fromfile(path, dtype=np.float32)[0] == -1
+
+
+def test_changes_the_version_counter_misses_are_saved(tmp_path):
+    """A fused optimizer step, a write through .data and one through .numpy() leave torch's version counter
+    as it was; the next save must still store the new weights (a real kernel, saved after each change, then
+    restored into a fresh one)."""
+    with Kernel(tmp_path) as first:
+        first.run("import torch\ntorch.manual_seed(0)\nmodel = torch.nn.Linear(512, 512)\n"
+                  "opt = torch.optim.AdamW(model.parameters(), lr=0.1, fused=True)\n"
+                  "def step():\n    model(torch.randn(8, 512)).sum().backward(); opt.step(); opt.zero_grad()\n"
+                  "step()")
+        first.run("%gkews_checkpoint save")
+        for change in ("step()", "model.weight.data -= 1", "model.bias.detach().numpy()[:] = 7"):
+            version = first.value("model.weight._version")
+            first.run(change)
+            assert first.value("model.weight._version") == version, change  # torch did not see it
+            first.run("%gkews_checkpoint save")
+        expected = first.value("[model.weight.sum().item(), model.bias.tolist(), "
+                               "opt.state[model.weight]['exp_avg'].sum().item()]")
+    with Kernel(tmp_path) as fresh:
+        fresh.run("import torch\n%gkews_checkpoint restore")
+        assert fresh.value("[model.weight.sum().item(), model.bias.tolist(), "
+                           "opt.state[model.weight]['exp_avg'].sum().item()]") == expected
