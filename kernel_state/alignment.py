@@ -59,8 +59,8 @@ def array_from_layout(data, carrier_dtype, carrier_shape, dtype, shape, offset, 
     view (offset, strides, memory order) of it."""
     import numpy as np
     carrier = aligned_empty(carrier_shape, carrier_dtype)
-    if carrier.nbytes:
-        memoryview(carrier).cast("B")[:] = memoryview(data).cast("B")
+    if carrier.nbytes:  # as bytes: a buffer of datetime64 or timedelta64 cannot be cast
+        carrier.reshape(-1).view(np.uint8)[:] = np.frombuffer(data, dtype=np.uint8)
     if carrier.shape == tuple(shape) and carrier.dtype == np.dtype(dtype) and offset == 0 and \
             carrier.strides == tuple(strides):
         arr = carrier

@@ -172,7 +172,11 @@ class Capture:
                       "bytes": len(data) + sum(self.storages[s]["nbytes"] for s in self._var_storages),
                       "storages": list(self._var_storages)}
             record.update(_describe(value))
-            record["digest"] = self._value_digest(name, value, digest)
+            try:
+                record["digest"] = self._value_digest(name, value, digest)
+            except Exception:  # a value the walk cannot read (datetime64 cells, meta or nested tensors, a
+                # 5000-digit int): verify compares its pickle instead, the same way on both sides
+                record["digest"] = f"pickle:{digest}"
             self.variables[name] = record
             self.saved_vars.add(name)
             if kind == "pickle":  # dill edits its memo as it goes: its indices are not the unpickler's
@@ -640,6 +644,14 @@ def _kind(value) -> str:
 
 
 def _describe(value) -> dict:
+    """What the listing shows of a variable (dtype, shape, device); nothing for a value that cannot say."""
+    try:
+        return _description(value)
+    except Exception:  # a nested tensor has no single shape
+        return {}
+
+
+def _description(value) -> dict:
     torch = _torch()
     if torch is not None and isinstance(value, torch.Tensor):
         return {"dtype": str(value.dtype)[6:], "shape": list(value.shape), "device": str(value.device)}

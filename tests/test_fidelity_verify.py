@@ -74,3 +74,30 @@ def test_verify_matches_after_restore_in_fresh_processes_and_finds_one_change(tm
                     ["adder", "frame", "halves", "model", "opt", "tags"]
                 out = fresh.run("%gkews_checkpoint verify")
                 assert "model: changed (1 of 8 tensors/arrays differ)" in out
+
+
+def test_values_verify_cannot_walk_are_saved_and_compared_by_their_pickle(tmp_path):
+    """A small datetime64 array, a meta tensor, a nested tensor and a 5000-digit int made the whole save
+    fail (so a pause failed); each is now saved, restored, and verify still sees a change to one."""
+    with Kernel(tmp_path) as first:
+        first.run("import numpy as np, torch\n"
+                  "days = np.array(['2026-11-30', '2026-12-01'], dtype='datetime64[D]')\n"
+                  "waits = [np.array([5, 7], dtype='timedelta64[s]')]\n"
+                  "shape_only = torch.nn.Linear(4, 4, device='meta')\n"
+                  "ragged = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])\n"
+                  "big = 10 ** 5000\nw = torch.arange(6.0)")
+        out = first.run("%gkews_checkpoint save")
+        assert out.startswith("Saved checkpoint") and "skipped" not in out.lower(), out
+    with Kernel(tmp_path) as fresh:
+        fresh.run("import numpy as np, torch\n%gkews_checkpoint restore")
+        assert fresh.value("[str(days.dtype), days.tolist() == [np.datetime64('2026-11-30'), "
+                           "np.datetime64('2026-12-01')], waits[0].astype(int).tolist(), "
+                           "shape_only.weight.device.type, [t.tolist() for t in ragged.unbind()], "
+                           "big == 10 ** 5000, w.tolist()]") == \
+            ["datetime64[D]", True, [5, 7], "meta", [[1.0, 1.0], [1.0, 1.0, 1.0]], True, [0, 1, 2, 3, 4, 5]]
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert {k: v["verdict"] for k, v in verdicts.items() if k not in ("np", "torch")} == dict.fromkeys(
+            ["days", "waits", "shape_only", "ragged", "big", "w"], "match"), verdicts
+        fresh.run("days[1] = np.datetime64('2027-01-01')\nbig += 1")
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert sorted(k for k, v in verdicts.items() if v["verdict"] != "match") == ["big", "days"], verdicts
