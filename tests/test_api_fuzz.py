@@ -146,5 +146,5 @@ def test_notebook_paths_outside_the_root_are_refused(server, open_notebook, bad,
     before = observed(server)
     code, raw = send(server, "POST", f"gkews/{action}", body=json.dumps({"notebooks": notebooks}).encode())
     if action == "pause" or code != 409:  # a resume of an active server may be refused as a conflict first
-        assert code == 400 and b"outside the contents root" in raw, (bad, code, raw[:300])
+        assert code == 400 and (b"outside the contents root" in raw or b"NUL character" in raw), (bad, code, raw[:300])
     assert observed(server) == before, bad

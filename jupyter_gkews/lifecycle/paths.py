@@ -12,11 +12,15 @@ def clean_notebook_paths(paths) -> list[str] | None:
         return None
     if not isinstance(paths, list) or not all(isinstance(p, str) and p for p in paths):
         raise BadRequest('"notebooks" must be a list of notebook paths relative to the contents root')
+    if not paths:  # an empty list would act on nothing, yet end the pause (or start one) for all
+        raise BadRequest('"notebooks" is empty: name at least one notebook, or leave "notebooks" out for all')
     out = []
     for p in paths:
+        if "\0" in p:
+            raise BadRequest(f"notebook path {p!r} contains a NUL character, which no file name can hold")
         # a backslash is an ordinary character of a POSIX file name (run\1.ipynb), but never a way out
         escape = posixpath.normpath(p.replace("\\", "/"))
-        if p.startswith(("/", "~", "\\")) or escape == ".." or escape.startswith("../") or "\0" in p:
+        if p.startswith(("/", "~", "\\")) or escape == ".." or escape.startswith("../"):
             raise BadRequest(f"notebook path {p!r} is outside the contents root; give a path relative to it")
         norm = posixpath.normpath(p)
         if norm not in out:  # a notebook named twice is paused (and resumed) once
