@@ -330,6 +330,9 @@ class Restorer:
         skey = record["buffer"]
         if skey not in self._mapped:
             self._mapped[skey] = self._map_file(source, self.manifest["storages"][skey])
+            if self._mapped[skey] is not None and source["mode"] == "c":
+                # copy-on-write: its memory held what the checkpoint saved, the file only what it started from
+                self._mapped[skey][...] = self._numpy_root(skey).reshape(self._mapped[skey].shape)
         base = self._mapped[skey]
         if base is None:
             return None

@@ -106,3 +106,21 @@ def test_changes_the_version_counter_misses_are_saved(tmp_path):
         fresh.run("import torch\n%gkews_checkpoint restore")
         assert fresh.value("[model.weight.sum().item(), model.bias.tolist(), "
                            "opt.state[model.weight]['exp_avg'].sum().item()]") == expected
+
+
+def test_a_copy_on_write_memmap_keeps_its_edits_and_its_file(tmp_path):
+    """mode "c": the edits live only in memory; the restore maps the unchanged file again and puts the
+    saved contents over it (still copy-on-write: the file is never written)."""
+    store, path = tmp_path / "store", tmp_path / "base.f32"
+    np.arange(1024, dtype=np.float32).tofile(path)
+    before = (path.read_bytes(), path.stat().st_mtime_ns)
+    with Kernel(store) as first:
+        first.run(f"import numpy as np\ncow = np.memmap({str(path)!r}, dtype=np.float32, mode='c')\ncow[:3] = 42")
+        first.run("%gkews_checkpoint save")
+    with Kernel(store) as fresh:
+        out = fresh.run("import numpy as np\n%gkews_checkpoint restore")
+        assert "Not restored" not in out and "Warning" not in out, out
+        assert fresh.value("[type(cow).__name__, cow.mode, cow[:5].tolist()]") == \
+            ["memmap", "c", [42.0, 42.0, 42.0, 3.0, 4.0]]
+        assert fresh.value("cow.filename") == str(path)
+    assert (path.read_bytes(), path.stat().st_mtime_ns) == before
