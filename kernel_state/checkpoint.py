@@ -53,7 +53,8 @@ def select_variables(ns: dict, shell, names=None, exclude=()) -> tuple[list, dic
     for name, value in ns.items():
         if (names and name not in names) or name in exclude:
             continue
-        if name.startswith("_") or name in IPYTHON_NAMES or (name in hidden and hidden[name] is value):
+        # IPython's own names (_, _i3, _oh, In...) never; a private _name only when asked for by name
+        if (name.startswith("_") and not names) or name in IPYTHON_NAMES or (name in hidden and hidden[name] is value):
             continue
         if isinstance(value, types.ModuleType):
             modules[name] = value.__name__  # saved by reference, re-imported on restore

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+import kernel_state
 from kernels import Kernel
 
 torch = pytest.importorskip("torch", reason="the torch extra is installed by make test")
@@ -224,3 +225,16 @@ def test_disk_full_keeps_the_previous_checkpoint(store):
         assert fresh.value("[float(w.sum()), 'big' in dir()]") == [499500.0, False]
     finally:
         fresh.close()
+
+
+def test_a_private_name_is_saved_when_asked_for_by_name(tmp_path):
+    """A full save leaves out names starting with _ (IPython's output history among them); naming one
+    saves it, rather than answering 'saved: []' with nothing skipped."""
+    ns = {"_model_cache": {"w": [1, 2]}, "x": 1, "_": "last output"}
+    full = kernel_state.save(ns, notebook="p.ipynb", root=tmp_path)
+    assert full["saved"] == ["x"]
+    named = kernel_state.save(ns, names=["_model_cache"], notebook="p.ipynb", root=tmp_path)
+    assert named["saved"] == ["_model_cache"] and named["skipped"] == {}
+    back = {}
+    kernel_state.restore(back, notebook="p.ipynb", root=tmp_path)
+    assert back == {"_model_cache": {"w": [1, 2]}}
