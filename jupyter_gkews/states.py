@@ -106,6 +106,7 @@ TRANSITIONS: dict[tuple[State, State], str] = {
     (State.PAUSED, State.RESUMING): "resume requested, or woke up restored",
     (State.FAILED, State.RESUMING): "resume requested again",
     (State.PAUSED, State.ACTIVE): "resume with no notebook left to restore",
+    (State.ACTIVE, State.RESUMING): "resume of notebooks a resume left paused or failed",
     (State.RESUMING, State.RESUMING): "next resume phase",
     (State.RESUMING, State.ACTIVE): "every notebook verified or restored",
     (State.RESUMING, State.FAILED): "an error during the resume",
@@ -120,7 +121,16 @@ RECOVERIES: dict[tuple[State, State], str] = {
 
 #: the source states from which each request may start (the claims)
 PAUSE_FROM = (State.ACTIVE, State.FAILED)
-RESUME_FROM = (State.PAUSED, State.FAILED)
+RESUME_FROM = (State.PAUSED, State.FAILED, State.ACTIVE)  # from active: what a resume left behind (AWAITING)
+
+#: a notebook in one of these, with a checkpoint, is still to be brought back by a resume: released by a
+#: pause and not named in a resume since, or left failed by one. A later pause carries it over as it is.
+AWAITING_STATUSES = (NotebookStatus.RELEASED, NotebookStatus.FAILED,
+                     NotebookStatus.SUSPENDED, NotebookStatus.KEPT_RUNNING)
+
+
+def awaiting_resume(notebook: dict) -> bool:
+    return notebook.get("status") in AWAITING_STATUSES and bool(notebook.get("checkpoint"))
 
 
 class IllegalTransition(RuntimeError):

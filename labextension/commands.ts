@@ -81,7 +81,8 @@ export function addCommands(
     label: 'Resume GPU session',
     caption: 'Bring the paused kernels back, verify them or restore them from their checkpoints',
     icon: resumeIcon,
-    isEnabled: () => model.nextAction === 'resume' || model.nextAction === 'queue-resume',
+    isEnabled: () =>
+      model.nextAction === 'resume' || model.nextAction === 'queue-resume' || model.stillToResume.length > 0,
     execute: async () => {
       try {
         await model.resume();

@@ -22,6 +22,9 @@ export interface IModelOptions {
   maxBackoff?: number;
 }
 
+/** The notebook statuses of one still to be brought back by a resume (states.AWAITING_STATUSES). */
+const AWAITING = ['released', 'failed', 'suspended', 'kept-running'];
+
 export const DEFAULT_TIMINGS: Required<IModelOptions> = {
   idleInterval: 2000,
   busyInterval: 400,
@@ -141,6 +144,18 @@ export class GkewsModel {
       return s.notebooks.some(nb => nb.status === 'released' || nb.status === 'failed') ? 'resume' : 'pause';
     }
     return 'pause';
+  }
+
+  /**
+   * Notebooks a resume left behind while the session is active (not named in
+   * it, or failed in it): Resume brings them back, a pause leaves them as they are.
+   */
+  get stillToResume(): string[] {
+    const s = this._status;
+    if (!this._connected || !s || s.state !== 'active' || this.busy) {
+      return [];
+    }
+    return s.notebooks.filter(nb => AWAITING.includes(nb.status) && !!nb.checkpoint).map(nb => nb.path);
   }
 
   get changed(): ISignal<this, void> {

@@ -307,3 +307,50 @@ async def test_names_twice_backslash_and_rename_while_paused(jp_fetch, jp_server
     sessions = json.loads((await jp_fetch("api", "sessions")).body)
     assert [x["path"] for x in sessions] == ["renamed.ipynb"]
     assert (await run_cell(jp_serverapp, sessions[0]["kernel"]["id"], "print(x)")).strip() == "41"
+
+
+# -- problem 15: notebooks a resume left behind are never dropped or overwritten -----------------------
+async def test_notebooks_a_resume_left_behind_stay_resumable_and_are_never_overwritten(
+        jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    """A resume of some notebooks, or one in which a notebook failed, used to end `active` with the rest
+    out of reach (409), unpinned, then dropped or overwritten with an empty kernel by the next pause."""
+    kids = {}
+    for name, value in (("a.ipynb", "'a-val'"), ("b.ipynb", "'b-val'"), ("c.ipynb", "'c-val'")):
+        kids[name] = (await open_notebook(jp_fetch, jp_root_dir, name))["kernel"]["id"]
+        await run_cell(jp_serverapp, kids[name], f"x = {value}")
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    ckpt = {nb["path"]: nb["checkpoint"] for nb in paused["notebooks"]}
+
+    # a alone comes back; b and c wait, pinned
+    assert (await post(jp_fetch, "resume", {"notebooks": ["a.ipynb"]})).code == 202
+    s = await wait_for(jp_fetch, ("active", "failed"))
+    assert s["state"] == "active" and "still to resume (Resume brings them back): b.ipynb, c.ipynb" in s["message"]
+    assert set(pinned(str(tmp_path / "ckpt"))) == {ckpt["b.ipynb"], ckpt["c.ipynb"]}
+
+    # b's manifest is damaged: its resume fails, and it stays to be resumed
+    manifest = next((tmp_path / "ckpt" / "notebooks").rglob(f"{ckpt['b.ipynb']}.json"))
+    good = manifest.read_bytes()
+    manifest.write_bytes(b"{damaged")
+    assert (await post(jp_fetch, "resume", {"notebooks": ["b.ipynb"]})).code == 202
+    s = await wait_for(jp_fetch, ("active", "failed"))
+    by_path = {nb["path"]: nb for nb in s["notebooks"]}
+    assert by_path["b.ipynb"]["status"] == "failed" and by_path["b.ipynb"]["verdict"] == "failed", by_path
+    assert "still to resume (Resume brings them back): b.ipynb, c.ipynb" in s["message"], s["message"]
+
+    # a pause now takes a only: b's (empty) kernel is not checkpointed over its checkpoint, c is carried over
+    assert (await post(jp_fetch, "pause", {"notebooks": ["b.ipynb"]})).code == 409
+    assert (await post(jp_fetch, "pause")).code == 202
+    s = await wait_for(jp_fetch, ("paused", "failed"))
+    by_path = {nb["path"]: nb for nb in s["notebooks"]}
+    assert s["state"] == "paused" and s["message"].startswith("paused 1 "), s["message"]
+    assert by_path["b.ipynb"]["checkpoint"] == ckpt["b.ipynb"] and by_path["c.ipynb"]["checkpoint"] == ckpt["c.ipynb"]
+
+    manifest.write_bytes(good)  # repaired: every notebook comes back with its value
+    assert (await post(jp_fetch, "resume")).code == 202
+    s = await wait_for(jp_fetch, ("active", "failed"))
+    assert s["state"] == "active" and "still to resume" not in s["message"], s["message"]
+    sessions = {x["path"]: x["kernel"]["id"] for x in json.loads((await jp_fetch("api", "sessions")).body)}
+    for name in ("a.ipynb", "b.ipynb", "c.ipynb"):
+        assert (await run_cell(jp_serverapp, sessions[name], "print(x)")).strip() == name[0] + "-val", name
+    assert (await post(jp_fetch, "resume")).code == 409  # nothing is left to resume

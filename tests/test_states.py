@@ -30,7 +30,7 @@ def test_every_allowed_transition_passes_and_every_other_raises():
                     check_transition(old, new)
 
 
-@pytest.mark.parametrize("old, new", [("active", "paused"), ("active", "resuming"), ("paused", "pausing"),
+@pytest.mark.parametrize("old, new", [("active", "paused"), ("active", "failed"), ("paused", "pausing"),
                                       ("paused", "failed"), ("active", "active"), ("failed", "active")])
 def test_the_transitions_a_user_must_never_see_are_refused(old, new):
     with pytest.raises(IllegalTransition):
@@ -101,8 +101,9 @@ def test_a_claim_is_exclusive_and_given_back_on_error():
         async with Claim(h, "pause", PAUSE_FROM):
             pass
         assert not h._busy  # not handed over: released at the end of the block
-        with pytest.raises(Conflict, match="cannot resume while the session is active"):
-            async with Claim(h, "resume", RESUME_FROM):
+        h.state["state"] = "paused"
+        with pytest.raises(Conflict, match="cannot pause while the session is paused"):
+            async with Claim(h, "pause", PAUSE_FROM):
                 pass
     asyncio.run(main())
 
@@ -191,9 +192,8 @@ def test_the_lifecycle_refuses_an_illegal_change_before_writing_it(tmp_path):
     async def main():
         with pytest.raises(IllegalTransition, match="active -> paused"):
             await lc._enter(State.PAUSED, None, "paused", Event.PAUSED, final=True)
-        with pytest.raises(IllegalTransition, match="active -> resuming"):
-            await lc._write_then_publish(lambda s: s.update(state=State.RESUMING, phase=Phase.RESTORING),
-                                         Event.RESTORING)
+        with pytest.raises(IllegalTransition, match="active -> failed"):
+            await lc._write_then_publish(lambda s: s.update(state=State.FAILED, phase=None), Event.FAILED)
         with pytest.raises(IllegalTransition, match="pausing has no phase 'verifying'"):
             await lc._write_then_publish(lambda s: s.update(state=State.PAUSING, phase=Phase.VERIFYING),
                                          Event.PAUSE_REQUESTED)
@@ -208,7 +208,7 @@ def test_a_refused_request_gives_its_claim_back(tmp_path):
         with pytest.raises(Conflict, match="nothing to pause"):
             await lc.request_pause()
         assert not lc.busy
-        with pytest.raises(Conflict, match="cannot resume while the session is active"):
+        with pytest.raises(Conflict, match="nothing to resume: no notebook is paused"):
             await lc.request_resume()
         assert not lc.busy
     asyncio.run(main())
@@ -226,3 +226,21 @@ def test_a_starting_server_recovers_a_half_done_transition_to_paused(tmp_path, f
     assert lc.state["state"] == "paused" and lc.state["phase"] is None
     assert store.events()[-1]["event"] == event
     assert json.loads((tmp_path / "state" / "state.json").read_text())["state"] == "paused"
+
+
+def test_a_resume_cut_short_by_a_server_stop_is_resumed_again_for_every_notebook(tmp_path):
+    """The notebooks it had already restored lost their kernels with the server: they are paused again
+    (the next resume restores them too), not shown as resumed with no kernel; one still suspended stays."""
+    store = StateStore(str(tmp_path / "state"))
+    store.save({**initial_state("local"), "state": "resuming", "phase": "verifying", "cycle": 1,
+                "timeline": {"pause_requested": 0}, "notebooks": [
+                    {"path": "a.ipynb", "status": "resumed", "verdict": "restored-from-checkpoint",
+                     "checkpoint": "c1", "kernel_id": "k1"},
+                    {"path": "b.ipynb", "status": "released", "checkpoint": "c2", "kernel_id": "k2"},
+                    {"path": "c.ipynb", "status": "suspended", "checkpoint": "c3", "kernel_id": "k3",
+                     "gpu": {"kernel_pid": 1}}]})
+    lc = _lifecycle(tmp_path)
+    lc.load()
+    assert lc.state["state"] == "paused"
+    assert [(nb["status"], nb.get("verdict")) for nb in lc.state["notebooks"]] == [
+        ("released", None), ("released", None), ("suspended", None)]

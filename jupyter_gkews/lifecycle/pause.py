@@ -8,7 +8,7 @@ from ..backends.base import LIVE_STATUSES, SnapshotFailed
 from ..claim import Claim
 from ..errors import BadRequest, Conflict, KernelCallError
 from ..state import now
-from ..states import PAUSE_FROM, Event, NotebookStatus, Phase, State
+from ..states import PAUSE_FROM, Event, NotebookStatus, Phase, State, awaiting_resume
 from .paths import clean_notebook_paths
 
 
@@ -23,16 +23,21 @@ class Pause:
             raise BadRequest('"interrupt" must be true or false')
         wanted = clean_notebook_paths(notebooks)
         async with Claim(self, "pause", PAUSE_FROM) as claim:
-            targets = await self._running_notebooks(wanted)
+            # a notebook a resume left behind keeps its checkpoint until a resume brings it back: a kernel
+            # it has now was not restored, and checkpointing that one would put an empty state in its place
+            waiting = [nb for nb in self.state["notebooks"] if awaiting_resume(nb)]
+            targets = await self._running_notebooks(wanted, {nb["path"] for nb in waiting})
             if not targets:
-                raise Conflict("nothing to pause: no notebook has a running kernel")
+                raise Conflict("nothing to pause: no notebook has a running kernel" + (
+                    f" (still to resume: {', '.join(nb['path'] for nb in waiting)}; Resume brings them back)"
+                    if waiting else ""))
             if last_activity is None:
                 last_activity = self._last_activity(targets)
             self._take_snapshot = snapshot
             message, requested = f"checkpointing {len(targets)} notebook(s)", now()
 
             def begin(state):
-                state.update(cycle=state["cycle"] + 1, notebooks=targets, progress=None, state=State.PAUSING,
+                state.update(cycle=state["cycle"] + 1, notebooks=targets + waiting, progress=None, state=State.PAUSING,
                              phase=Phase.CHECKPOINTING, message=message, error=None,
                              timeline={"last_activity": last_activity, "pause_requested": requested})
             await self._begin(begin, Event.PAUSE_REQUESTED, message=message,
@@ -41,16 +46,20 @@ class Pause:
             self._spawn_claimed(claim, self._pause(interrupt))
         return self.status()
 
-    async def _running_notebooks(self, wanted: list[str] | None) -> list[dict]:
+    async def _running_notebooks(self, wanted: list[str] | None, waiting: set[str]) -> list[dict]:
         sessions = await self.serverapp.session_manager.list_sessions()
         found = {}
         for s in sessions:
-            if s.get("kernel") and s["kernel"].get("id"):
+            if s.get("kernel") and s["kernel"].get("id") and s["path"] not in waiting:
                 found[s["path"]] = {"path": s["path"], "name": s["name"], "type": s["type"],
                                     "session_id": s["id"], "kernel_id": s["kernel"]["id"],
                                     "kernel_name": s["kernel"]["name"], "status": NotebookStatus.RUNNING}
         if wanted is None:
             return list(found.values())
+        still = [p for p in wanted if p in waiting]
+        if still:
+            raise Conflict(f"{', '.join(map(repr, still))} is still to be resumed from its checkpoint (a resume "
+                           f"left it behind); resume it first, or leave it out")
         missing = [p for p in wanted if p not in found]
         if missing:
             raise BadRequest(f"no running kernel for {', '.join(map(repr, missing))}; "
@@ -75,7 +84,7 @@ class Pause:
 
     async def _pause(self, interrupt: bool) -> None:
         try:
-            notebooks = self.state["notebooks"]
+            notebooks = [nb for nb in self.state["notebooks"] if not awaiting_resume(nb)]  # not carried over
             for i, nb in enumerate(notebooks):
                 self.state["progress"] = {"notebook": nb["path"], "notebooks_done": i,
                                           "notebooks_total": len(notebooks)}

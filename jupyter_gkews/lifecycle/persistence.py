@@ -10,13 +10,14 @@ from kernel_state.pins import write_pins
 from ..errors import StateNotWritable
 from ..journal import event_record
 from ..state import now
-from ..states import Event, NotebookStatus, Phase, State, check_transition
+from ..states import Event, NotebookStatus, Phase, State, awaiting_resume, check_transition
 
 
 def pinned_checkpoints(state: dict) -> dict:
-    """checkpoint id -> notebook path: what a notebook of this state would resume from (nothing once active)."""
+    """checkpoint id -> notebook path: what a notebook of this state would resume from (once active, only
+    the notebooks a resume left behind)."""
     if state["state"] == State.ACTIVE:
-        return {}
+        return {nb["checkpoint"]: nb["path"] for nb in state["notebooks"] if awaiting_resume(nb)}
     return {nb["checkpoint"]: nb["path"] for nb in state["notebooks"]
             if nb.get("checkpoint") and nb.get("status") != NotebookStatus.RESUMED}
 

@@ -46,9 +46,11 @@ class Recovery:
         self._record(event)
 
     def _roll_back_interrupted_resume(self) -> None:
-        """Every notebook not back yet is paused again: the next resume restores it from its checkpoint."""
+        """Every notebook is paused again, the ones already resumed too: their kernels stopped with the
+        server that restored them. The next resume restores each from its checkpoint. A kernel that still
+        lives on detached (GPU suspend) keeps its status; recover_paused checks that it is still there."""
         for nb in self.state["notebooks"]:
-            if nb.get("status") not in (NotebookStatus.RESUMED, *LIVE_STATUSES) and nb.get("checkpoint"):
+            if nb.get("status") not in LIVE_STATUSES and nb.get("checkpoint"):
                 nb.update(status=NotebookStatus.RELEASED, verdict=None)
         self._recovered("the server stopped during a resume; resume again to restore the notebooks from their "
                         "checkpoints", Event.RECOVERED_INTERRUPTED_RESUME)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from ..backends.base import LIVE_STATUSES
 from ..claim import Claim
 from ..errors import BadRequest, Conflict, KernelCallError
 from ..state import now
-from ..states import RESUME_FROM, Event, NotebookStatus, Phase, State, Verdict
+from ..states import RESUME_FROM, Event, NotebookStatus, Phase, State, Verdict, awaiting_resume
 from .paths import clean_notebook_paths
 
 
@@ -19,9 +18,7 @@ class Resume:
         wanted = clean_notebook_paths(notebooks)
         async with Claim(self, "resume", RESUME_FROM) as claim:
             # released by a pause, or left failed by an earlier resume: both come back from their checkpoint
-            paused = [nb for nb in self.state["notebooks"]
-                      if nb["status"] in (NotebookStatus.RELEASED, NotebookStatus.FAILED, *LIVE_STATUSES)
-                      and nb.get("checkpoint")]
+            paused = [nb for nb in self.state["notebooks"] if awaiting_resume(nb)]
             if wanted is not None:
                 unknown = [p for p in wanted if p not in {nb["path"] for nb in paused}]
                 if unknown:
@@ -83,8 +80,11 @@ class Resume:
             for nb in notebooks:
                 counts[nb["verdict"]] = counts.get(nb["verdict"], 0) + 1
             self._watch_first_cell(notebooks)  # before the state says active: a user may run a cell at once
-            await self._enter(State.ACTIVE, None, (f"{why}; " if why else "") + "resumed: "
-                              + ", ".join(f"{n} {v}" for v, n in counts.items()), Event.RESUMED, final=True,
+            message = (f"{why}; " if why else "") + "resumed: " + ", ".join(f"{n} {v}" for v, n in counts.items())
+            waiting = [nb["path"] for nb in self.state["notebooks"] if awaiting_resume(nb)]
+            if waiting:  # not named in this resume, or failed in it: a resume brings them back
+                message += f"; still to resume (Resume brings them back): {', '.join(waiting)}"
+            await self._enter(State.ACTIVE, None, message, Event.RESUMED, final=True,
                               verdicts=counts, timeline=dict(self.state["timeline"]))
         except Exception as exc:
             if self.log:

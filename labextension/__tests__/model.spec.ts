@@ -75,6 +75,25 @@ describe('GkewsModel', () => {
     expect(seen).toEqual([]); // the first read announces nothing
   });
 
+  it('offers Resume for the notebooks a resume left behind, while the others stay active', async () => {
+    server.answer = status({
+      state: 'active',
+      cycle: 1,
+      notebooks: [
+        restoredNotebook,
+        { path: 'b.ipynb', kernel_id: 'k2', status: 'released', checkpoint: 'c2' },
+        { path: 'c.ipynb', kernel_id: 'k3', status: 'failed', verdict: 'failed', checkpoint: 'c3' },
+        { path: 'd.ipynb', kernel_id: 'k4', status: 'failed' } // no checkpoint: nothing to bring back
+      ]
+    });
+    await model.refresh();
+    expect(model.nextAction).toBe('pause');
+    expect(model.stillToResume).toEqual(['b.ipynb', 'c.ipynb']);
+    server.answer = status({ state: 'active', cycle: 1, notebooks: [restoredNotebook] });
+    await model.refresh();
+    expect(model.stillToResume).toEqual([]);
+  });
+
   it('disables the action while a pause runs and announces the pause when it is done', async () => {
     await model.refresh();
     const changes = jest.fn();
