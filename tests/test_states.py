@@ -244,3 +244,18 @@ def test_a_resume_cut_short_by_a_server_stop_is_resumed_again_for_every_notebook
     assert lc.state["state"] == "paused"
     assert [(nb["status"], nb.get("verdict")) for nb in lc.state["notebooks"]] == [
         ("released", None), ("released", None), ("suspended", None)]
+
+
+def test_a_pause_cut_short_keeps_the_notebooks_it_carried_over(tmp_path):
+    """A notebook an earlier resume left failed, carried over by the pause, is still to be resumed from its
+    checkpoint after the roll-forward: not marked lost for want of a checkpoint of this pause."""
+    store = StateStore(str(tmp_path / "state"))
+    store.save({**initial_state("local"), "state": "pausing", "phase": "checkpointing", "cycle": 2,
+                "timeline": {"pause_requested": 4102444800}, "notebooks": [
+                    {"path": "a.ipynb", "status": "checkpointed", "checkpoint": "c1", "kernel_id": "k1"},
+                    {"path": "b.ipynb", "status": "failed", "verdict": "failed", "checkpoint": "c2",
+                     "kernel_id": "k2"}]})
+    lc = _lifecycle(tmp_path)
+    lc.load()
+    assert lc.state["state"] == "paused"
+    assert [(nb["status"], nb["checkpoint"]) for nb in lc.state["notebooks"]] == [("released", "c1"), ("failed", "c2")]

@@ -6,7 +6,7 @@ from kernel_state.timestamps import utc_epoch
 
 from ..backends.base import LIVE_STATUSES
 from ..state import now
-from ..states import Event, NotebookStatus, State, check_recovery
+from ..states import Event, NotebookStatus, State, awaiting_resume, check_recovery
 
 
 class Recovery:
@@ -63,6 +63,8 @@ class Recovery:
         for nb in self.state["notebooks"]:
             if nb.get("status") in (NotebookStatus.CHECKPOINTED, NotebookStatus.RELEASED):
                 nb["status"] = NotebookStatus.RELEASED
+                continue
+            if awaiting_resume(nb):  # carried over from an earlier resume (or suspended): as it was
                 continue
             fresh = [r for r in store.list(nb["path"])
                      if "error" not in r and int(utc_epoch(r["created"])) >= int(requested)]
