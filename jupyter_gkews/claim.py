@@ -25,12 +25,14 @@ class Claim:
 
     def take(self) -> "Claim":
         state = self.holder.state
-        if self.holder._busy:
-            raise Conflict(f"cannot {self.action}: a {state['state']} transition is running "
+        if self.holder._busy:  # named by the claim that runs: the state may not show it yet (starting)
+            running = getattr(self.holder, "_claimed_for", None) or f"{state['state']} transition"
+            raise Conflict(f"cannot {self.action}: a {running} is running "
                            f"({state['phase'] or 'starting'}); wait for it to finish")
         if state["state"] not in self.allowed:
             raise Conflict(f"cannot {self.action} while the session is {state['state']}")
         self.holder._busy = True
+        self.holder._claimed_for = self.action.split()[0]  # pause, resume
         return self
 
     def hand_over(self) -> None:

@@ -99,6 +99,7 @@ PHASES: dict[State, tuple[Phase | None, ...]] = {
 TRANSITIONS: dict[tuple[State, State], str] = {
     (State.ACTIVE, State.PAUSING): "pause requested",
     (State.FAILED, State.PAUSING): "pause requested again",
+    (State.PAUSED, State.PAUSING): "pause of notebooks the last pause left running",
     (State.PAUSING, State.PAUSING): "next pause phase",
     (State.PAUSING, State.PAUSED): "kernels released",
     (State.PAUSING, State.FAILED): "nothing checkpointed, snapshot refused, or an error",
@@ -120,7 +121,7 @@ RECOVERIES: dict[tuple[State, State], str] = {
 }
 
 #: the source states from which each request may start (the claims)
-PAUSE_FROM = (State.ACTIVE, State.FAILED)
+PAUSE_FROM = (State.ACTIVE, State.FAILED, State.PAUSED)  # from paused: what it left running (busy, say)
 RESUME_FROM = (State.PAUSED, State.FAILED, State.ACTIVE)  # from active: what a resume left behind (AWAITING)
 
 #: a notebook in one of these, with a checkpoint, is still to be brought back by a resume: released by a

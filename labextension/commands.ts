@@ -63,7 +63,7 @@ export function addCommands(
     label: 'Pause GPU session',
     caption: 'Checkpoint every running kernel, then release them (and the GPU)',
     icon: pauseIcon,
-    isEnabled: () => model.nextAction === 'pause',
+    isEnabled: () => model.nextAction === 'pause' || model.leftRunning.length > 0,
     execute: async () => {
       const interrupt = await askAboutRunningCells(tracker);
       if (interrupt === null) {

@@ -17,8 +17,8 @@ import { PathExt } from '@jupyterlab/coreutils';
 import type { Cell, ICodeCellModel } from '@jupyterlab/cells';
 import { Notebook, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 
-import { holdReason, kernelLivedOn, LEFT_RUNNING } from './holdreason';
-import { GkewsModel } from './model';
+import { holdReason, kernelLivedOn } from './holdreason';
+import { GkewsModel, LEFT_RUNNING } from './model';
 import { belongsTo } from './reattach';
 
 export class HeldCells {

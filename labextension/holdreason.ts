@@ -5,12 +5,9 @@
  */
 import { NotebookPanel } from '@jupyterlab/notebook';
 
-import { GkewsModel } from './model';
+import { GkewsModel, LEFT_RUNNING } from './model';
 import { belongsTo } from './reattach';
 import { INotebookStatus } from './types';
-
-/** What a pause left running: not checkpointed (it failed, or a cell kept it busy), so never released. */
-export const LEFT_RUNNING = ['not-checkpointed', 'busy'];
 
 /** Why a cell run in this panel now would be lost, or null when it can run. */
 export function holdReason(model: GkewsModel, panel: NotebookPanel): string | null {

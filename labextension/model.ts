@@ -25,6 +25,9 @@ export interface IModelOptions {
 /** The notebook statuses of one still to be brought back by a resume (states.AWAITING_STATUSES). */
 const AWAITING = ['released', 'failed', 'suspended', 'kept-running'];
 
+/** What a pause left running: not checkpointed (it failed, or a cell kept it busy), so never released. */
+export const LEFT_RUNNING = ['not-checkpointed', 'busy'];
+
 export const DEFAULT_TIMINGS: Required<IModelOptions> = {
   idleInterval: 2000,
   busyInterval: 400,
@@ -156,6 +159,15 @@ export class GkewsModel {
       return [];
     }
     return s.notebooks.filter(nb => AWAITING.includes(nb.status) && !!nb.checkpoint).map(nb => nb.path);
+  }
+
+  /** Notebooks the last pause left running (a busy cell, say) while the others are paused: a pause takes them. */
+  get leftRunning(): string[] {
+    const s = this._status;
+    if (!this._connected || !s || s.state !== 'paused' || this.busy) {
+      return [];
+    }
+    return s.notebooks.filter(nb => LEFT_RUNNING.includes(nb.status)).map(nb => nb.path);
   }
 
   get changed(): ISignal<this, void> {

@@ -354,3 +354,34 @@ async def test_notebooks_a_resume_left_behind_stay_resumable_and_are_never_overw
     for name in ("a.ipynb", "b.ipynb", "c.ipynb"):
         assert (await run_cell(jp_serverapp, sessions[name], "print(x)")).strip() == name[0] + "-val", name
     assert (await post(jp_fetch, "resume")).code == 409  # nothing is left to resume
+
+
+# -- problem 16: a notebook a pause left running (busy) can be paused later, as its message says -----------
+async def test_a_notebook_left_running_by_a_pause_is_paused_by_the_next_one(jp_fetch, jp_serverapp, jp_root_dir, gate):
+    a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    b = (await open_notebook(jp_fetch, jp_root_dir, "b.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, a, "x = 'a-val'")
+    await run_cell(jp_serverapp, b, "y = 'b-val'")
+    client, msg_id = await start_cell(jp_serverapp, b, WAIT_FOR_GATE.format(gate=str(gate), ignore_sigint=False))
+    await wait_kernel_state(jp_serverapp, b, "busy")
+    assert (await post(jp_fetch, "pause")).code == 202
+    s = await wait_for(jp_fetch, ("paused", "failed"))
+    by_path = {nb["path"]: nb for nb in s["notebooks"]}
+    assert s["state"] == "paused" and by_path["b.ipynb"]["status"] == "busy", s
+    assert "let it finish and pause again" in by_path["b.ipynb"]["error"]
+
+    gate.touch()  # its cell ends; the pause it was told to make now works
+    await printed(client, msg_id, until_idle=True)
+    client.stop_channels()
+    assert (await post(jp_fetch, "pause", {"notebooks": ["a.ipynb"]})).code == 409  # a is paused already
+    assert (await post(jp_fetch, "pause")).code == 202
+    s = await wait_for(jp_fetch, ("paused", "failed"))
+    assert s["state"] == "paused" and s["message"].startswith("paused 1 "), s["message"]
+    assert {nb["path"]: nb["status"] for nb in s["notebooks"]} == {"a.ipynb": "released", "b.ipynb": "released"}
+    assert b not in jp_serverapp.kernel_manager  # its kernel (and GPU) released
+
+    assert (await post(jp_fetch, "resume")).code == 202
+    s = await wait_for(jp_fetch, ("active", "failed"))
+    assert s["state"] == "active" and s["message"] == "resumed: 2 restored-from-checkpoint", s["message"]
+    assert (await run_cell(jp_serverapp, a, "print(x)")).strip() == "a-val"
+    assert (await run_cell(jp_serverapp, b, "print(y)")).strip() == "b-val"

@@ -94,6 +94,21 @@ describe('GkewsModel', () => {
     expect(model.stillToResume).toEqual([]);
   });
 
+  it('offers Pause for the notebooks a pause left running, while the others stay paused', async () => {
+    server.answer = status({
+      state: 'paused',
+      cycle: 1,
+      notebooks: [
+        { path: 'a.ipynb', kernel_id: 'k1', status: 'released', checkpoint: 'c1' },
+        { path: 'b.ipynb', kernel_id: 'k2', status: 'busy', error: 'still running a cell' }
+      ]
+    });
+    await model.refresh();
+    expect(model.nextAction).toBe('resume');
+    expect(model.leftRunning).toEqual(['b.ipynb']);
+    expect(model.stillToResume).toEqual([]); // that is for an active session
+  });
+
   it('disables the action while a pause runs and announces the pause when it is done', async () => {
     await model.refresh();
     const changes = jest.fn();
