@@ -373,9 +373,11 @@ class Capture:
         previous = _written.get((self.store.root,) + ident)
         if previous:
             pending_names.resolve_record(previous)
+        written = self._written_since(ident, ust)
         if (previous and t is not None and self.store.has_blob(previous["blob"], "safetensors")
                 and any(ref() is t and version == t._version for ref, version in previous["seen"])
-                and self._same_bytes(ust, dtype, shape, previous["fingerprint"])):
+                and (not written if written is not None else self._same_bytes(ust, dtype, shape,
+                                                                              previous["fingerprint"]))):
             record.update({k: previous[k] for k in ("blob", "name", "fingerprint")})
             self._account(previous["blob"], previous["blob_bytes"], False)
             return record
@@ -398,6 +400,18 @@ class Capture:
             record.update(name=value[:32], fingerprint=fingerprint or {"algorithm": "xxh3-128", "value": value})
             self._pack.append((skey, dtype, shape, data, cpu))
         return record
+
+    def _written_since(self, ident: tuple, ust) -> set | None:
+        """Kernel undo, a CPU storage of 1 MiB or more: whether a page of it was written since the last
+        look (dirty_pages.py), so that an unchanged one costs no hash after every cell; None where the
+        kernel cannot say, and for a pause's save (which fingerprints every storage at the same version)."""
+        if not self.reuse_digests or self.dry or ust.device.type != "cpu" or ust.nbytes() < PACK_LIMIT:
+            return None
+        _, address, nbytes = ident
+        written = TRACKER.written(ident, address, nbytes, nbytes)
+        if written is None:
+            TRACKER.track(ident, address, nbytes)  # before the hash: a write meanwhile shows next time
+        return written
 
     @staticmethod
     def _same_bytes(ust, dtype, shape, fingerprint: dict) -> bool:

@@ -445,3 +445,30 @@ def test_dirty_page_tracking_turned_off_is_said_and_changes_nothing_saved(store)
         settle(k)
         k.run(f"%gkews_checkpoint rewind {checkpoints_by_source(k)['a[7] = -1']['label']['cell']}")
         assert k.quietly("[float(a[7]), float(a[8])]") == [-1.0, 8.0]
+
+
+def test_changes_a_version_counter_misses_are_in_the_cells_checkpoint(store):
+    """A fused optimizer step, a write through .data and one through .numpy() leave torch's version counter
+    as it was: each cell's checkpoint still holds that cell's weights (the kernel says which pages were
+    written where it can, else the weights are fingerprinted), and a rewind gives them back exactly."""
+    with Kernel(store) as k:
+        k.run("%gkews_checkpoint auto on")
+        k.run("import torch, hashlib\ntorch.manual_seed(0)\nmodel = torch.nn.Linear(1024, 1024)\n"
+              "opt = torch.optim.AdamW(model.parameters(), lr=0.1, fused=True)\n"
+              "digest = lambda: hashlib.sha256(model.weight.detach().numpy().tobytes()).hexdigest()")
+        settle(k)
+        cells = {"model(torch.randn(8, 1024)).sum().backward(); opt.step()": None,
+                 "label = 'no change to the model'": None,
+                 "model.weight.data -= 1": None,
+                 "model.weight.detach().numpy()[:4] = 7": None,
+                 "other = 'nor here'": None}
+        for source in cells:
+            version = k.value("model.weight._version")
+            k.run(source)
+            assert k.value("model.weight._version") == version, source  # torch did not see any of it
+            settle(k)
+            cells[source] = k.value("digest()")
+        rows = checkpoints_by_source(k)
+        for source, expected in reversed(list(cells.items())):
+            k.run(f"%gkews_checkpoint rewind {rows[source]['label']['cell']}")
+            assert k.value("digest()") == expected, source
