@@ -30,7 +30,7 @@ import dill
 
 from . import byvalue, cuda_io, pending_names
 from .alignment import array_from_layout
-from .dirty_pages import TRACKER
+from .dirty_pages import PAGE, TRACKER
 from .errors import CheckpointWriteError
 from .resources import refuse
 from .fingerprint import cpu_fingerprint, memory_view, storage_fingerprint
@@ -63,6 +63,7 @@ NUMPY_DTYPES = {"b1": "BOOL", "u1": "U8", "i1": "I8", "i2": "I16", "u2": "U16", 
 
 # What earlier saves in this process wrote, to prove torch storages unchanged by their version counter.
 _written: dict[tuple, dict] = {}
+_edges: dict[tuple, tuple[bytes, bytes]] = {}  # kernel undo: a tracked storage's bytes in its shared pages
 # (store root, variable) -> (what its value digest depends on, the digest): Capture._value_digest
 _digests: dict[tuple, tuple[str, str]] = {}
 # a tracked numpy buffer -> its chunks' digests at the last scan of its pages (Capture._chunk_digests)
@@ -404,14 +405,28 @@ class Capture:
     def _written_since(self, ident: tuple, ust) -> set | None:
         """Kernel undo, a CPU storage of 1 MiB or more: whether a page of it was written since the last
         look (dirty_pages.py), so that an unchanged one costs no hash after every cell; None where the
-        kernel cannot say, and for a pause's save (which fingerprints every storage at the same version)."""
+        kernel cannot say, and for a pause's save (which fingerprints every storage at the same version).
+        A storage stays tracked even when a cell rewrites it (a training step): the first write of each
+        page in a cell then costs a fault (about 1 µs) in that cell, instead of a hash after every cell."""
         if not self.reuse_digests or self.dry or ust.device.type != "cpu" or ust.nbytes() < PACK_LIMIT:
             return None
         _, address, nbytes = ident
-        written = TRACKER.written(ident, address, nbytes, nbytes)
-        if written is None:
+        ranges = TRACKER.written_ranges(ident, address, nbytes, keep=True)
+        # Its first and last pages may hold other objects too (the heap packs allocations together), whose
+        # writes are reported as well: where only those were written, its own bytes there decide.
+        own_from, own_to = -(-address // PAGE) * PAGE, (address + nbytes) // PAGE * PAGE
+        edges = (bytes(memory_view(address, own_from - address)) if own_from > address else b"",
+                 bytes(memory_view(own_to, address + nbytes - own_to)) if address + nbytes > own_to else b"")
+        before = _edges.get(ident)
+        if len(_edges) > 65536:  # freed storages' leftovers: forgetting one costs a copy, never a wrong answer
+            _edges.clear()
+        _edges[ident] = edges
+        if ranges is None:
             TRACKER.track(ident, address, nbytes)  # before the hash: a write meanwhile shows next time
-        return written
+            return None
+        if any(first < own_to and last > own_from for first, last in ranges) or (ranges and edges != before):
+            return {0}
+        return set()
 
     @staticmethod
     def _same_bytes(ust, dtype, shape, fingerprint: dict) -> bool:

@@ -70,6 +70,9 @@ class DirtyPages:
         self._pagemap: int | None = None
         self._regions = (_Region * REGIONS)()
         self._tracked: dict[tuple, tuple[int, int]] = {}
+        # written pages a scan for one buffer found in another's range (they share a page: the heap packs
+        # allocations together); that buffer's next written() reports them
+        self._pending: dict[tuple, list[tuple[int, int]]] = {}
         self._rewritten: set[tuple] = set()  # written mostly in one cell: hashed from then on
         self.unavailable: str | None = None
 
@@ -113,11 +116,17 @@ class DirtyPages:
             if ident in self._rewritten or not self._ready() or not _private_anonymous(address, nbytes):
                 return False
             start, end = address - address % PAGE, -(-(address + nbytes) // PAGE) * PAGE
-            # a scan protects what it reports: two tracked ranges sharing a page would steal each
-            # other's writes, so a new one replaces any it overlaps (a freed buffer's, a view's)
+            # Protecting this range protects again the pages it shares with tracked neighbours: first
+            # hand what those pages hold written to the neighbours (a neighbour no longer registered,
+            # freed or mapped again, is dropped: it is hashed next time)
             for other, (low, high) in list(self._tracked.items()):
-                if low < end and start < high:
-                    del self._tracked[other]
+                if low < end and start < high and other in self._tracked:
+                    pages = self._scan(max(low, start), min(high, end))
+                    if pages is None:
+                        del self._tracked[other]
+                        self._pending.pop(other, None)
+                    else:
+                        self._credit(pages, None)
             try:
                 fcntl.ioctl(self._uffd, UFFDIO_REGISTER,
                             bytearray(struct.pack("QQQQ", start, end - start, UFFDIO_REGISTER_MODE_WP, 0)))
@@ -127,31 +136,56 @@ class DirtyPages:
                 self._unregister(start, end)
                 return False
             self._tracked[ident] = (start, end)
+            self._pending[ident] = []
             return True
 
-    def written(self, ident: tuple, address: int, nbytes: int, chunk: int) -> set[int] | None:
+    def written(self, ident: tuple, address: int, nbytes: int, chunk: int, *, keep: bool = False) -> set[int] | None:
         """The chunks with a page written (or not present) since the last call, each protected again;
-        None when that is not known: then every chunk must be hashed (and track() called again)."""
+        None when that is not known: then every chunk must be hashed (and track() called again).
+        keep: stay tracked however much was written (a torch storage: its hash would be paid after every
+        cell the version counter cannot vouch for, a fault only in the cells that write it)."""
+        ranges = self.written_ranges(ident, address, nbytes, keep=keep)
+        if ranges is None:
+            return None
+        chunks = set()
+        for first, last in ranges:
+            chunks.update(range((first - address) // chunk, (last - 1 - address) // chunk + 1))
+        return chunks
+
+    def written_ranges(self, ident: tuple, address: int, nbytes: int, *, keep: bool = False):
+        """The same as byte ranges within the buffer ([first, last) addresses), or None."""
         with self._lock:
             span = self._tracked.pop(ident, None)
             if span is None:
                 return None
+            pending = self._pending.pop(ident, [])
             pages = self._scan(*span)
             if pages is None:
                 self._unregister(*span)
                 return None
-            chunks, dirty = set(), 0
-            for first, last in pages:
+            self._credit(pages, ident)  # what a neighbour sharing those pages has not seen yet
+            ranges, dirty = [], 0
+            for first, last in pages + pending:
                 first, last = max(first, address), min(last, address + nbytes)
                 if first < last:
-                    chunks.update(range((first - address) // chunk, (last - 1 - address) // chunk + 1))
+                    ranges.append((first, last))
                     dirty += last - first
-            if dirty > UNTRACK_ABOVE * nbytes:
+            if dirty > UNTRACK_ABOVE * nbytes and not keep:
                 self._unregister(*span)  # rewritten: the faults would cost more than the hash
                 self._rewritten.add(ident)
             else:
                 self._tracked[ident] = span
-            return chunks
+                self._pending[ident] = []
+            return ranges
+
+    def _credit(self, pages: list[tuple[int, int]], scanned_for) -> None:
+        """Written pages a scan just protected again: every other tracked range they fall in gets them."""
+        for other, (low, high) in self._tracked.items():
+            if other == scanned_for:
+                continue
+            hits = [(max(a, low), min(b, high)) for a, b in pages if a < high and low < b]
+            if hits:
+                self._pending.setdefault(other, []).extend(hits)
 
     def tracking(self, ident: tuple) -> bool:
         with self._lock:
@@ -159,6 +193,7 @@ class DirtyPages:
 
     def forget(self, ident: tuple) -> None:
         with self._lock:
+            self._pending.pop(ident, None)
             span = self._tracked.pop(ident, None)
             if span is not None:
                 self._unregister(*span)

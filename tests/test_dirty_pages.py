@@ -117,13 +117,37 @@ def test_shared_memory_is_never_tracked(tracker):
 
 
 def test_overlapping_ranges_never_steal_each_others_writes(tracker):
+    """A scan protects what it reports; a page two tracked buffers share (the heap packs allocations
+    together, a view overlaps its base) is reported to both, whichever scans first."""
     arr = _buffer()
     whole = _tracked(tracker, arr)
     part = arr[:4 * CHUNK]
-    inner = _tracked(tracker, part)  # replaces the range it overlaps
+    inner = _tracked(tracker, part)
     arr[5] = 3
-    assert _written(tracker, whole) is None
     assert _written(tracker, inner) == {0}
+    assert _written(tracker, whole) == {0}  # scanned for inner first: not lost
+    assert _written(tracker, inner) == set() and _written(tracker, whole) == set()
+    arr[4 * CHUNK - 1] = 4  # the last page of inner
+    arr[6 * CHUNK] = 5  # only whole
+    assert _written(tracker, whole) == {3, 6}
+    assert _written(tracker, inner) == {3}
+
+
+def test_neighbours_sharing_a_page_both_see_a_write_to_it(tracker):
+    """Two buffers packed into one mapping, the boundary page shared (not page-aligned, as heap blocks)."""
+    arr = _buffer()
+    cut = 3 * CHUNK + 100
+    a, b = arr[:cut], arr[cut:]
+    ia = ("heap", a.ctypes.data, a.nbytes)
+    ib = ("heap", b.ctypes.data, b.nbytes)
+    assert tracker.track(ia, *ia[1:]) and tracker.track(ib, *ib[1:])  # b's protection keeps a's writes
+    a[cut - 1] = 9  # a's last byte: in the page b starts in
+    assert tracker.written(ib, ib[1], ib[2], CHUNK) == {0}  # b's first chunk holds that page too
+    assert tracker.written(ia, ia[1], ia[2], CHUNK) == {3}
+    b[0] = 7
+    assert tracker.written(ia, ia[1], ia[2], CHUNK) == {3}
+    assert tracker.written(ib, ib[1], ib[2], CHUNK) == {0}
+    assert tracker.written(ia, ia[1], ia[2], CHUNK) == set() and tracker.written(ib, ib[1], ib[2], CHUNK) == set()
 
 
 def test_turned_off_by_the_environment(monkeypatch):
