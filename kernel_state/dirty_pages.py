@@ -16,9 +16,11 @@ What it trusts, and what it does not:
 - a write that bypasses the page tables is not seen: a device's DMA into host memory registered with
   it (cudaHostRegister, RDMA, io_uring fixed buffers). GKEWS_AUTO_DIRTY_PAGES=0 turns tracking off.
 Each first write to a protected page costs a minor fault, in the user's cell: about 1 µs here, ten
-times what hashing the page costs. So a buffer with more than 5% of its pages written (or not present)
-in one cell is no longer tracked, and hashed from then on. Only automatic checkpoints ask; a pause's
-checkpoint and verify always hash every byte.
+times what hashing the page costs. So a numpy buffer with more than 5% of its pages written (or not
+present) in one cell is no longer tracked, and hashed from then on; a torch storage stays tracked (its
+hash would be due after every cell its version counter cannot vouch for). Ranges may share a page (the
+heap packs allocations together): a scan hands what it finds to every range the page falls in. Only
+automatic checkpoints ask; a pause's checkpoint and verify always hash what they cannot prove unchanged.
 """
 from __future__ import annotations
 
