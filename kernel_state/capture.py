@@ -324,8 +324,10 @@ class Capture:
     # -- torch --------------------------------------------------------------------------------------
     def _tensor(self, t, torch) -> str | None:
         if (type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided or t.is_quantized
-                or t.is_nested or t.device.type == "meta"):
-            return None  # torch's own reduction handles these; their storages still come back here
+                or t.is_nested or t.device.type == "meta" or t.is_conj() or t.is_neg()):
+            # torch's own reduction handles these (a lazily conjugated or negated view keeps its bit
+            # there, which a table row does not record); their storages still come back here
+            return None
         key = self._tensor_keys.get(id(t))
         if key is not None:
             self._use(self.tensors[key]["storage"])

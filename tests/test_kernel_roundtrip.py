@@ -238,3 +238,22 @@ def test_a_private_name_is_saved_when_asked_for_by_name(tmp_path):
     back = {}
     kernel_state.restore(back, notebook="p.ipynb", root=tmp_path)
     assert back == {"_model_cache": {"w": [1, 2]}}
+
+
+def test_lazily_conjugated_and_negated_views_come_back_with_their_values(tmp_path):
+    """z.conj(), A.mH and z.conj().imag are views with a conj or neg bit: they came back without it, so with
+    the other sign, and verify said match."""
+    torch = pytest.importorskip("torch")
+    z = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)
+    a = torch.tensor([[1 + 1j, 2j], [3, 4 - 1j]], dtype=torch.complex64)
+    ns = {"z": z, "zc": z.conj(), "ah": a.mH, "im": z.conj().imag}
+    kernel_state.save(ns, notebook="c.ipynb", root=tmp_path)
+    back = {}
+    kernel_state.restore(back, notebook="c.ipynb", root=tmp_path)
+    for name, value in ns.items():
+        assert torch.equal(back[name], value), name
+    assert back["zc"].is_conj() and back["ah"].is_conj()
+    verdicts = kernel_state.verify(back, notebook="c.ipynb", root=tmp_path)["variables"]
+    assert {k: v["verdict"] for k, v in verdicts.items()} == dict.fromkeys(ns, "match")
+    back["zc"] = back["zc"].resolve_conj().conj()  # the same bits stored, the other values
+    assert kernel_state.verify(back, notebook="c.ipynb", root=tmp_path)["variables"]["zc"]["verdict"] == "changed"
