@@ -207,7 +207,7 @@ def restore(namespace=None, *, notebook=None, root=None, checkpoint=None, names=
     manifest = store.load_manifest(nb, checkpoint)
     _activity.update(operation="restore")
     try:
-        with store.lock():
+        with store.lock(reading=True):
             result = restore_namespace(ns, store, manifest, names=names, device=device, random_state=random_state)
     finally:
         _activity.update(operation=None)

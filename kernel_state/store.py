@@ -238,9 +238,23 @@ class Store:
 
     # -- locking: saves share, garbage collection is exclusive -----------------------------------
     @contextlib.contextmanager
-    def lock(self, exclusive: bool = False):
-        self.ensure()
-        fd = os.open(os.path.join(self.root, ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    def lock(self, exclusive: bool = False, reading: bool = False):
+        """reading: a restore, which writes nothing, also from a store on a read-only volume (where no
+        collection can run either): the existing lock file is opened for reading, or none is taken."""
+        if reading:
+            fd = None
+            for flags in (os.O_RDONLY, os.O_RDWR | os.O_CREAT):  # the lock file as it is, else a new one
+                try:
+                    fd = os.open(os.path.join(self.root, ".lock"), flags | os.O_NOFOLLOW, 0o600)
+                    break
+                except OSError:
+                    continue
+            if fd is None:  # a read-only volume: nothing can collect there either
+                yield
+                return
+        else:
+            self.ensure()
+            fd = os.open(os.path.join(self.root, ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             yield

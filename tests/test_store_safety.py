@@ -181,3 +181,23 @@ def test_an_existing_store_becomes_private(tmp_path):
     kernel_state.save({"secrets": {"k": "v2"}}, notebook=NB, root=root)
     for d in (root, root / "blobs", root / "tmp", root / "notebooks"):
         assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, d
+
+
+def test_a_restore_reads_a_store_on_a_read_only_volume(tmp_path, monkeypatch):
+    """A restore writes nothing: on a read-only volume (no lock file can be made) it still restores, rather
+    than failing with "[Errno 30] Read-only file system: '.../.lock'"."""
+    import errno
+
+    from kernel_state import store as store_module
+    kernel_state.save({"x": 41, "w": list(range(10))}, notebook="ro.ipynb", root=tmp_path)
+    os.remove(tmp_path / ".lock")
+    real_open = os.open
+
+    def read_only(path, flags, *args):
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, "Read-only file system", path)
+        return real_open(path, flags, *args)
+    monkeypatch.setattr(store_module.os, "open", read_only)
+    back = {}
+    result = kernel_state.restore(back, notebook="ro.ipynb", root=tmp_path)
+    assert result["failed"] == {} and back == {"x": 41, "w": list(range(10))}

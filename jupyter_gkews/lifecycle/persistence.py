@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import errno
 
 from kernel_state.pins import write_pins
 
@@ -63,7 +64,14 @@ class Persistence:
         no delete, retention or cleanup (server or kernel) removes it; unpin them once active again."""
         needed = pinned_checkpoints(snapshot)
         if needed != self._pins:
-            write_pins(self.checkpoint_root, self.store.directory, needed)
+            try:
+                write_pins(self.checkpoint_root, self.store.directory, needed)
+            except OSError as exc:
+                if exc.errno != errno.EROFS:
+                    raise
+                # a read-only checkpoint volume: nothing can delete a checkpoint there, so none needs a pin
+                if self.log:
+                    self.log.warning("gkews: cannot pin checkpoints in %s (read-only): %s", self.checkpoint_root, exc)
             self._pins = needed
 
     async def _enter(self, state: State, phase: Phase | None, message: str, event: Event, *, final: bool = False,
