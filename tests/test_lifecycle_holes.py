@@ -185,7 +185,11 @@ except Exception as exc:
     assert (await post(jp_fetch, "resume")).code == 202
     resumed = await wait_for(jp_fetch, ("active", "failed"))
     assert resumed["state"] == "active", resumed["message"]
-    assert resumed["notebooks"][0]["verdict"] == "restored-from-checkpoint"
+    nb = resumed["notebooks"][0]
+    assert nb["verdict"] == "restored-from-checkpoint"
+    # the work done in the reopened kernel is replaced, and the resume says so, by name
+    assert nb["why_restored"] == "reopened while paused: restored into the kernel it was reopened with", nb
+    assert "the checkpoint's values replaced the ones this kernel held: x" in nb["warnings"], nb
     sessions = json.loads((await jp_fetch("api", "sessions")).body)
     assert [(x["path"], x["kernel"]["id"]) for x in sessions] == [("a.ipynb", reopened)]
     assert jp_serverapp.kernel_manager.list_kernel_ids() == [reopened]  # no kernel leaked

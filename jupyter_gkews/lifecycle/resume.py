@@ -109,8 +109,12 @@ class Resume:
                           skipped_at_save=verdict["skipped_at_save"], same_process=True)
                 return
             reason = nb.pop("fallback", None) or (
-                "a new process: the live state did not survive" if not verdict["same_process"]
+                "reopened while paused: restored into the kernel it was reopened with" if nb.get("reopened")
+                else "a new process: the live state did not survive" if not verdict["same_process"]
                 else "the same process, but its state differs from the checkpoint")
+            # values the kernel holds now that the checkpoint's replace (work done in a reopened notebook)
+            replaced = sorted(name for name, v in verdict.get("variables", {}).items()
+                              if v.get("verdict") == "changed" and "module" not in v)
             result = await self.bridge.call(nb["kernel_id"], {"op": "restore", **request}, label=nb["path"],
                                             hold_file=hold_file)
         except KernelCallError as exc:
@@ -120,7 +124,9 @@ class Resume:
         nb.update(status=NotebookStatus.RESUMED, verdict=Verdict.RESTORED_FROM_CHECKPOINT, why_restored=reason,
                   restore_seconds=result["seconds"],
                   restored=result["restored"], failed=result["failed"],
-                  skipped_at_save=result["skipped_at_save"], warnings=result["warnings"],
+                  skipped_at_save=result["skipped_at_save"], warnings=result["warnings"] + (
+                      [f"the checkpoint's values replaced the ones this kernel held: {', '.join(replaced)}"]
+                      if replaced else []),
                   same_process=verdict["same_process"])  # restored in place, or into a new process
 
     def _watch_first_cell(self, notebooks: list[dict]) -> None:
