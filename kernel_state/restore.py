@@ -343,6 +343,32 @@ class Restorer:
         return arr
 
 
+def _rebase_notebook_classes(namespace: dict, restored: list, warnings: list) -> None:
+    """A class the notebook defined is pickled by value, and the notebook classes it derives from inside
+    it, by value too: restored, its bases would be copies of the base classes restored beside it, so that
+    isinstance(obj, Base) turned False. Each such base is replaced by the restored class of that name."""
+    names = set(restored)
+    for name in restored:
+        cls = namespace.get(name)
+        if not isinstance(cls, type) or cls.__module__ != "__main__":
+            continue
+        bases = tuple(_restored_twin(base, namespace, names) for base in cls.__bases__)
+        if bases != cls.__bases__:
+            try:
+                cls.__bases__ = bases
+            except TypeError as exc:  # layouts that differ (a base redefined with other __slots__, say)
+                warnings.append(f"{name}: its base classes are copies of {', '.join(b.__qualname__ for b in bases)}, "
+                                f"not the restored classes ({exc}); isinstance against those is False")
+
+
+def _restored_twin(base: type, namespace: dict, names: set) -> type:
+    twin = namespace.get(base.__qualname__)
+    if (base.__module__ == "__main__" and base.__qualname__ in names and isinstance(twin, type)
+            and twin is not base and twin.__module__ == "__main__"):
+        return twin
+    return base
+
+
 def _redefined(old, new) -> bool:
     """A class or function the kernel defined again since the checkpoint, differently."""
     from .compare import value_digest
@@ -387,6 +413,7 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
             restorer.failed[name] = reason = f"{type(exc).__name__}: {exc}" if not isinstance(
                 exc, CheckpointError) else str(exc)
             failed[name] = reason
+    _rebase_notebook_classes(namespace, restored, restorer.warnings)
     generators = []
     saved_random = manifest.get("random_state")
     if saved_random and random_state and not wanted:

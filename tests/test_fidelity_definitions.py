@@ -109,3 +109,25 @@ def test_restore_semantics(tmp_path):
         assert ("Warning: Model: this kernel redefined it since the checkpoint; the checkpoint's definition is "
                 "restored (re-run its cell to use the new one)") in out
         assert same.value("[Model.version, type(m) is Model]") == [1, True]
+
+
+def test_a_notebook_class_derived_from_another_keeps_its_base_after_a_restore(tmp_path):
+    """The subclass is pickled by value with its notebook base inside it: restored, its base was a copy of
+    the restored base class, so isinstance(obj, Base) and issubclass(Impl, Base) turned False."""
+    with Kernel(tmp_path) as first:
+        first.run("import abc, torch\n"
+                  "class Base(abc.ABC):\n    @abc.abstractmethod\n    def f(self): ...\n"
+                  "class Impl(Base):\n    def f(self): return 1\n"
+                  "class Block(torch.nn.Module):\n    def __init__(self):\n"
+                  "        super().__init__(); self.l = torch.nn.Linear(2, 2)\n"
+                  "class Deeper(Block):\n    pass\n"
+                  "obj, net = Impl(), Deeper()")
+        first.run("%gkews_checkpoint save")
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("import abc, torch\n%gkews_checkpoint restore")
+        assert "Not restored" not in out and "Warning" not in out, out
+        assert fresh.value("[Impl.__bases__[0] is Base, issubclass(Impl, Base), isinstance(obj, Base), obj.f(), "
+                           "isinstance(net, Block), isinstance(net, torch.nn.Module), type(net) is Deeper]") == \
+            [True, True, True, 1, True, True, True]
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert all(v["verdict"] == "match" for v in verdicts.values()), verdicts
