@@ -193,6 +193,8 @@ class Pause:
             nb.update(status=NotebookStatus.NOT_CHECKPOINTED, error=str(exc))
             return
         self._holds[nb["kernel_id"]] = hold
-        nb.update(status=NotebookStatus.CHECKPOINTED, checkpoint=result["id"], bytes=result["bytes"],
-                  bytes_written=result["bytes_written"], saved=result["saved"], skipped=result["skipped"],
-                  seconds=result["seconds"])
+        changes = dict(status=NotebookStatus.CHECKPOINTED, checkpoint=result["id"], bytes=result["bytes"],
+                       bytes_written=result["bytes_written"], saved=result["saved"], skipped=result["skipped"],
+                       seconds=result["seconds"])
+        await self._pin_before(nb, changes)
+        nb.update(changes)

@@ -47,6 +47,15 @@ class Persistence:
         apply(self.state)
         self.state["updated"] = pending["updated"]
 
+    async def _pin_before(self, nb: dict, changes: dict) -> None:
+        """A notebook's new checkpoint is pinned on disk before the status shows it: whoever reads the id
+        there may try to delete it at once."""
+        pending = copy.deepcopy(self.state)
+        index = next(i for i, other in enumerate(self.state["notebooks"]) if other is nb)
+        pending["notebooks"][index].update(changes)
+        async with self._write_lock:
+            await asyncio.to_thread(self._write_pins, pending)
+
     def _write(self, snapshot: dict, record: dict) -> None:
         self._write_pins(snapshot)  # before the state: a paused state on disk always has its pins
         self.store.save(snapshot)
