@@ -216,9 +216,6 @@ class KernelBridge:
                                   "install the same jupyter-gkews in that kernel's environment")
         return result
 
-    def _answer(self, kernel, label: str, reply) -> dict:
-        return _result(self._answer_json(kernel, label, reply))
-
     async def _restore_activity(self, kernel, before) -> None:
         last, server_last = before
         # The server's activity tracker reads IOPub on its own socket and may not have seen our call's
