@@ -146,6 +146,7 @@ class Capture:
         self._var_raw = False  # or to a storage outside the tensor table (torch's own reductions)
         self._shared: dict[int, tuple] = {}
         self._reductions: dict[int, tuple] = {}
+        self._attrs_sent: set[int] = set()  # tensors whose Python attributes this variable's pickle holds
 
     # -- per variable -------------------------------------------------------------------------------
     def add_variable(self, name: str, value, picklers=("pickle", "dill")) -> dict:
@@ -153,6 +154,7 @@ class Capture:
         errors = []
         for kind in picklers:
             self._var_storages, self._var_refs, self._var_memo, self._var_raw = [], [], False, False
+            self._attrs_sent = set()
             buf = io.BytesIO()
             try:
                 pickler = PICKLERS[kind](buf, protocol=PROTOCOL)
@@ -254,6 +256,12 @@ class Capture:
                 if key is None:
                     return None
                 self._var_refs.append(("tensor", key))
+                if obj.__dict__ and id(obj) not in self._attrs_sent:
+                    # Python attributes set on a tensor or Parameter (`p.no_decay = True`) travel with its
+                    # first reference in each variable's pickle; later ones (one inside the attributes
+                    # themselves included) get the same tensor, so need not repeat them
+                    self._attrs_sent.add(id(obj))
+                    return ("tensor", key, dict(obj.__dict__))
                 return ("tensor", key)
             if isinstance(obj, torch.storage.TypedStorage):
                 skey = self._storage(obj._untyped_storage, None, TORCH_DTYPES.get(str(obj.dtype)[6:]))

@@ -152,6 +152,7 @@ class _Digest:
             cpu = obj.detach().to("cpu").contiguous()
             self.emit("tensor", str(obj.dtype), tuple(obj.shape), obj.requires_grad)
             self.hasher.update(cpu.view(torch.uint8).numpy().tobytes() if cpu.numel() else b"")
+            self._tensor_attrs(obj)
             return
         self._reduced(obj)
 
@@ -171,6 +172,7 @@ class _Digest:
                       r["dtype"], r["requires_grad"], r["parameter"])
             if "grad" in r:
                 self.walk(obj.grad)
+            self._tensor_attrs(obj)
             return True
         key = c._array_keys.get(id(obj))
         if key is not None:
@@ -180,6 +182,11 @@ class _Digest:
                       r["dtype"], source and (source["path"], source["file_offset"]))
             return True
         return False
+
+    def _tensor_attrs(self, t) -> None:
+        if t.__dict__:  # Python attributes set on it (`p.no_decay = True`)
+            self.emit("attrs")
+            self.walk(dict(sorted(t.__dict__.items())))
 
     def _storage_index(self, skey: str) -> int:
         storages = self.capture._var_storages

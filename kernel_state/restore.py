@@ -178,7 +178,10 @@ class Restorer:
             self.variable(pid[1])
             return self._memos[pid[1]][pid[2]]
         if kind == "tensor":
-            return self._tensor(pid[1])
+            tensor = self._tensor(pid[1])
+            if len(pid) > 2:  # its Python attributes
+                tensor.__dict__.update(pid[2])
+            return tensor
         if kind == "array":
             return self._array(pid[1])
         if kind == "storage":
@@ -380,6 +383,23 @@ def _redefined(old, new) -> bool:
         return True
 
 
+def _warn_detached(manifest: dict, restored: list, restorer: Restorer) -> None:
+    """A subset restore of a variable that shares tensors with (or refers to) one left out gives it
+    restored copies of those, not the kernel's live ones: say which, and how to keep them bound."""
+    variables = manifest["variables"]
+    chosen = [n for n in restored if n in variables]
+    for name in chosen:
+        mine = set(variables[name].get("storages", []))
+        partners = sorted(other for other, record in variables.items()
+                          if other not in chosen and (other in restorer.values or mine & set(record.get("storages", []))))
+        if partners:
+            restorer.warnings.append(
+                f"{name}: it shares tensors or objects with {', '.join(partners)}, which this restore left as "
+                f"they are: {name} now refers to restored copies, not to the kernel's "
+                f"{'variable' if len(partners) == 1 else 'variables'}; restore them together "
+                f"(names={sorted(chosen + partners)!r}) to keep them bound")
+
+
 def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, device=None,
                       random_state: bool = True) -> dict:
     """Put the checkpoint's variables (or `names`) into `namespace`; report what came back and what did not.
@@ -414,6 +434,8 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
                 exc, CheckpointError) else str(exc)
             failed[name] = reason
     _rebase_notebook_classes(namespace, restored, restorer.warnings)
+    if wanted:
+        _warn_detached(manifest, restored, restorer)
     generators = []
     saved_random = manifest.get("random_state")
     if saved_random and random_state and not wanted:

@@ -124,3 +124,55 @@ def test_a_copy_on_write_memmap_keeps_its_edits_and_its_file(tmp_path):
             ["memmap", "c", [42.0, 42.0, 42.0, 3.0, 4.0]]
         assert fresh.value("cow.filename") == str(path)
     assert (path.read_bytes(), path.stat().st_mtime_ns) == before
+
+
+def test_python_attributes_on_tensors_and_parameters_come_back(tmp_path):
+    """`p.no_decay = True` on a Parameter (what optimizer groupings and PEFT code read back), a tag on a
+    tensor, an attribute that refers to another tensor or back to its own: all come back, and verify
+    sees a change to one."""
+    with Kernel(tmp_path) as first:
+        first.run("""
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 3)
+model.bias.no_decay = True
+model.weight.group = {"lr": 0.1, "tags": ["head"]}
+t = torch.arange(6.0)
+t.source = "train.csv"
+t.itself = t
+t.partner = model.weight
+""")
+        first.run("%gkews_checkpoint save")
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert fresh.value("[model.bias.no_decay, model.weight.group, t.source, t.itself is t, "
+                           "t.partner is model.weight, isinstance(model.bias, torch.nn.Parameter), "
+                           "hasattr(model.weight, 'no_decay')]") == \
+            [True, {"lr": 0.1, "tags": ["head"]}, "train.csv", True, True, True, False]
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert {n: v["verdict"] for n, v in verdicts.items()} == {"torch": "match", "model": "match", "t": "match"}
+        fresh.run("model.bias.no_decay = False")
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert verdicts["model"]["verdict"] == "changed" and verdicts["t"]["verdict"] == "match"
+
+
+def test_restoring_only_the_optimizer_says_it_is_no_longer_bound_to_the_model(tmp_path):
+    """An optimizer restored alone steps restored copies of the parameters, not the live model's: the
+    restore says so and names what to restore with it; restored together they stay bound."""
+    with Kernel(tmp_path) as kernel:
+        kernel.run("""
+import torch
+model = torch.nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+note = "unrelated"
+""")
+        kernel.run("%gkews_checkpoint save")
+        out = kernel.run("%gkews_checkpoint restore opt")
+        assert "opt: it shares tensors or objects with model" in out
+        assert "names=['model', 'opt']" in out
+        assert kernel.value("opt.param_groups[0]['params'][0] is model.weight") is False
+        out = kernel.run("%gkews_checkpoint restore note")
+        assert "shares" not in out
+        out = kernel.run("%gkews_checkpoint restore opt model")
+        assert "shares" not in out
+        assert kernel.value("opt.param_groups[0]['params'][0] is model.weight") is True
