@@ -54,18 +54,31 @@ def is_aligned(pointer: int) -> bool:
     return pointer % ALIGNMENT == 0
 
 
-def array_from_layout(data, carrier_dtype, carrier_shape, dtype, shape, offset, strides, writeable=True):
-    """Unpickling a small numpy array: the memory it views copied onto aligned memory, then the same
-    view (offset, strides, memory order) of it."""
+def small_root(data, dtype, shape):
+    """Unpickling the memory small numpy arrays view: a 64-byte aligned copy, made once per pickle (or
+    per checkpoint, through the memo), so the arrays built on it share memory as they did."""
     import numpy as np
-    carrier = aligned_empty(carrier_shape, carrier_dtype)
+    carrier = aligned_empty(shape, dtype)
     if carrier.nbytes:  # as bytes: a buffer of datetime64 or timedelta64 cannot be cast
         carrier.reshape(-1).view(np.uint8)[:] = np.frombuffer(data, dtype=np.uint8)
+    return carrier
+
+
+def view_of(carrier, dtype, shape, offset, strides, writeable=True):
+    """Unpickling a small numpy array: the same view (offset, strides, memory order) of its root."""
+    import numpy as np
     if carrier.shape == tuple(shape) and carrier.dtype == np.dtype(dtype) and offset == 0 and \
             carrier.strides == tuple(strides):
         arr = carrier
     else:
         arr = np.ndarray(tuple(shape), dtype=np.dtype(dtype), buffer=carrier, offset=offset, strides=tuple(strides))
     if not writeable:
+        if arr is carrier:  # other arrays may write through the root
+            arr = carrier.view()
         arr.flags.writeable = False
     return arr
+
+
+def array_from_layout(data, carrier_dtype, carrier_shape, dtype, shape, offset, strides, writeable=True):
+    """Unpickling a small array of a checkpoint written before roots were shared: a root of its own."""
+    return view_of(small_root(data, carrier_dtype, carrier_shape), dtype, shape, offset, strides, writeable)

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 import dill
 
 from . import byvalue, cuda_io, pending_names
-from .alignment import array_from_layout
+from .alignment import array_from_layout, small_root, view_of
 from .dirty_pages import PAGE, TRACKER
 from .errors import CheckpointWriteError
 from .resources import refuse
@@ -146,6 +146,7 @@ class Capture:
         self._var_raw = False  # or to a storage outside the tensor table (torch's own reductions)
         self._shared: dict[int, tuple] = {}
         self._reductions: dict[int, tuple] = {}
+        self._small_roots: dict[int, _SmallRoot] = {}  # id of a small array's root: its pickled memory
         self._attrs_sent: set[int] = set()  # tensors whose Python attributes this variable's pickle holds
 
     # -- per variable -------------------------------------------------------------------------------
@@ -289,7 +290,7 @@ class Capture:
         other object's __reduce_ex__ called once per save (kept for the dill retry and the digest)."""
         t = type(obj)
         if np is not None and t is np.ndarray and not obj.dtype.hasobject:
-            return _small_array(obj)
+            return self._small_array(obj)
         if isinstance(obj, type):
             if byvalue.is_enum_class(obj) and defined_interactively(obj):
                 return byvalue.reduce_enum(obj)
@@ -319,6 +320,22 @@ class Capture:
                                 f"__main__.{rv}, which a fresh kernel does not have")
             return NotImplemented
         return rv[:3] + tuple(None if items is None else iter(items) for items in rv[3:5]) + rv[5:]
+
+    def _small_array(self, arr):
+        """A small array is pickled inline as a view of its root's memory (numpy's own unpickling would
+        copy each array, compacted, into the pickle's buffer: unaligned, and no longer a view)."""
+        if not arr.size:
+            return array_from_layout, (b"", arr.dtype, tuple(arr.shape), arr.dtype, tuple(arr.shape), 0,
+                                       tuple(np.empty(arr.shape, arr.dtype).strides), bool(arr.flags.writeable))
+        root = arr
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        held = self._small_roots.get(id(root))
+        if held is None:
+            held = self._small_roots[id(root)] = _SmallRoot(root)
+            self._keep.append(held)
+        return view_of, (held, arr.dtype, tuple(arr.shape), arr.ctypes.data - held.carrier.ctypes.data,
+                         tuple(arr.strides), bool(arr.flags.writeable))
 
     def reduction(self, obj):
         """The reduction this save's pickler used for `obj`, if it went through reduce()."""
@@ -602,18 +619,16 @@ def _chunk_digest(piece: memoryview) -> str:
 _hash_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gkews-hash")  # xxhash lets go of the GIL
 
 
-def _small_array(arr):
-    """A small array is pickled inline with the memory it views (a small root), and comes back as the
-    same view of a 64-byte aligned copy (numpy's own unpickling would leave it, compacted, inside the
-    pickle's buffer)."""
-    root = arr
-    while isinstance(root.base, np.ndarray):
-        root = root.base
-    carrier = _carrier(root) if arr.size else np.empty(arr.shape, arr.dtype)
-    if not arr.size:
-        arr = carrier
-    return array_from_layout, (carrier.tobytes(), carrier.dtype, tuple(carrier.shape), arr.dtype, tuple(arr.shape),
-                               arr.ctypes.data - carrier.ctypes.data, tuple(arr.strides), bool(arr.flags.writeable))
+class _SmallRoot:
+    """The memory small arrays view, pickled once per save: arrays built on it (`x` and `x[2:5]`, in
+    one variable or in several) view one aligned copy after a restore, as they viewed one root before."""
+
+    def __init__(self, root):
+        self.root, self.carrier = root, _carrier(root)
+
+    def __reduce__(self):
+        c = self.carrier
+        return small_root, (c.tobytes(), c.dtype, tuple(c.shape))
 
 
 def _carrier(root):

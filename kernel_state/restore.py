@@ -390,8 +390,8 @@ def _warn_detached(manifest: dict, restored: list, restorer: Restorer) -> None:
     chosen = [n for n in restored if n in variables]
     for name in chosen:
         mine = set(variables[name].get("storages", []))
-        partners = sorted(other for other, record in variables.items()
-                          if other not in chosen and (other in restorer.values or mine & set(record.get("storages", []))))
+        partners = sorted(other for other, record in variables.items() if other not in chosen and (
+            other in restorer.values or mine & set(record.get("storages", []))))
         if partners:
             restorer.warnings.append(
                 f"{name}: it shares tensors or objects with {', '.join(partners)}, which this restore left as "

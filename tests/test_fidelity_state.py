@@ -176,3 +176,33 @@ note = "unrelated"
         out = kernel.run("%gkews_checkpoint restore opt model")
         assert "shares" not in out
         assert kernel.value("opt.param_groups[0]['params'][0] is model.weight") is True
+
+
+def test_views_of_small_arrays_still_share_memory(tmp_path):
+    """`y = x[2:5]` of a small array (pickled inline, not through the table) is still a view of `x`
+    after a restore, within one variable and across variables, in every memory order; each on aligned
+    memory; verify matches until one is written through the other."""
+    with Kernel(tmp_path) as first:
+        first.run("""
+import numpy as np
+x = np.arange(10.0)
+y = x[2:5]
+pair = {"whole": x, "evens": x[::2]}
+f = np.asfortranarray(np.arange(12.0).reshape(3, 4))
+column = f[:, 1]
+backwards = np.arange(6)[::-1]
+middle = backwards[1:3]
+frozen = x[:2]; frozen.flags.writeable = False
+""")
+        first.run("%gkews_checkpoint save")
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert {v["verdict"] for v in verdicts.values()} == {"match"}
+        fresh.run("y[0] = 99.0; column[0] = -1.0; middle[0] = 42")
+        assert fresh.value("[x[2], pair['whole'] is x, bool(np.shares_memory(pair['evens'], x)), pair['evens'][1], "
+                           "f[0, 1], bool(f.flags.f_contiguous), int(backwards[1]), frozen.flags.writeable, "
+                           "[a.ctypes.data % 64 for a in (x, f)]]") == \
+            [99.0, True, True, 99.0, -1.0, True, 42, False, [0, 0]]
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert verdicts["x"]["verdict"] == "changed" and verdicts["f"]["verdict"] == "changed"
