@@ -7,6 +7,8 @@ being discovered at restore.
 """
 from __future__ import annotations
 
+import collections
+import contextvars
 import enum
 import functools
 import pickletools
@@ -25,7 +27,8 @@ _ENUM_INTERNAL = {"_generate_next_value_", "__module__", "__doc__", "_member_nam
 
 
 def main_references(data: bytes) -> list[str]:
-    """The names a pickle takes from `__main__` by reference (GLOBAL or STACK_GLOBAL opcodes)."""
+    """The names a pickle takes from `__main__` by reference (GLOBAL or STACK_GLOBAL opcodes), other than
+    `__main__.__dict__`: a notebook function's globals, which are the namespace of whatever kernel loads it."""
     if b"__main__" not in data:
         return []
     found, memo, last = [], {}, []
@@ -43,11 +46,11 @@ def main_references(data: bytes) -> list[str]:
             continue
         elif name == "GLOBAL":
             module, _, qualname = arg.partition(" ")
-            if module == "__main__":
+            if module == "__main__" and qualname != "__dict__":
                 found.append(qualname)
             last.append(None)
         elif name == "STACK_GLOBAL":
-            if len(last) >= 2 and last[-2] == "__main__":
+            if len(last) >= 2 and last[-2] == "__main__" and last[-1] != "__dict__":
                 found.append(str(last[-1]))
             last.append(None)
         else:
@@ -56,9 +59,8 @@ def main_references(data: bytes) -> list[str]:
     return found
 
 
-def dumps(obj) -> bytes:
-    """dill's by-value pickle of a notebook-defined function or class; refuses a by-name `__main__` one."""
-    data = dill.dumps(obj, protocol=PROTOCOL)
+def refuse_main_references(obj, data: bytes) -> bytes:
+    """`data`, unless it names something in `__main__`: then the TypeError that skips its variable."""
     refused = main_references(data)
     if refused:
         raise TypeError(f"{getattr(obj, '__qualname__', type(obj).__qualname__)} can only be saved as a reference "
@@ -67,9 +69,18 @@ def dumps(obj) -> bytes:
     return data
 
 
+# The restore that is unpickling a variable: a by-value pickle inside it refers to its tensors, arrays
+# and other variables, which only that restore can resolve.
+LOADER: contextvars.ContextVar = contextvars.ContextVar("gkews_byvalue_loader", default=dill.loads)
+
+
+def loads(data: bytes):
+    return LOADER.get()(data)
+
+
 def load_function(data: bytes, qualname: str):
     """dill rebuilds a function's __qualname__ from its code; functools.wraps had set another one."""
-    function = dill.loads(data)
+    function = loads(data)
     function.__qualname__ = qualname
     return function
 
@@ -107,6 +118,32 @@ def rebuild_enum(meta, name, qualname, bases, members, namespace, doc):
         if key not in classdict:
             classdict[key] = value
     return meta(name, bases, classdict)
+
+
+# -- namedtuple classes: dill rebuilds them from their field names alone, without their methods -----
+_NAMEDTUPLE_INTERNAL = set(collections.namedtuple("_Probe", "a").__dict__) | {"__orig_bases__", "__annotations__"}
+
+
+def is_namedtuple_class(obj) -> bool:
+    return isinstance(obj, type) and obj.__bases__ == (tuple,) and isinstance(getattr(obj, "_fields", None), tuple)
+
+
+def reduce_namedtuple(cls):
+    namespace = {k: v for k, v in cls.__dict__.items()
+                 if k not in _NAMEDTUPLE_INTERNAL and k not in cls._fields and _defined_by_user(k, v)}
+    defaults = [cls._field_defaults[f] for f in cls._fields if f in cls._field_defaults]
+    return rebuild_namedtuple, (cls.__name__, cls.__qualname__, cls._fields, defaults, namespace, cls.__doc__,
+                                dict(cls.__dict__.get("__annotations__", {})))
+
+
+def rebuild_namedtuple(name, qualname, fields, defaults, namespace, doc, annotations):
+    cls = collections.namedtuple(name, fields, defaults=defaults or None, module="__main__")
+    cls.__qualname__, cls.__doc__ = qualname, doc
+    if annotations:
+        cls.__annotations__ = annotations
+    for key, value in namespace.items():
+        setattr(cls, key, value)
+    return cls
 
 
 # -- functools.lru_cache / cache: the wrapper pickles as a name; rebuild it around its function -----

@@ -23,6 +23,7 @@ import os
 import pickle
 import sys
 import types
+import warnings
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 
@@ -38,6 +39,10 @@ from .hashing import digest_bytes
 
 try:
     import numpy as np
+    try:
+        from numpy.lib.array_utils import byte_bounds
+    except ImportError:  # numpy < 2
+        byte_bounds = np.byte_bounds
 except ImportError:  # numpy is a dependency, but kernel_state must not die without it
     np = None
 
@@ -98,7 +103,8 @@ class FastPickler(_Hooks, pickle.Pickler):
 class DillPickler(_Hooks, dill.Pickler):
     def reducer_override(self, obj):
         t = type(obj)
-        if t in _BASIC or t in dill.Pickler.dispatch:
+        if (t in _BASIC or t in dill.Pickler.dispatch) and not (
+                byvalue.is_namedtuple_class(obj) and defined_interactively(obj)):  # dill drops its methods
             return NotImplemented
         return self.capture.reduce(obj, dill_pickler=True)
 
@@ -113,6 +119,12 @@ def _memo_of(pickler) -> dict:
 
 class VariableSkipped(Exception):
     pass
+
+
+class Deferred(Exception):
+    """A pickle whose memo later variables cannot refer to (a notebook function or class by value, a
+    variable only dill can save) met a variable not saved yet (`def predict(x, m=model)`). Saved after the
+    others, it refers to that variable instead of holding a copy of its own."""
 
 
 class Capture:
@@ -132,6 +144,9 @@ class Capture:
         self.bytes_written = 0
         self.hashed = 0  # bytes of large arrays hashed to find what changed
         self.var_ids: dict[int, str] = {}
+        self.var_values: dict[str, object] = {}
+        self.defer_forward = False  # stage's first pass: see Deferred
+        self._nested = 0  # inside a pickle whose memo later variables cannot refer to (dill's)
         self.saved_vars: set[str] = set()
         self._tensor_keys: dict[int, str] = {}
         self._array_keys: dict[int, str] = {}
@@ -150,23 +165,38 @@ class Capture:
         self._attrs_sent: set[int] = set()  # tensors whose Python attributes this variable's pickle holds
 
     # -- per variable -------------------------------------------------------------------------------
+    def name_variable(self, name: str, value) -> None:
+        """Before any variable is added: which object is which variable (the first name wins)."""
+        if id(value) not in self.var_ids:
+            self.var_ids[id(value)] = name
+            self.var_values[name] = value
+
     def add_variable(self, name: str, value, picklers=("pickle", "dill")) -> dict:
         self._current = name
         errors = []
         for kind in picklers:
             self._var_storages, self._var_refs, self._var_memo, self._var_raw = [], [], False, False
             self._attrs_sent = set()
+            self._nested = int(kind == "dill")
             buf = io.BytesIO()
             try:
                 pickler = PICKLERS[kind](buf, protocol=PROTOCOL)
                 pickler.capture = self
-                pickler.dump(value)
-            except CheckpointWriteError:
+                with warnings.catch_warnings():  # what dill cannot do ends in the skip's own reason
+                    warnings.simplefilter("ignore", dill.PicklingWarning)
+                    pickler.dump(value)
+            except (CheckpointWriteError, Deferred):
                 raise
             except Exception as exc:  # anything a pickler raises means: this variable cannot be saved
                 errors.append(exc)
                 continue
             data = buf.getvalue()
+            if kind == "dill":
+                try:
+                    byvalue.refuse_main_references(value, data)
+                except TypeError as exc:
+                    errors.append(exc)
+                    continue
             if self.dry:
                 digest = digest_bytes(data)
             else:
@@ -241,8 +271,14 @@ class Capture:
         if isinstance(obj, _PLAIN):
             return None
         name = self.var_ids.get(id(obj))
-        if name is not None and name != self._current and name in self.saved_vars:
-            return ("var", name)
+        if name is not None and name != self._current:
+            if name in self.saved_vars:
+                return ("var", name)
+            if self._nested and self.defer_forward:
+                raise Deferred(name)
+        path = self._path(obj)
+        if path is not None:
+            return path
         shared = self._shared.get(id(obj))
         if shared is not None and shared[0] != self._current:
             self.variables[shared[0]]["shared"] = True
@@ -285,6 +321,19 @@ class Capture:
         refuse(obj)
         return None
 
+    def _path(self, obj):
+        """A class or function defined inside a saved notebook class (`Outer.Inner`): the same object,
+        reached from that variable after a restore, not a copy of its own."""
+        if not isinstance(obj, (type, types.FunctionType)) or not defined_interactively(obj):
+            return None
+        owner, *attrs = getattr(obj, "__qualname__", "").split(".")
+        if not attrs or owner not in self.saved_vars or not all(a.isidentifier() for a in attrs):
+            return None
+        found = self.var_values.get(owner)
+        for attr in attrs:
+            found = getattr(found, attr, None)
+        return ("path", owner, attrs) if found is obj else None
+
     def reduce(self, obj, dill_pickler: bool):
         """reducer_override: notebook definitions by value, small arrays onto aligned memory, and every
         other object's __reduce_ex__ called once per save (kept for the dill retry and the digest)."""
@@ -294,13 +343,15 @@ class Capture:
         if isinstance(obj, type):
             if byvalue.is_enum_class(obj) and defined_interactively(obj):
                 return byvalue.reduce_enum(obj)
+            if byvalue.is_namedtuple_class(obj) and defined_interactively(obj):
+                return byvalue.reduce_namedtuple(obj)
             if dill_pickler or not defined_interactively(obj):
                 return NotImplemented
-            return dill.loads, (byvalue.dumps(obj),)
+            return byvalue.loads, (self._by_value(obj),)
         if isinstance(obj, types.FunctionType):
             if dill_pickler or not defined_interactively(obj):
                 return NotImplemented
-            return byvalue.load_function, (byvalue.dumps(obj), obj.__qualname__)
+            return byvalue.load_function, (self._by_value(obj), obj.__qualname__)
         if byvalue.is_cached_function(obj) and defined_interactively(obj.__wrapped__):
             return byvalue.reduce_cached(obj)
         if t in copyreg.dispatch_table or isinstance(obj, (types.ModuleType, types.BuiltinFunctionType)):
@@ -321,15 +372,28 @@ class Capture:
             return NotImplemented
         return rv[:3] + tuple(None if items is None else iter(items) for items in rv[3:5]) + rv[5:]
 
+    def _by_value(self, obj) -> bytes:
+        """dill's by-value pickle of a notebook function or class, inside the standard pickle of the
+        variable. It goes through this capture's hooks like the rest: what its defaults, closure or class
+        attributes hold is refused when it is a live resource (dill would re-open a file, mode 'w'
+        truncating it), and refers to other variables, tensors and arrays instead of copying them."""
+        buf = io.BytesIO()
+        pickler = DillPickler(buf, protocol=PROTOCOL)
+        pickler.capture = self
+        self._nested += 1
+        try:
+            pickler.dump(obj)
+        finally:
+            self._nested -= 1
+        return byvalue.refuse_main_references(obj, buf.getvalue())
+
     def _small_array(self, arr):
         """A small array is pickled inline as a view of its root's memory (numpy's own unpickling would
         copy each array, compacted, into the pickle's buffer: unaligned, and no longer a view)."""
         if not arr.size:
             return array_from_layout, (b"", arr.dtype, tuple(arr.shape), arr.dtype, tuple(arr.shape), 0,
                                        tuple(np.empty(arr.shape, arr.dtype).strides), bool(arr.flags.writeable))
-        root = arr
-        while isinstance(root.base, np.ndarray):
-            root = root.base
+        root = _root_of(arr)
         held = self._small_roots.get(id(root))
         if held is None:
             held = self._small_roots[id(root)] = _SmallRoot(root)
@@ -473,9 +537,7 @@ class Capture:
         if key is not None:
             self._use(self.arrays[key]["buffer"])
             return key
-        root = arr
-        while isinstance(root.base, np.ndarray):
-            root = root.base
+        root = _root_of(arr)
         if root.nbytes < SMALL_ARRAY and not memmap:  # small and not a view of anything large: inline
             return None
         carrier = _carrier(root)
@@ -629,6 +691,25 @@ class _SmallRoot:
     def __reduce__(self):
         c = self.carrier
         return small_root, (c.tobytes(), c.dtype, tuple(c.shape))
+
+
+def _root_of(arr):
+    """The outermost array whose memory `arr` views, through `.base`: also through the wrapper object
+    that `as_strided` and `sliding_window_view` put between a view and its array, when the view lies
+    inside that array's memory."""
+    root = arr
+    while True:
+        base = root.base
+        if not isinstance(base, np.ndarray):
+            inner = getattr(base, "base", None)
+            if not (isinstance(inner, np.ndarray) and hasattr(base, "__array_interface__")):
+                return root
+            low, high = byte_bounds(root)
+            inner_low, inner_high = byte_bounds(inner)
+            if not inner_low <= low <= high <= inner_high:
+                return root
+            base = inner
+        root = base
 
 
 def _carrier(root):

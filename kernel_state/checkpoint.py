@@ -10,7 +10,8 @@ import time
 import types
 
 from . import config, counter, randomstate
-from .capture import Capture, VariableSkipped, defined_interactively
+from .capture import Capture, Deferred, VariableSkipped, defined_interactively
+from .compare import value_digest as compare_value_digest
 from .errors import CheckpointError
 from .fingerprint import cpu_fingerprint, memory_view, storage_fingerprint
 from .fsutil import write_json_durable
@@ -119,14 +120,24 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
         _activity["variables_total"] = len(chosen)
     capture = Capture(store, progress=tracker, reuse_digests=bool(extra and extra.get("auto")))
     for name, value in chosen:
-        capture.var_ids.setdefault(id(value), name)
-    skipped = {}
-    for name, value in chosen:
+        capture.name_variable(name, value)
+    skipped, deferred = {}, []
+
+    def add(name, value, defer: bool) -> None:
+        capture.defer_forward = defer
         try:
             capture.add_variable(name, value)
+        except Deferred:
+            deferred.append((name, value))
+            return
         except VariableSkipped as exc:
             skipped[name] = {"reason": str(exc), **(defining_cell(shell, name) or {})}
         tracker(variables_done=1)
+
+    for name, value in chosen:
+        add(name, value, defer=True)
+    for name, value in list(deferred):  # after every variable they may refer to
+        add(name, value, defer=False)
     capture.flush_pack()
     saved_random = None
     if generators is not None:
@@ -225,7 +236,7 @@ def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict
     dry = Capture(dry=True, algorithms=algorithms)
     for name in manifest["variables"]:
         if name in ns:
-            dry.var_ids.setdefault(id(ns[name]), name)
+            dry.name_variable(name, ns[name])
     variables = {}
     for name, saved in manifest["variables"].items():
         if name not in ns:
@@ -286,10 +297,24 @@ def value_digest(value, algorithm: str | None = None) -> dict:
         a = np.ascontiguousarray(value)
         digest = cpu_fingerprint("U8", [a.nbytes], memory_view(a.ctypes.data, a.nbytes))
         return {"algorithm": "xxh3-128", "value": f"{a.dtype.str}{list(a.shape)}:{digest}"}
+    if algorithm == "pickle":  # a probe saved before values were walked
+        try:
+            return {"algorithm": "pickle", "value": digest_bytes(pickle.dumps(value, protocol=5))}
+        except Exception:
+            pass
+    if algorithm in (None, "value"):  # what verify compares variables by: no set order, no hash salt
+        try:
+            return {"algorithm": "value", "value": compare_value_digest(value)}
+        except Exception:
+            pass
+    return {"algorithm": "repr", "value": digest_bytes(_repr(value).encode())}
+
+
+def _repr(value) -> str:
     try:
-        return {"algorithm": "pickle", "value": digest_bytes(pickle.dumps(value, protocol=5))}
-    except Exception:
-        return {"algorithm": "repr", "value": digest_bytes(repr(value).encode())}
+        return repr(value)[:200]
+    except Exception as exc:  # a probe's value whose __repr__ fails is still compared by its digest
+        return f"<{type(value).__qualname__} object: repr failed with {type(exc).__name__}>"
 
 
 def _evaluate(ns: dict, expr: str):
@@ -301,7 +326,7 @@ def _evaluate_probes(ns: dict, store: Store, nb: str) -> list[dict]:
     for expr in probe_expressions(store, nb):
         try:
             value = _evaluate(ns, expr)
-            out.append({"expr": expr, "repr": repr(value)[:200], "digest": value_digest(value)})
+            out.append({"expr": expr, "repr": _repr(value), "digest": value_digest(value)})
         except Exception as exc:
             out.append({"expr": expr, "error": f"{type(exc).__name__}: {exc}"})
     return out
@@ -316,27 +341,36 @@ def _compare_probe(ns: dict, saved: dict) -> dict:
     except Exception as exc:
         return {**result, "verdict": "error", "detail": f"{type(exc).__name__}: {exc}"}
     now = value_digest(value, saved["digest"]["algorithm"])
-    result["now"] = repr(value)[:200]
+    result["now"] = _repr(value)
     return {**result, "verdict": "match" if now == saved["digest"] else "differs"}
 
 
-def probe(expr: str, namespace=None, *, notebook=None, root=None) -> dict:
-    """Record an expression whose result every later save stores and every verify re-checks."""
+def probe(expr: str, namespace=None, *, notebook=None, root=None, remove: bool = False) -> dict:
+    """Record an expression whose result every later save stores and every verify re-checks (or, with
+    `remove`, stop recording it). An expression that fails now is not recorded."""
+    nb = config.notebook_name(notebook)
+    store = Store(root)
+    exprs = probe_expressions(store, nb)
+    if remove:
+        if expr not in exprs:
+            raise ValueError(f"no probe {expr!r} is recorded for this notebook; the probes are: "
+                             f"{'; '.join(exprs) or 'none'}")
+        exprs.remove(expr)
+        write_json_durable({"probes": exprs}, _probe_file(store, nb), store.tmp_dir)
+        return {"expr": expr, "removed": True, "probes": exprs}
     try:
         compile(expr, "<gkews probe>", "eval")
     except SyntaxError as exc:
         raise ValueError(f"probe {expr!r} is not a Python expression: {exc.msg}") from None
     ns, _shell = _namespace(namespace)
-    nb = config.notebook_name(notebook)
-    store = Store(root)
     value = _evaluate(ns, expr)
-    exprs = probe_expressions(store, nb)
+    result = {"expr": expr, "repr": _repr(value), "digest": value_digest(value)}
     if expr not in exprs:
         exprs.append(expr)
         store.ensure()
         store.ensure_notebook_dir(nb)
         write_json_durable({"probes": exprs}, _probe_file(store, nb), store.tmp_dir)
-    return {"expr": expr, "repr": repr(value)[:200], "digest": value_digest(value), "probes": exprs}
+    return {**result, "probes": exprs}
 
 
 # -- listing --------------------------------------------------------------------------------------

@@ -142,10 +142,18 @@ class _Digest:
             self.walk(contents)
             return
         np = sys.modules.get("numpy")
-        if np is not None and isinstance(obj, np.ndarray) and not obj.dtype.hasobject:
+        if np is not None and type(obj) in (np.ndarray, np.memmap) and not obj.dtype.hasobject:
+            # a subclass (a masked array: its mask and fill value) is compared through its reduction
             data = np.ascontiguousarray(obj)
             self.emit("ndarray", obj.dtype.str, obj.shape)
             self.hasher.update(memoryview(data).cast("B") if data.nbytes else b"")
+            return
+        if np is not None and type(obj) is np.ma.MaskedArray and not obj.dtype.hasobject:
+            # data, mask and fill value; an unset fill value is its default (what unpickling sets)
+            fill = obj._fill_value if obj._fill_value is not None else np.ma.default_fill_value(obj)
+            self.emit("masked", obj.dtype.str, obj.shape, np.asarray(fill).tobytes())
+            for part in (obj.data, np.ma.getmaskarray(obj)):
+                self.hasher.update(memoryview(np.ascontiguousarray(part)).cast("B") if part.nbytes else b"")
             return
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(obj, torch.Tensor) and obj.layout == torch.strided:
@@ -153,6 +161,14 @@ class _Digest:
             self.emit("tensor", str(obj.dtype), tuple(obj.shape), obj.requires_grad)
             self.hasher.update(cpu.view(torch.uint8).numpy().tobytes() if cpu.numel() else b"")
             self._tensor_attrs(obj)
+            return
+        if torch is not None and isinstance(obj, (torch.UntypedStorage, torch.TypedStorage)):
+            # torch's own reduction of a storage is a torch.save archive, not the same bytes in two processes
+            typed = isinstance(obj, torch.TypedStorage)
+            ust = obj._untyped_storage if typed else obj
+            self.emit("storage", str(obj.dtype) if typed else None, ust.nbytes())
+            data = torch.empty(0, dtype=torch.uint8, device=ust.device).set_(ust).cpu()
+            self.hasher.update(data.numpy().tobytes() if data.numel() else b"")
             return
         self._reduced(obj)
 

@@ -69,6 +69,7 @@ class CheckpointMagics(Magics):
         %gkews_checkpoint verify [--checkpoint ID]              is the live state the saved one?
         %gkews_checkpoint status                                identity, store and progress
         %gkews_checkpoint probe EXPR                            re-check EXPR's result at verify time
+        %gkews_checkpoint probe --remove EXPR                   stop re-checking it
         %gkews_checkpoint delete ID                             delete one checkpoint
         %gkews_checkpoint auto on|off|status                    a checkpoint after every cell (kernel undo)
         %gkews_checkpoint rewind N                              back to the state at the end of cell [N]
@@ -164,10 +165,16 @@ class CheckpointMagics(Magics):
             probes = checkpoint.status()["probes"]
             print("probes: " + "; ".join(probes) if probes else "No probes: %gkews_checkpoint probe EXPR adds one.")
             return
+        remove = expr.split(None, 1)[0] == "--remove"
+        if remove:
+            expr = expr[len("--remove"):].strip()
         try:
-            result = checkpoint.probe(expr, self.shell.user_ns)
+            result = checkpoint.probe(expr, self.shell.user_ns, remove=remove)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        if remove:
+            print(f"Probe removed: {expr}. Saves from now on leave it out.")
+            return
         print(f"Probe recorded: {expr} = {result['repr']}. Each save stores its result; verify re-checks it.")
 
     def _delete(self, args):

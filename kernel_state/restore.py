@@ -16,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import dill
 
-from . import cuda_io
+from . import byvalue, cuda_io
 from .alignment import address, aligned_copy, is_aligned
 from .errors import CheckpointError, CorruptBlob
 from .safetensors_io import read_blob
@@ -159,9 +159,12 @@ class Restorer:
                 if "chunks" in self.manifest["storages"][skey]:
                     self._assemble(skey)
             data = self.pickle_bytes(record["pickle"])
-            unpickler = UNPICKLERS[record.get("pickler", "pickle")](io.BytesIO(data))
-            unpickler.restorer = self
-            value = unpickler.load()
+            unpickler = self._unpickler(record.get("pickler", "pickle"), data)
+            token = byvalue.LOADER.set(lambda nested: self._unpickler("dill", nested).load())
+            try:
+                value = unpickler.load()
+            finally:
+                byvalue.LOADER.reset(token)
             if record.get("shared"):  # later variables refer to objects inside this one
                 memo = unpickler.memo
                 self._memos[name] = memo.copy() if hasattr(memo, "copy") else dict(memo)
@@ -170,10 +173,20 @@ class Restorer:
         self.values[name] = value
         return value
 
+    def _unpickler(self, kind: str, data: bytes):
+        unpickler = UNPICKLERS[kind](io.BytesIO(data))
+        unpickler.restorer = self
+        return unpickler
+
     def resolve(self, pid):
         kind = pid[0]
         if kind == "var":
             return self.variable(pid[1])
+        if kind == "path":  # a class or function defined inside a notebook class
+            found = self.variable(pid[1])
+            for attr in pid[2]:
+                found = getattr(found, attr)
+            return found
         if kind == "memo":
             self.variable(pid[1])
             return self._memos[pid[1]][pid[2]]

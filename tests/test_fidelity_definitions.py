@@ -131,3 +131,65 @@ def test_a_notebook_class_derived_from_another_keeps_its_base_after_a_restore(tm
             [True, True, True, 1, True, True, True]
         verdicts = fresh.call({"op": "verify"})["result"]["variables"]
         assert all(v["verdict"] == "match" for v in verdicts.values()), verdicts
+
+
+def test_definitions_refer_to_the_variables_they_hold(tmp_path):
+    """A function's default, a class attribute and a nested class are the kernel's own objects after a
+    restore, not copies: `predict` uses the restored `model`, `Trainer.cfg is config`, and an instance of
+    `Outer.Inner` is one."""
+    with Kernel(tmp_path) as first:
+        first.run("""
+import torch
+model = torch.nn.Linear(2, 2)
+def predict(x, m=model): return m(x)
+config = {"lr": 0.1}
+class Trainer:
+    cfg = config
+class Outer:
+    class Inner:
+        pass
+inner = Outer.Inner()
+callbacks = [predict]
+""")
+        out = first.run("%gkews_checkpoint save")
+        assert "Skipped" not in out, out
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out, out
+        assert fresh.value("[predict.__defaults__[0] is model, Trainer.cfg is config, isinstance(inner, Outer.Inner), "
+                           "callbacks[0] is predict]") == [True, True, True, True]
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts
+        fresh.run("config['lr'] = 0.5; torch.nn.init.ones_(model.weight); torch.nn.init.zeros_(model.bias)")
+        assert fresh.value("[Trainer.cfg['lr'], predict(torch.ones(1, 2)).tolist()]") == [0.5, [[2.0, 2.0]]]
+
+
+def test_a_class_holding_an_instance_of_itself_is_refused_at_save(tmp_path):
+    """dill can only name such a class in `__main__`: refused at save with the reason, not at restore."""
+    with Kernel(tmp_path) as k:
+        k.run("class Registry:\n    default = None\nRegistry.default = Registry()\nfine = 1")
+        out = k.run("%gkews_checkpoint save")
+        assert "Registry: TypeError: Registry can only be saved as a reference to __main__.Registry" in out, out
+        assert "Skipped 1 (not saved):" in out and "PicklingWarning" not in out
+
+
+def test_a_named_tuple_keeps_its_methods_and_properties(tmp_path):
+    """dill rebuilds a namedtuple class from its field names alone; ours keeps what the class body wrote."""
+    with Kernel(tmp_path) as first:
+        first.run("""
+import typing
+class Pt(typing.NamedTuple):
+    x: int
+    y: int = 5
+    def norm(self): return abs(self.x) + self.y
+    @property
+    def double(self): return 2 * self.x
+p = Pt(-3)
+""")
+        first.run("%gkews_checkpoint save")
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert fresh.value("[p.norm(), p.double, Pt(1).y, isinstance(p, Pt), list(Pt.__annotations__), p._asdict()]") \
+            == [8, -6, 5, True, ["x", "y"], {"x": -3, "y": 5}]
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts

@@ -71,3 +71,37 @@ kept = [1, 2, 3]
         assert _state([log, data, appended]) == before
         assert log.read_text() == "epoch 1\n"
         assert os.path.isdir(scratch)
+
+
+def test_definitions_holding_an_open_file_are_skipped_and_the_file_untouched(tmp_path):
+    """A notebook function or class is pickled by value: an open file in its defaults, its closure or a
+    class attribute would be re-opened by a restore (mode 'w' empties it). Each is skipped instead."""
+    store, log = tmp_path / "store", tmp_path / "results.log"
+    with Kernel(store) as first:
+        first.run(f'''
+log = open({str(log)!r}, "w"); log.write("precious results\\n"); log.flush()
+def record(msg, f=log): f.write(msg)
+def make():
+    fh = log
+    def write(msg): fh.write(msg)
+    return write
+writer = make()
+class Logger:
+    fh = log
+def clean(x): return x + 1
+''')
+        before = _state([log])
+        out = first.run("%gkews_checkpoint save")
+        for name in ("record", "writer", "Logger"):
+            line = next((x for x in out.splitlines() if x.startswith(f"  {name}: TypeError: ")), "")
+            assert f"an open file ({log}) is a live resource" in line, (name, out)
+        assert "clean" not in out.split("Skipped")[1]
+        out = first.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out
+        assert _state([log]) == before
+    with Kernel(store) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out
+        assert fresh.value("[clean(1), 'record' in dir(), 'Logger' in dir()]") == [2, False, False]
+        fresh.run("import gc; gc.collect()")
+        assert _state([log]) == before and log.read_text() == "precious results\n"

@@ -206,3 +206,15 @@ frozen = x[:2]; frozen.flags.writeable = False
             [99.0, True, True, 99.0, -1.0, True, 42, False, [0, 0]]
         verdicts = fresh.call({"op": "verify"})["result"]["variables"]
         assert verdicts["x"]["verdict"] == "changed" and verdicts["f"]["verdict"] == "changed"
+
+
+def test_a_large_as_strided_view_still_shares_memory_with_its_base(tmp_path):
+    with Kernel(tmp_path) as first:
+        first.run("import numpy as np\nfrom numpy.lib.stride_tricks import as_strided\nbase = np.arange(100_000.0)\n"
+                  "frames = as_strided(base, shape=(1000, 10), strides=(8 * 50, 8))")
+        first.run("%gkews_checkpoint save")
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        fresh.run("base[50] = -1.0")
+        assert fresh.value("[bool(np.shares_memory(frames, base)), float(frames[1, 0]), frames.strides]") == \
+            [True, -1.0, [400, 8]]

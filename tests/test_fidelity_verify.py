@@ -101,3 +101,36 @@ def test_values_verify_cannot_walk_are_saved_and_compared_by_their_pickle(tmp_pa
         fresh.run("days[1] = np.datetime64('2027-01-01')\nbig += 1")
         verdicts = fresh.call({"op": "verify"})["result"]["variables"]
         assert sorted(k for k, v in verdicts.items() if v["verdict"] != "match") == ["big", "days"], verdicts
+
+
+def test_verify_and_probes_compare_values_in_a_fresh_kernel(tmp_path):
+    """A storage variable and a probe of a set match after a restore in another process (neither a
+    torch.save archive nor a set's hash order is compared); a masked array's mask is part of its value;
+    a probe whose value has a failing repr is recorded and checked; `probe --remove` stops one."""
+    with Kernel(tmp_path) as first:
+        first.run("""
+import numpy as np, torch
+t = torch.arange(10.0)
+st = t.untyped_storage()
+m = np.ma.masked_array([1.0, 2.0, 3.0], mask=[0, 0, 0])
+words = ["alpha", "beta", "gamma", "delta"]
+class Odd:
+    def __repr__(self): raise RuntimeError("no repr")
+odd = Odd()
+""")
+        first.run("%gkews_checkpoint probe set(words)")
+        assert "Probe recorded: odd = <Odd object: repr failed with RuntimeError>" in \
+            first.run("%gkews_checkpoint probe odd")
+        first.run("%gkews_checkpoint save")
+        first.run("m[1] = np.ma.masked")
+        verdicts = first.call({"op": "verify"})["result"]["variables"]
+        assert verdicts["m"]["verdict"] == "changed"
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        result = fresh.call({"op": "verify"})["result"]
+        assert {n: v["verdict"] for n, v in result["variables"].items() if n not in ("np", "torch")} == \
+            {"t": "match", "st": "match", "m": "match", "words": "match", "Odd": "match", "odd": "match"}
+        assert {p["expr"]: p["verdict"] for p in result["probes"]} == {"set(words)": "match", "odd": "match"}
+        assert "Probe removed: odd." in fresh.run("%gkews_checkpoint probe --remove odd")
+        assert "no probe 'odd' is recorded" in fresh.run("%gkews_checkpoint probe --remove odd", allow_error=True)
+        assert fresh.run("%gkews_checkpoint probe").strip() == "probes: set(words)"
