@@ -128,6 +128,23 @@ class Cluster(kmock.KubernetesEmulator):
             response.set_status(201)  # what a real API server answers
         return response
 
+    @staticmethod
+    def _check_patch_type(request, plural: str, name) -> None:
+        """The real API server decodes a PATCH by its Content-Type (kmock by the body's shape): a list sent
+        as a merge patch replaces the object with an array and is refused; a strategic merge patch is not
+        served for custom resources."""
+        kind = next((v for k, v in request.headers.items() if k.lower() == "content-type"), "").split(";")[0]
+        if isinstance(request.data, list) and kind != "application/json-patch+json":
+            raise kmock.KubernetesError(
+                status=422, reason="Invalid",
+                message=f'{plural} "{name}" is invalid: patch: Invalid value: "[...]": json: cannot unmarshal '
+                        f"array into Go value of type map[string]interface {{}} (sent as {kind or 'no type'})")
+        if kind == "application/strategic-merge-patch+json" and plural not in ("pods", "events"):
+            raise kmock.KubernetesError(status=415, reason="UnsupportedMediaType",
+                                        message="the body of the request was in an unknown format - accepted "
+                                                "media types include: application/json-patch+json, "
+                                                "application/merge-patch+json, application/apply-patch+yaml")
+
     def _admit(self, request):
         gke = self.gke
         verb, plural, group = VERBS.get(request.action, str(request.method).lower()), request.resource.plural, \
@@ -149,6 +166,8 @@ class Cluster(kmock.KubernetesEmulator):
                 status=403, reason="Forbidden",
                 message=f'{plural}.{group} "{name or ""}" is forbidden: User "{user}" cannot {verb} resource '
                         f'"{plural}" in API group "{group}"{where}')
+        if verb == "patch":
+            self._check_patch_type(request, plural, name)
         if plural not in crd_schemas.CRDS or verb not in ("create", "patch"):
             return request
         key = (request.resource, request.namespace, name)

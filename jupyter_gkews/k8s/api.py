@@ -74,10 +74,12 @@ class Kube:
                           group, version, self.namespace, plural, body)
 
     def patch(self, plural: str, name: str, body) -> dict:
-        """A list is sent as a JSON Patch, a dict as a merge patch."""
+        """A list is sent as a JSON Patch, a dict as a merge patch (the client's default for custom objects:
+        a list sent as that would be refused by the API server, which decodes by Content-Type)."""
         group, version = _gv(plural)
+        kind = "application/json-patch+json" if isinstance(body, list) else "application/merge-patch+json"
         return self._call("patch", plural, name, self.custom.patch_namespaced_custom_object,
-                          group, version, self.namespace, plural, name, body)
+                          group, version, self.namespace, plural, name, body, _content_type=kind)
 
     def delete(self, plural: str, name: str) -> None:
         group, version = _gv(plural)

@@ -49,7 +49,9 @@ def set_paused(kube: Kube, workspace: str, paused: bool) -> bool:
         except KubeError as exc:
             if exc.status not in (409, 422, 500):  # a failed `test` (someone changed it meanwhile): read again
                 raise
-    raise KubeError(f"the Workspace {workspace} kept changing while we tried to set spec.paused={paused}; try again")
+            last = exc
+    raise KubeError(f"the Workspace {workspace} kept changing while we tried to set spec.paused={paused}; try "
+                    f"again (the API server's last answer: {last})")
 
 
 def _is(value: str | None, expected: str) -> bool:
