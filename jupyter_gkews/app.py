@@ -7,7 +7,7 @@ import os
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
-from traitlets import Dict, Float, Int, Type, Unicode, default
+from traitlets import Dict, Float, Int, TraitError, Type, Unicode, default, validate
 
 from .backends import Backend, LocalBackend
 from .bridge import KernelBridge
@@ -117,6 +117,12 @@ class GkewsApp(ExtensionApp):
         help="Checkpoints older than this many days are removed by the cleanup (the newest complete one of "
         "each notebook never is); 0: no age limit.",
     )
+
+    @validate("max_age_days")
+    def _check_max_age_days(self, proposal) -> float:
+        if not proposal["value"] >= 0:  # a negative age would make every checkpoint but the newest "old"
+            raise TraitError(f"c.GkewsApp.max_age_days must be 0 (no age limit) or positive, not {proposal['value']}")
+        return proposal["value"]
 
     @default("idle_profile")
     def _default_idle_profile(self) -> str:

@@ -112,7 +112,7 @@ class CheckpointsHandler(GkewsHandler):
     @authorized
     @answers_errors
     async def get(self):
-        notebook = self.get_argument("notebook", None)
+        notebook = self.get_argument("notebook", None, strip=False)
         self.reply(200, {"checkpoints": await (asyncio.to_thread(self.catalog.list, notebook))})
 
 

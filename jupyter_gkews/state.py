@@ -5,6 +5,7 @@ transition that led there (timestamped JSON lines), so it can say where it was a
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -46,7 +47,13 @@ class StateStore:
         the kernel drops it when the process ends (even on kill -9), so it never goes stale; the file says
         who holds it. Raises StateDirInUse naming the holder, or OSError when the directory is unusable."""
         os.makedirs(self.directory, exist_ok=True)
-        fd = os.open(self.owner_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:  # never through a link: the claim truncates the file it opens
+            fd = os.open(self.owner_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            raise OSError(errno.ELOOP, "is a symbolic link; jupyter-gkews writes its claim only into a file of its "
+                                       "own: remove the link", self.owner_path) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -10,12 +10,13 @@ deleted by hand; that only unpins.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 
 from .errors import CheckpointError
-from .fsutil import remove_quietly, write_json_durable
+from .fsutil import SymlinkRefused, private_dir, remove_quietly, write_json_durable
 
 
 class CheckpointPinned(CheckpointError):
@@ -52,13 +53,15 @@ def pinned(root: str) -> dict[str, dict]:
 
 def write_pins(root: str, owner: str, checkpoints: dict[str, str]) -> None:
     """Replace this owner's pins (an empty dict removes its file)."""
-    path = pin_path(root, owner)
+    path, folder = pin_path(root, owner), pin_dir(root)
+    if os.path.islink(folder):  # like the rest of the store: never write or delete through a link
+        raise SymlinkRefused(errno.ELOOP, "is a symbolic link inside the checkpoint store, which never follows "
+                             "links; replace it with a real directory (or remove it)", folder)
     if not checkpoints:
         remove_quietly(path)
         return
-    os.makedirs(pin_dir(root), mode=0o700, exist_ok=True)
-    os.chmod(pin_dir(root), 0o700)  # private whatever the umask, like the rest of the store
-    write_json_durable({"owner": owner, "checkpoints": dict(checkpoints)}, path, pin_dir(root))
+    private_dir(folder)  # 0700 whatever the umask
+    write_json_durable({"owner": owner, "checkpoints": dict(checkpoints)}, path, folder)
 
 
 def refuse_if_pinned(root: str, checkpoint_id: str) -> None:

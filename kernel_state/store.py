@@ -418,6 +418,8 @@ class Store:
         auto=True applies the automatic ones' (config.auto_keep_last, config.auto_max_bytes) to them alone."""
         keep = config.auto_keep_last(keep_last) if auto else config.keep_last(keep_last)
         budget = config.auto_max_bytes(max_bytes) if auto else config.max_bytes(max_bytes)
+        if not max_age >= 0:  # negative (or NaN): a cutoff in the future would make every checkpoint "old"
+            raise ValueError(f"max_age_days must be 0 (no age limit) or positive (got {max_age / 86400:g})")
         with self.lock(exclusive=True):
             deleted, dropped = {}, set()
             for notebook in notebooks:

@@ -99,6 +99,15 @@ def test_bad_settings_and_a_missing_store_are_named(tmp_path):
     r = jupyter_gkews("cleanup", f"--checkpoint-root={tmp_path / 'ckpt'}", "--keep-last=0", home=tmp_path)
     assert r.returncode == 2
     assert "keep_last must be at least 1 (got 0)" in r.stderr and "jupyter_server_config.py" in r.stderr
+    fill(tmp_path / "three", saves=3)
+    before = sorted(p.name for p in (tmp_path / "three").rglob("*.json"))
+    for option, reason in (("--max-age-days=-1", "max_age_days must be 0 (no age limit) or positive, not -1.0"),
+                           ("--keep-last=abc", "The 'keep_last' trait of a GkewsApp instance expected an int")):
+        r = jupyter_gkews("cleanup", f"--checkpoint-root={tmp_path / 'three'}", option, home=tmp_path)
+        assert r.returncode == 2 and reason in r.stderr and "Traceback" not in r.stderr, (option, r.stderr)
+    assert sorted(p.name for p in (tmp_path / "three").rglob("*.json")) == before  # a negative age deleted nothing
+    with pytest.raises(ValueError, match="max_age_days must be 0"):
+        Store(str(tmp_path / "three")).enforce_retention(["n.ipynb"], max_age=-86400)
 
 
 class SnapshotsBackend(LocalBackend):

@@ -34,6 +34,16 @@ async def test_checkpoint_now_then_restore_into_the_running_kernel(jp_fetch, jp_
     assert (await run_cell(jp_serverapp, kid, "print(weights)")).strip() == "[1, 2, 3]"
 
 
+async def test_a_notebook_name_with_outer_spaces_lists_its_checkpoints(jp_fetch, jp_serverapp, jp_root_dir):
+    name = " lead and trail .ipynb "
+    s = await open_notebook(jp_fetch, jp_root_dir, name)
+    await run_cell(jp_serverapp, s["kernel"]["id"], "x = 1")
+    r = await post(jp_fetch, "checkpoints/now", {"notebook": name})
+    assert r.code == 201, r.body
+    listed = json.loads((await jp_fetch("gkews", "checkpoints", params={"notebook": name})).body)
+    assert [c["id"] for c in listed["checkpoints"]] == [json.loads(r.body)["id"]]
+
+
 async def test_bad_requests_name_the_problem_and_change_nothing(jp_fetch, jp_serverapp, jp_root_dir):
     s = await open_notebook(jp_fetch, jp_root_dir, "b.ipynb")
     await run_cell(jp_serverapp, s["kernel"]["id"], "x = 1")

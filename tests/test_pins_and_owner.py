@@ -65,3 +65,27 @@ def test_one_server_per_state_directory_and_the_claim_dies_with_its_process(tmp_
     store = StateStore(str(tmp_path))
     store.claim()
     store.release_claim()
+
+
+def test_links_in_place_of_the_owner_file_or_the_pins_folder_are_never_followed(tmp_path):
+    """owner.lock or <store>/pins replaced by a link to someone's file or folder: the claim does not
+    truncate the file, the pins write nothing there, and neither changes the folder's mode."""
+    outside = tmp_path / "outside"
+    (outside / "folder").mkdir(parents=True)
+    precious = outside / "precious.txt"
+    precious.write_text("keep me\n")
+    (outside / "folder").chmod(0o755)
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "owner.lock").symlink_to(precious)
+    with pytest.raises(OSError, match="owner.lock.*|is a symbolic link"):
+        StateStore(str(state)).claim()
+    assert precious.read_text() == "keep me\n"
+
+    root = tmp_path / "store"
+    ids = three_checkpoints(root)
+    (root / "pins").symlink_to(outside / "folder")
+    for needed in ({ids[0]: "nb.ipynb"}, {}):
+        with pytest.raises(OSError, match="is a symbolic link inside the checkpoint store"):
+            write_pins(str(root), "server-a", needed)
+    assert list((outside / "folder").iterdir()) == [] and (outside / "folder").stat().st_mode & 0o777 == 0o755

@@ -6,7 +6,10 @@ command line overrides it. Defaults come from the GkewsApp traits themselves, ne
 """
 from __future__ import annotations
 
+import sys
+
 from jupyter_core.application import JupyterApp
+from traitlets import TraitError
 
 from ..app import GkewsApp
 
@@ -16,5 +19,11 @@ class ServerConfigApp(JupyterApp):
     classes = [GkewsApp]
 
     def server_settings(self) -> GkewsApp:
-        """A GkewsApp holding the configured settings (not started: no server, no kernels)."""
-        return GkewsApp(parent=self)
+        """A GkewsApp holding the configured settings (not started: no server, no kernels). A setting of the
+        wrong type or out of range ends the command with exit code 2 and the reason, not a traceback."""
+        try:
+            return GkewsApp(parent=self)
+        except TraitError as exc:
+            print(f"jupyter gkews {self.name.split('-')[-1]}: {str(exc).rstrip('.')}; fix it on the command line or in "
+                  f"jupyter_server_config.py", file=sys.stderr)
+            self.exit(2)
