@@ -218,6 +218,7 @@ class FakeGke:
         self.hold = threading.Event()  # while set, triggers wait
         self.addon_hold = threading.Event()  # while set, the add-on does not create its trigger
         self.addon_intercepts = 0  # pauses the add-on's webhook held
+        self.leaked_storage: list[str] = []  # snapshots finalized after their policy was gone: GCS files left
         self._loop = asyncio.new_event_loop()
         self._stop: asyncio.Event | None = None
         self._thread = threading.Thread(target=self._run, name="fake-gke", daemon=True)
@@ -486,6 +487,10 @@ class FakeGke:
                 continue
             raw = obj.raw
             if raw.get("metadata", {}).get("deletionTimestamp"):
+                if res == SNAPSHOTS and self._obj(POLICIES, ns, (raw.get("spec") or {}).get("policyName")) is None:
+                    # the finalizer finds the bucket through the policy: without it the object goes, the
+                    # checkpoint files stay in GCS
+                    self.leaked_storage.append(name)
                 obj.delete()  # GKE removed the storage and the finalizer
             elif res == TRIGGERS and not raw.get("status") and not self.hold.is_set():
                 self._react_trigger(ns, name, raw)

@@ -81,20 +81,23 @@ def test_cleanup_keeps_the_newest_and_the_one_a_pending_resume_needs(fake, tmp_p
     assert len(fake.all(TRIGGERS)) == 2 and fake.get(POLICIES, policy_name(WS)) is not None
 
 
-def test_cleanup_of_everything_deletes_snapshots_before_their_policy(fake, tmp_path):
+def test_cleanup_retires_the_policy_only_after_its_snapshots_are_finalized(fake, tmp_path):
     kube = Kube("team-a", fake.kubeconfig(tmp_path / "kc"))
     names = take_snapshots(fake, kube, 2)
     b = backend(fake, tmp_path, {"state": "active", "snapshot": {"name": names[0]}}, keep_snapshots=0)
     done = asyncio.run(b.cleanup())
-    assert [i["kind"] for i in done] == ["PodSnapshot"] * 2 + ["PodSnapshotManualTrigger"] * 2 + ["PodSnapshotPolicy"]
-    deletes = [(c[1], c[2]) for c in fake.calls() if c[0] == "delete"]
-    assert deletes[-1] == ("podsnapshotpolicies", policy_name(WS))
-    assert {n for p, n in deletes if p == "podsnapshots"} == set(names)
+    assert [i["kind"] for i in done] == ["PodSnapshot"] * 2 + ["PodSnapshotManualTrigger"] * 2
+    assert fake.get(POLICIES, policy_name(WS)) is not None  # GKE is still finalizing the snapshots through it
     for _ in range(100):
         if not fake.all(SNAPSHOTS):
             break
         time.sleep(0.05)
-    assert fake.all(SNAPSHOTS) == [] and fake.all(TRIGGERS) == [] and fake.get(POLICIES, policy_name(WS)) is None
+    assert fake.all(SNAPSHOTS) == [] and fake.all(TRIGGERS) == []
+    assert [i["kind"] for i in asyncio.run(b.cleanup())] == ["PodSnapshotPolicy"]  # the next run retires it
+    deletes = [(c[1], c[2]) for c in fake.calls() if c[0] == "delete"]
+    assert deletes[-1] == ("podsnapshotpolicies", policy_name(WS))
+    assert {n for p, n in deletes if p == "podsnapshots"} == set(names)
+    assert fake.get(POLICIES, policy_name(WS)) is None and fake.leaked_storage == []
 
 
 def test_cleanup_forbidden_names_the_verb(fake, tmp_path):

@@ -1,6 +1,6 @@
 """Cleanup of what our Workspace left in the cluster: old PodSnapshots (each one holds GCS storage) and
-spent triggers; snapshots first, their policy last (deleting a snapshot needs its policy's storage
-config). The snapshot a pending resume needs is never deleted."""
+spent triggers; snapshots first, their policy only once they are all gone (deleting a snapshot needs its
+policy's storage config). The snapshot a pending resume needs is never deleted."""
 from __future__ import annotations
 
 from . import POLICIES, SNAPSHOTS, TRIGGERS, WORKSPACE_LABEL, condition, labels, name_of
@@ -24,7 +24,10 @@ def plan(kube: Kube, workspace: str, keep: int, needed: set[str]) -> list[dict]:
         spent = condition(t, "Triggered") is not None
         if spent and snapshot_created(t) not in remaining:
             out.append({"kind": "PodSnapshotManualTrigger", "name": name_of(t), "bytes": 0, "why": "spent"})
-    if not remaining and kube.find(POLICIES, policy_name(workspace)) is not None:
+    if not snaps and kube.find(POLICIES, policy_name(workspace)) is not None:
+        # only once GKE has finalized every snapshot (a deleted one stays, Terminating, until its storage
+        # is gone): the finalizer finds the bucket through the policy, and without it leaves the files
+        # in GCS. So a cleanup that deletes the last snapshots retires the policy on its next run.
         out.append({"kind": "PodSnapshotPolicy", "name": policy_name(workspace), "bytes": 0,
                     "why": "no snapshot of this Workspace is left"})
     return out
