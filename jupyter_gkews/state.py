@@ -93,13 +93,33 @@ class StateStore:
         os.makedirs(self.directory, exist_ok=True)
         write_json_durable(state, self.state_path, self.directory)
 
-    def append_event(self, event: dict) -> None:
+    def append_event(self, event: dict) -> int:
+        """Append one line, durably; returns the log's size before it (to take it back). A write that fails
+        (disk full, a file size limit) is cut off again, so that no half line is left for the next one to
+        be glued to; a half line a crash left is ended first."""
         os.makedirs(self.directory, exist_ok=True)
-        line = json.dumps(event, separators=(",", ":")) + "\n"
-        with open(self.events_path, "a") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        line = (json.dumps(event, separators=(",", ":")) + "\n").encode()
+        with open(self.events_path, "a+b") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size:
+                f.seek(size - 1)
+                if f.read(1) != b"\n":
+                    line = b"\n" + line
+            try:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+            except OSError:
+                self.take_back_events(size)
+                raise
+        return size
+
+    def take_back_events(self, size: int) -> None:
+        """Cut the event log back to `size` bytes (what it held before an append)."""
+        try:
+            os.truncate(self.events_path, size)
+        except OSError:
+            pass  # nothing more can be done; a reader skips a half line
 
     def events(self, since: float = 0.0, limit: int = 1000) -> list[dict]:
         try:

@@ -60,6 +60,7 @@ def write_pins(root: str, owner: str, checkpoints: dict[str, str]) -> None:
     if not checkpoints:
         remove_quietly(path)
         return
+    os.makedirs(root, mode=0o700, exist_ok=True)
     private_dir(folder)  # 0700 whatever the umask
     write_json_durable({"owner": owner, "checkpoints": dict(checkpoints)}, path, folder)
 

@@ -58,8 +58,14 @@ class Persistence:
 
     def _write(self, snapshot: dict, record: dict) -> None:
         self._write_pins(snapshot)  # before the state: a paused state on disk always has its pins
-        self.store.save(snapshot)
-        self.store.append_event(record)
+        # the event, then the state; a state that cannot be written takes its event back, so that a
+        # refused change (507: "nothing was changed") leaves neither file changed
+        before = self.store.append_event(record)
+        try:
+            self.store.save(snapshot)
+        except BaseException:
+            self.store.take_back_events(before)
+            raise
         for listener in self.listeners:
             listener(record, snapshot)
 
