@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kernel_state.pins import pinned
-from serverkit import open_notebook, post, run_cell, status, wait_for, wait_kernel_state
+from serverkit import events, open_notebook, post, run_cell, status, wait_for, wait_kernel_state
 
 from jupyter_gkews.cleanup import clean_checkpoints
 
@@ -343,7 +343,8 @@ async def test_notebooks_a_resume_left_behind_stay_resumable_and_are_never_overw
     assert "still to resume (Resume brings them back): b.ipynb, c.ipynb" in s["message"], s["message"]
 
     # a pause now takes a only: b's (empty) kernel is not checkpointed over its checkpoint, c is carried over
-    assert (await post(jp_fetch, "pause", {"notebooks": ["b.ipynb"]})).code == 409
+    r = await post(jp_fetch, "pause", {"notebooks": ["c.ipynb"]})
+    assert r.code == 409 and "still to be resumed" in r.body.decode()  # c never failed: resume it first
     assert (await post(jp_fetch, "pause")).code == 202
     s = await wait_for(jp_fetch, ("paused", "failed"))
     by_path = {nb["path"]: nb for nb in s["notebooks"]}
@@ -389,3 +390,32 @@ async def test_a_notebook_left_running_by_a_pause_is_paused_by_the_next_one(jp_f
     assert s["state"] == "active" and s["message"] == "resumed: 2 restored-from-checkpoint", s["message"]
     assert (await run_cell(jp_serverapp, a, "print(x)")).strip() == "a-val"
     assert (await run_cell(jp_serverapp, b, "print(y)")).strip() == "b-val"
+
+
+async def test_a_notebook_whose_resume_failed_is_paused_again_when_named(
+        jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    """Its checkpoint cannot be read, the user re-ran its cells in the fresh kernel: naming it in a pause
+    checkpoints that kernel (the old checkpoint stays in the store, unpinned); unnamed, it is carried over
+    and the answer says how to take it."""
+    kid = (await open_notebook(jp_fetch, jp_root_dir, "b.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "x = 'old'")
+    assert (await post(jp_fetch, "pause")).code == 202
+    old = (await wait_for(jp_fetch, ("paused", "failed")))["notebooks"][0]["checkpoint"]
+    next((tmp_path / "ckpt" / "notebooks").rglob(f"{old}.json")).write_bytes(b"{damaged")
+    assert (await post(jp_fetch, "resume")).code == 202
+    s = await wait_for(jp_fetch, ("active", "failed"))
+    assert s["notebooks"][0]["status"] == "failed", s
+    kid = s["notebooks"][0]["kernel_id"]
+    await run_cell(jp_serverapp, kid, "x = 'redone'")
+
+    r = await post(jp_fetch, "pause")
+    assert r.code == 409 and "or name b.ipynb in a pause to checkpoint the kernel it runs now" in r.body.decode()
+    assert (await post(jp_fetch, "pause", {"notebooks": ["b.ipynb"]})).code == 202
+    s = await wait_for(jp_fetch, ("paused", "failed"))
+    assert s["state"] == "paused" and s["notebooks"][0]["checkpoint"] != old, s
+    assert set(pinned(str(tmp_path / "ckpt"))) == {s["notebooks"][0]["checkpoint"]}
+    assert any(e.get("superseded") == {"b.ipynb": old} for e in await events(jp_fetch))
+    assert (await post(jp_fetch, "resume")).code == 202
+    s = await wait_for(jp_fetch, ("active", "failed"))
+    kid = s["notebooks"][0]["kernel_id"]
+    assert (await run_cell(jp_serverapp, kid, "print(x)")).strip() == "redone"

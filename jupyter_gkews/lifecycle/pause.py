@@ -26,11 +26,18 @@ class Pause:
             # a notebook a resume left behind keeps its checkpoint until a resume brings it back: a kernel
             # it has now was not restored, and checkpointing that one would put an empty state in its place
             waiting = [nb for nb in self.state["notebooks"] if awaiting_resume(nb)]
+            # ... unless its resume failed and the user names it: the state its kernel runs now is chosen
+            # over a checkpoint no resume could restore (which stays in the store, no longer pinned)
+            superseded = {nb["path"]: nb["checkpoint"] for nb in waiting
+                          if wanted and nb["path"] in wanted and nb.get("status") == NotebookStatus.FAILED}
+            waiting = [nb for nb in waiting if nb["path"] not in superseded]
             targets = await self._running_notebooks(wanted, {nb["path"] for nb in waiting})
             if not targets:
+                failed = [nb["path"] for nb in waiting if nb.get("status") == NotebookStatus.FAILED]
                 raise Conflict("nothing to pause: no notebook has a running kernel" + (
-                    f" (still to resume: {', '.join(nb['path'] for nb in waiting)}; Resume brings them back)"
-                    if waiting else ""))
+                    f" (still to resume: {', '.join(nb['path'] for nb in waiting)}; Resume brings them back"
+                    + (f", or name {', '.join(failed)} in a pause to checkpoint the kernel it runs now instead"
+                       if failed else "") + ")" if waiting else ""))
             if last_activity is None:
                 last_activity = self._last_activity(targets)
             self._take_snapshot = snapshot
@@ -42,7 +49,8 @@ class Pause:
                              timeline={"last_activity": last_activity, "pause_requested": requested})
             await self._begin(begin, Event.PAUSE_REQUESTED, message=message,
                               notebooks=[nb["path"] for nb in targets], interrupt=interrupt, reason=reason,
-                              last_activity=last_activity, gpus=self.gpu_count, snapshot=snapshot)
+                              last_activity=last_activity, gpus=self.gpu_count, snapshot=snapshot,
+                              **({"superseded": superseded} if superseded else {}))
             self._spawn_claimed(claim, self._pause(interrupt))
         return self.status()
 
