@@ -419,3 +419,24 @@ async def test_a_notebook_whose_resume_failed_is_paused_again_when_named(
     s = await wait_for(jp_fetch, ("active", "failed"))
     kid = s["notebooks"][0]["kernel_id"]
     assert (await run_cell(jp_serverapp, kid, "print(x)")).strip() == "redone"
+
+
+async def test_a_notebook_still_to_resume_follows_a_rename_while_active(jp_fetch, jp_serverapp, jp_root_dir):
+    """After a resume of another notebook the state is `active`; a rename of the one left behind is followed
+    too: it resumes at its new path, with its value, and no kernel is started for the old path."""
+    for name, value in (("a.ipynb", 1), ("mv/b.ipynb", 2)):
+        kid = (await open_notebook(jp_fetch, jp_root_dir, name))["kernel"]["id"]
+        await run_cell(jp_serverapp, kid, f"x = {value}")
+    assert (await post(jp_fetch, "pause")).code == 202
+    await wait_for(jp_fetch, ("paused", "failed"))
+    assert (await post(jp_fetch, "resume", {"notebooks": ["a.ipynb"]})).code == 202
+    assert (await wait_for(jp_fetch, ("active", "failed")))["state"] == "active"
+
+    await jp_fetch("api", "contents", "mv/b.ipynb", method="PATCH", body=json.dumps({"path": "mv/b2.ipynb"}))
+    await until(jp_fetch, lambda s: "mv/b2.ipynb" in [nb["path"] for nb in s["notebooks"]])
+    assert (await post(jp_fetch, "resume")).code == 202
+    s = await wait_for(jp_fetch, ("active", "failed"))
+    assert s["state"] == "active" and "still to resume" not in s["message"], s["message"]
+    sessions = {x["path"]: x["kernel"]["id"] for x in json.loads((await jp_fetch("api", "sessions")).body)}
+    assert sorted(sessions) == ["a.ipynb", "mv/b2.ipynb"]
+    assert (await run_cell(jp_serverapp, sessions["mv/b2.ipynb"], "print(x)")).strip() == "2"

@@ -21,7 +21,7 @@ from ..claim import Claim
 # LifecycleError and NotFound: re-exported for callers that still import them from here
 from ..errors import LifecycleError, NotFound  # noqa: F401
 from ..state import StateStore, initial_state
-from ..states import Event, NotebookStatus, State
+from ..states import Event
 from .holds import Holds
 from .paths import clean_notebook_paths  # noqa: F401  (notebook_actions, handlers)
 from .pause import Pause
@@ -83,16 +83,15 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
         task.add_done_callback(self._tasks.discard)
 
     async def notebook_renamed(self, old: str, new: str) -> None:
-        """The contents service renamed a file or folder: a paused notebook in it resumes at its new path
-        (from the checkpoint taken under its old name)."""
-        if self.state["state"] == State.ACTIVE:
-            return  # running kernels follow their sessions; Jupyter renames those itself
+        """The contents service renamed a file or folder: a notebook of the session in it follows, in every
+        state (paused, pausing, or still to resume after a resume): it resumes at its new path, from the
+        checkpoint taken under its old name (`saved_as`)."""
         moved = []
         for nb in self.state["notebooks"]:
-            if nb.get("status") not in (NotebookStatus.RELEASED, NotebookStatus.FAILED) or not (
-                    nb["path"] == old or nb["path"].startswith(old.rstrip("/") + "/")):
+            if not (nb["path"] == old or nb["path"].startswith(old.rstrip("/") + "/")):
                 continue
-            nb.setdefault("saved_as", nb["path"])
+            if nb.get("checkpoint"):
+                nb.setdefault("saved_as", nb["path"])
             nb["path"] = new + nb["path"][len(old):]
             nb["name"] = posixpath.basename(nb["path"])
             moved.append(nb["path"])

@@ -204,5 +204,7 @@ class Pause:
         changes = dict(status=NotebookStatus.CHECKPOINTED, checkpoint=result["id"], bytes=result["bytes"],
                        bytes_written=result["bytes_written"], saved=result["saved"], skipped=result["skipped"],
                        seconds=result["seconds"])
+        if nb["path"] != request["notebook"]:  # renamed while it was being saved
+            changes["saved_as"] = request["notebook"]
         await self._pin_before(nb, changes)
         nb.update(changes)
