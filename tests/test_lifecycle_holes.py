@@ -440,3 +440,21 @@ async def test_a_notebook_still_to_resume_follows_a_rename_while_active(jp_fetch
     sessions = {x["path"]: x["kernel"]["id"] for x in json.loads((await jp_fetch("api", "sessions")).body)}
     assert sorted(sessions) == ["a.ipynb", "mv/b2.ipynb"]
     assert (await run_cell(jp_serverapp, sessions["mv/b2.ipynb"], "print(x)")).strip() == "2"
+
+
+async def test_a_notebook_deleted_while_paused_gets_no_kernel(jp_fetch, jp_serverapp, jp_root_dir):
+    for name in ("keep.ipynb", "gone.ipynb"):
+        kid = (await open_notebook(jp_fetch, jp_root_dir, name))["kernel"]["id"]
+        await run_cell(jp_serverapp, kid, "x = 1")
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    checkpoint = {nb["path"]: nb["checkpoint"] for nb in paused["notebooks"]}["gone.ipynb"]
+    await jp_fetch("api", "contents", "gone.ipynb", method="DELETE")
+    assert (await post(jp_fetch, "resume")).code == 202
+    s = await wait_for(jp_fetch, ("active", "failed"))
+    gone = {nb["path"]: nb for nb in s["notebooks"]}["gone.ipynb"]
+    assert gone["status"] == "lost" and "was deleted while paused, so no kernel was started" in gone["error"], gone
+    assert f"--checkpoint {checkpoint}" in gone["next_step"] and "still to resume" not in s["message"]
+    sessions = [x["path"] for x in json.loads((await jp_fetch("api", "sessions")).body)]
+    assert sessions == ["keep.ipynb"]
+    assert len(json.loads((await jp_fetch("api", "kernels")).body)) == 1

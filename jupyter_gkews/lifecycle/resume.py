@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from jupyter_core.utils import ensure_async
+
 from ..claim import Claim
 from ..errors import BadRequest, Conflict, KernelCallError
 from ..state import now
@@ -57,6 +59,15 @@ class Resume:
             held = {nb["path"]: nb["kernel_id"] for nb in notebooks}  # a kernel that lived on is still held
             for nb in notebooks:
                 nb.update(verdict=None, error=None)
+                if await self._deleted_while_paused(nb):
+                    checkpoint = nb["checkpoint"]
+                    nb.update(status=NotebookStatus.LOST, verdict=Verdict.FAILED,
+                              error=f"the notebook file {nb['path']} was deleted while paused, so no kernel was "
+                                    f"started for it",
+                              next_step=f"its checkpoint {checkpoint} stays in the store: in another notebook run "
+                                        f"%gkews_checkpoint restore --notebook {nb.get('saved_as') or nb['path']} "
+                                        f"--checkpoint {checkpoint}")
+                    continue
                 try:
                     nb["kernel_id"] = await self.backend.start_kernel(nb)
                 except Exception as exc:
@@ -94,6 +105,16 @@ class Resume:
                     nb["status"] = NotebookStatus.FAILED
             await self._fail(f"The resume stopped at {self.state['phase']}: {type(exc).__name__}: {exc}.",
                              "Resume again; the checkpoints are kept.")
+
+    async def _deleted_while_paused(self, nb: dict) -> bool:
+        """A notebook whose kernel was shut down and whose file is gone gets no new kernel (it would hold
+        memory, a GPU, for a file no one can open)."""
+        if nb.get("status") not in (NotebookStatus.RELEASED, NotebookStatus.FAILED):
+            return False  # its kernel lived on: verified as it is
+        try:
+            return not await ensure_async(self.serverapp.contents_manager.file_exists(nb["path"]))
+        except Exception:  # a contents service that cannot say: start the kernel as before
+            return False
 
     async def _verify_or_restore(self, nb: dict, hold_file: str) -> None:
         """Same process with bit-identical state: live-verified. Anything else: restore from the checkpoint.
