@@ -211,7 +211,26 @@ class GkeBackend(LocalBackend):
         if not why:
             return None
         self._baseline = None  # one restore, one resume
+        self._retire_used_snapshots()
         return {"reason": why, "pod": self._identity.pod if self._identity else None}
+
+    def _retire_used_snapshots(self) -> None:
+        """Each snapshot is used once. GKE restores the newest Ready snapshot that matches a starting Pod:
+        once this Pod came back (restored, or cold), one left Ready would bring that older state back at the
+        next Pod start (a Kubeflow Stop, an eviction, a pause without a snapshot), under newer files and
+        state. So ours are deleted now (their policy on the next cleanup, once GKE has finalized them)."""
+        async def retire():
+            try:
+                kube, me = await self.connect()
+                items = await self._io(cleanup_plan.plan, kube, me.workspace, 0, set())
+                await self._io(cleanup_plan.run, kube, items)
+            except Exception as exc:  # nothing is lost: `jupyter gkews cleanup` retires them later
+                self.log.warning("gkews: could not delete the PodSnapshots this Pod came back from: %s; run "
+                                 "`jupyter gkews cleanup`", exc)
+        task = asyncio.get_running_loop().create_task(retire())
+        self._retiring = getattr(self, "_retiring", set())  # the loop keeps only weak references to tasks
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     async def wait_restored(self) -> dict | None:
         while self._baseline is not None:
@@ -230,6 +249,7 @@ class GkeBackend(LocalBackend):
         why = ("cold start after a pause whose Pod snapshot failed (" + snap["error"] + ")"
                if snap.get("status") == "failed" else "cold start: this Pod was not restored from a snapshot")
         lifecycle.note(f"{why}; restoring the kernels from their checkpoints")
+        self._retire_used_snapshots()
         try:
             await lifecycle.request_resume(why=why)
         except LifecycleError as exc:
