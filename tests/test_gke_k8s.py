@@ -236,3 +236,35 @@ def test_the_pod_is_the_one_the_workspace_names_never_a_guessed_name():
     assert current_pod(ws, [old, new]) is new
     assert current_pod({"status": {"podTemplatePod": {"name": ""}}}, [old, new]) is new  # paused: not recorded
     assert current_pod(ws, []) is None
+
+
+def test_cleanup_of_one_workspace_never_touches_another_whose_name_it_begins():
+    """`gkews-foo-` also begins `gkews-foo-bar-...`: the cleanup of Workspace foo must leave foo-bar's
+    triggers and snapshots alone (their GCS data is foo-bar's pending resume). Names too long for 63
+    characters still carry the whole stamp, and never collide."""
+    from jupyter_gkews.k8s import TRIGGERED_BY_LABEL, WORKSPACE_LABEL
+    from jupyter_gkews.k8s import cleanup as cleanup_plan
+    from jupyter_gkews.k8s.snapshots import is_our_trigger, trigger_body
+
+    triggers = {ws: trigger_body(ws, "pod") for ws in ("foo", "foo-bar")}
+
+    class Cluster:
+        def list(self, plural):
+            if plural == TRIGGERS.plural:
+                return list(triggers.values())
+            return [{"metadata": {"name": f"snap-{ws}", "creationTimestamp": "2026-12-01T00:00:00Z",
+                                  "labels": {TRIGGERED_BY_LABEL: t["metadata"]["name"]}},
+                     "status": {"conditions": [{"type": "Ready", "status": "True"}]}} for ws, t in triggers.items()]
+
+        def find(self, plural, name):
+            return None
+    for ws in triggers:
+        triggers[ws]["status"] = {"conditions": [{"type": "Triggered", "status": "True"}],
+                                  "snapshotCreated": {"name": f"snap-{ws}"}}
+    planned = cleanup_plan.plan(Cluster(), "foo", 0, set())
+    assert {(i["kind"], i["name"]) for i in planned} == {
+        ("PodSnapshot", "snap-foo"), ("PodSnapshotManualTrigger", triggers["foo"]["metadata"]["name"])}
+    assert all(t["metadata"]["labels"][WORKSPACE_LABEL] == ws for ws, t in triggers.items())
+    long_a, long_b = "w" * 70, "w" * 69 + "v"
+    a, b = trigger_body(long_a, "p")["metadata"]["name"], trigger_body(long_b, "p")["metadata"]["name"]
+    assert len(a) <= 63 and len(b) <= 63 and is_our_trigger(a, long_a) and not is_our_trigger(a, long_b)

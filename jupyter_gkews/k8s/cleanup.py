@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from . import POLICIES, SNAPSHOTS, TRIGGERS, WORKSPACE_LABEL, condition, labels, name_of
 from .api import Kube
-from .snapshots import is_ready, of_workspace, policy_name, snapshot_created, trigger_prefix
+from .snapshots import is_our_trigger, is_ready, of_workspace, policy_name, snapshot_created
 
 
 def plan(kube: Kube, workspace: str, keep: int, needed: set[str]) -> list[dict]:
@@ -17,9 +17,8 @@ def plan(kube: Kube, workspace: str, keep: int, needed: set[str]) -> list[dict]:
             "why": "older than the newest kept" if is_ready(s) else "never became Ready"}
            for s in snaps if name_of(s) not in kept]
     remaining = {name_of(s) for s in snaps} - {o["name"] for o in out}
-    prefix = trigger_prefix(workspace)
     for t in kube.list(TRIGGERS):
-        if not name_of(t).startswith(prefix) or labels(t).get(WORKSPACE_LABEL, workspace) != workspace:
+        if not is_our_trigger(name_of(t), workspace) or labels(t).get(WORKSPACE_LABEL, workspace) != workspace:
             continue
         spent = condition(t, "Triggered") is not None
         if spent and snapshot_created(t) not in remaining:

@@ -1,6 +1,7 @@
 """PodSnapshotPolicy, PodSnapshotManualTrigger and PodSnapshot: what we create and how we read them."""
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 import time
@@ -18,8 +19,24 @@ def policy_name(workspace: str) -> str:
     return dns_name("gkews", workspace)
 
 
+_STAMP = r"\d{8}-\d{6}-[0-9a-f]{4}"  # what follows the prefix in a trigger's name: time and 4 random hex
+_STAMP_LEN = 20
+
+
 def trigger_prefix(workspace: str) -> str:
-    return dns_name("gkews", workspace) + "-"
+    """`gkews-<workspace>-`, short enough that the stamp always fits in 63 characters (a long name is cut
+    and ends with a digest of the whole, so that two long names never share a prefix)."""
+    base = dns_name("gkews", workspace)
+    room = 63 - 1 - _STAMP_LEN
+    if len(base) > room:
+        base = dns_name(base, limit=room - 7) + "-" + hashlib.sha256(workspace.encode()).hexdigest()[:6]
+    return base + "-"
+
+
+def is_our_trigger(name: str, workspace: str) -> bool:
+    """Exactly a name trigger_body gives for this Workspace: `gkews-foo-` also begins the triggers of a
+    Workspace `foo-bar`, which are not ours to delete."""
+    return re.fullmatch(re.escape(trigger_prefix(workspace)) + _STAMP, name) is not None
 
 
 def policy_body(name: str, workspace: str, storage_config: str, retention: str) -> dict:
@@ -35,8 +52,7 @@ def policy_body(name: str, workspace: str, storage_config: str, retention: str) 
 
 
 def trigger_body(workspace: str, pod: str) -> dict:
-    name = dns_name(trigger_prefix(workspace) + time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-"
-                    + secrets.token_hex(2))
+    name = trigger_prefix(workspace) + time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
     return {"apiVersion": f"{SNAPSHOT_GROUP}/{SNAPSHOT_VERSION}", "kind": "PodSnapshotManualTrigger",
             "metadata": {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY, WORKSPACE_LABEL: workspace}},
             "spec": {"targetPod": pod}}
@@ -98,12 +114,12 @@ def of_workspace(snapshots: list[dict], workspace: str, pods: set[str] = frozens
     origin-pod annotation), or named in `names` (the add-on's last-checkpoint-name). ours_only: only those
     of our own triggers (cleanup never deletes the add-on's: it retires them itself after a restore)."""
     from . import ORIGIN_POD_ANNOTATION, addon_trigger_name, annotations, name_of
-    prefix, addon = trigger_prefix(workspace), addon_trigger_name(workspace)
+    addon = addon_trigger_name(workspace)
 
     def mine(s: dict) -> bool:
         by = labels(s).get(TRIGGERED_BY_LABEL, "")
         if ours_only:
-            return by.startswith(prefix)
-        return (by.startswith(prefix) or by == addon or name_of(s) in names
+            return is_our_trigger(by, workspace)
+        return (is_our_trigger(by, workspace) or by == addon or name_of(s) in names
                 or annotations(s).get(ORIGIN_POD_ANNOTATION, "").rsplit("/", 1)[-1] in pods)
     return sorted(filter(mine, snapshots), key=lambda s: s["metadata"].get("creationTimestamp") or "", reverse=True)
