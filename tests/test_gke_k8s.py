@@ -268,3 +268,25 @@ def test_cleanup_of_one_workspace_never_touches_another_whose_name_it_begins():
     long_a, long_b = "w" * 70, "w" * 69 + "v"
     a, b = trigger_body(long_a, "p")["metadata"]["name"], trigger_body(long_b, "p")["metadata"]["name"]
     assert len(a) <= 63 and len(b) <= 63 and is_our_trigger(a, long_a) and not is_our_trigger(a, long_b)
+
+
+def test_a_cleanup_during_a_pause_spares_the_snapshot_being_taken():
+    """The pause waits (up to its timeout) for a snapshot that is not Ready yet and whose name it does not
+    know yet: a periodic cleanup meanwhile must not call it "never became Ready" and delete it."""
+    from jupyter_gkews.k8s import TRIGGERED_BY_LABEL
+    from jupyter_gkews.k8s import cleanup as cleanup_plan
+    from jupyter_gkews.k8s.snapshots import trigger_body
+
+    by = trigger_body("foo", "pod")["metadata"]["name"]
+
+    class Cluster:
+        def list(self, plural):
+            if plural == TRIGGERS.plural:
+                return []
+            return [{"metadata": {"name": "uploading", "creationTimestamp": "2026-12-01T00:00:00Z",
+                                  "labels": {TRIGGERED_BY_LABEL: by}}, "status": {"conditions": []}}]
+
+        def find(self, plural, name):
+            return None
+    assert cleanup_plan.plan(Cluster(), "foo", 1, set(), pausing=True) == []
+    assert [i["why"] for i in cleanup_plan.plan(Cluster(), "foo", 1, set())] == ["never became Ready"]

@@ -21,6 +21,7 @@ Every Kubernetes call blocks, so each runs in a thread (asyncio.to_thread), neve
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
@@ -272,7 +273,9 @@ class GkeBackend(LocalBackend):
             name = (state.get("snapshot") or {}).get("name")
             if name:
                 needed.add(name)  # a pending resume restores from it
-        items = await self._io(cleanup_plan.plan, kube, me.workspace, self.keep_snapshots, needed)
+        pausing = bool(state and state.get("state") == State.PAUSING)
+        items = await self._io(functools.partial(cleanup_plan.plan, pausing=pausing), kube, me.workspace,
+                               self.keep_snapshots, needed)
         if not dry_run:
             await self._io(cleanup_plan.run, kube, items)
         return items

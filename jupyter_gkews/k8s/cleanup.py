@@ -8,11 +8,14 @@ from .api import Kube
 from .snapshots import is_our_trigger, is_ready, of_workspace, policy_name, snapshot_created
 
 
-def plan(kube: Kube, workspace: str, keep: int, needed: set[str]) -> list[dict]:
-    """What to delete, in order: [{kind, name, bytes, why}]."""
+def plan(kube: Kube, workspace: str, keep: int, needed: set[str], *, pausing: bool = False) -> list[dict]:
+    """What to delete, in order: [{kind, name, bytes, why}]. pausing: a pause may be waiting for a snapshot
+    still being taken (its name not yet known): none that is not Ready yet is deleted."""
     snaps = of_workspace(kube.list(SNAPSHOTS), workspace, ours_only=True)
     ready = [name_of(s) for s in snaps if is_ready(s)]  # newest first
     kept = set(ready[:max(keep, 0)]) | (needed & {name_of(s) for s in snaps})
+    if pausing:
+        kept |= {name_of(s) for s in snaps if not is_ready(s)}
     out = [{"kind": "PodSnapshot", "name": name_of(s), "bytes": 0,
             "why": "older than the newest kept" if is_ready(s) else "never became Ready"}
            for s in snaps if name_of(s) not in kept]
