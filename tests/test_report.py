@@ -115,6 +115,8 @@ def test_a_week_of_a_workstation_used_40_of_168_hours(tmp_path):
     assert "p50 70.0 s, p95 630.0 s" in text
     assert "1 x a new process: the live state did not survive" in text
     assert "week from 2026-11-23: 168.0 h observed, 40.0 h allocated, 128.0 h released" in text
+    r = jupyter_gkews("report", f"--state-dir={state}", f"--html={tmp_path / 'no' / 'such' / 'x.html'}", home=tmp_path)
+    assert r.returncode == 2 and "cannot write the HTML report" in r.stderr and "Traceback" not in r.stderr
     assert re.search(r"^6 +2026-11-27 16:59 +idle policy +59\.0 min +55\.00 +110\.00 +100\.0 +2048\.0 +still paused",
                      text, re.M), text
 

@@ -60,6 +60,8 @@ def test_resume_test_against_a_running_server_and_around_an_upgrade(server, tmp_
 @pytest.mark.parametrize("args, words", [
     (["--step=check"], "--step=check needs --url"),
     (["--url=http://127.0.0.1:9/", "--token=x"], "cannot reach the server at http://127.0.0.1:9/"),
+    (["--step=bogus"], "expected any of ['all', 'prepare', 'check']"),  # 1 would read "the resume failed"
+    (["--timeout=abc"], "The 'timeout' trait"),
 ])
 def test_bad_use_is_named(tmp_path, args, words):
     r = jupyter_gkews("resume-test", *args, home=tmp_path, timeout=120)

@@ -69,8 +69,13 @@ class ReportApp(ServerConfigApp):
         report["state_dir"] = store.directory
         report["totals"]["checkpoint_bytes_on_disk"] = disk_usage(os.path.expanduser(settings.checkpoint_root))
         if self.html:
-            with open(self.html, "w") as f:
-                f.write(page(report))
+            try:
+                with open(self.html, "w") as f:
+                    f.write(page(report))
+            except OSError as exc:
+                print(f"jupyter gkews report: cannot write the HTML report {self.html}: {exc.strerror}; give "
+                      f"--html a path in an existing, writable folder", file=sys.stderr)
+                self.exit(2)
         if self.as_json:
             print(json.dumps(report, indent=1))
         else:

@@ -39,7 +39,15 @@ class ResumeTestApp(JupyterApp):
                "record": "ResumeTestApp.record", "timeout": "ResumeTestApp.timeout"}
     flags = {"keep": ({"ResumeTestApp": {"keep": True}}, "Keep what the test created.")}
 
+    _started = False
+
+    def exit(self, exit_status=0):
+        # traitlets ends a wrong option ("Bad config") with 1, which here means "the resume failed": a
+        # command that never started could not run (2)
+        super().exit(2 if exit_status == 1 and not self._started else exit_status)
+
     def start(self) -> None:
+        self._started = True
         if self.step != "all" and not self.url:
             self._usage(f"--step={self.step} needs --url: the server must outlive this command between the steps")
         server = None
