@@ -14,6 +14,7 @@ from .checkpoints import CheckpointCatalog
 from .errors import (BadRequest, Conflict, KernelCallFailed, LifecycleError, NotFound, StateNotWritable,
                      StoreUnusable)
 from .lifecycle import pinned_checkpoints
+from .lifecycle.paths import clean_notebook_paths
 from .notebook_actions import NotebookActions
 from .schema import CHECKPOINT_ID, validate_request
 
@@ -113,6 +114,8 @@ class CheckpointsHandler(GkewsHandler):
     @answers_errors
     async def get(self):
         notebook = self.get_argument("notebook", None, strip=False)
+        if notebook is not None:  # the same rules as every route that names a notebook
+            notebook = clean_notebook_paths([notebook])[0]
         self.reply(200, {"checkpoints": await (asyncio.to_thread(self.catalog.list, notebook))})
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from tornado.httpclient import HTTPClientError
 
 import kernel_state
 from serverkit import open_notebook, post, run_cell
@@ -42,6 +43,10 @@ async def test_a_notebook_name_with_outer_spaces_lists_its_checkpoints(jp_fetch,
     assert r.code == 201, r.body
     listed = json.loads((await jp_fetch("gkews", "checkpoints", params={"notebook": name})).body)
     assert [c["id"] for c in listed["checkpoints"]] == [json.loads(r.body)["id"]]
+    for outside in ("/etc/passwd", "../x.ipynb"):
+        with pytest.raises(HTTPClientError) as e:
+            await jp_fetch("gkews", "checkpoints", params={"notebook": outside})
+        assert e.value.code == 400 and "is outside the contents root" in e.value.response.body.decode()
 
 
 async def test_bad_requests_name_the_problem_and_change_nothing(jp_fetch, jp_serverapp, jp_root_dir):
