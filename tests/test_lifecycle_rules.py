@@ -143,7 +143,8 @@ async def test_concurrent_requests_start_exactly_one_transition(jp_fetch, jp_ser
     for r in mixed:
         body = json.loads(r.body)
         if r.code == 409:
-            assert body["message"].startswith("cannot "), body
+            # a resume the server took before the pause finds nothing paused yet
+            assert body["message"].startswith(("cannot ", "nothing to resume")), body
             assert body["status"]["state"] in ("active", "pausing"), body
         else:
             assert body["state"] == "pausing"
