@@ -47,6 +47,22 @@ def live_resource(obj) -> str | None:
     selectors = sys.modules.get("selectors")
     if selectors is not None and isinstance(obj, selectors.BaseSelector):
         return "a selector (open file descriptors)"
+    return _database_or_segment(obj)
+
+
+def _database_or_segment(obj) -> str | None:
+    """Handles that hold a path or a name instead of an open file: a restored dbm.dumb database rewrites
+    its index file on close (keys written after the checkpoint are lost); a restored SharedMemory
+    re-attaches another process's segment and unlinks it at exit."""
+    shelve = sys.modules.get("shelve")
+    if shelve is not None and isinstance(obj, shelve.Shelf):
+        return "an open shelf (a database on disk)"
+    dumb = sys.modules.get("dbm.dumb")  # the other dbm kinds are C objects pickle refuses anyway
+    if dumb is not None and isinstance(obj, dumb._Database):
+        return "an open dbm database (files on disk)"
+    shm = sys.modules.get("multiprocessing.shared_memory")
+    if shm is not None and isinstance(obj, shm.SharedMemory):
+        return f"a shared memory segment ({obj.name})"
     return None
 
 

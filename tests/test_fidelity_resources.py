@@ -105,3 +105,36 @@ def clean(x): return x + 1
         assert fresh.value("[clean(1), 'record' in dir(), 'Logger' in dir()]") == [2, False, False]
         fresh.run("import gc; gc.collect()")
         assert _state([log]) == before and log.read_text() == "precious results\n"
+
+
+def _shelf_keys(path) -> list:
+    import shelve
+    with shelve.open(str(path), "r") as shelf:
+        return sorted(shelf.keys())
+
+
+def test_shelves_and_shared_memory_are_live_resources(tmp_path):
+    """A restored dbm.dumb shelf rewrote its index on close (keys written after the checkpoint were
+    gone from disk); a restored SharedMemory re-attached the owner's segment and unlinked it at exit."""
+    store, shelf = tmp_path / "store", tmp_path / "results"
+    with Kernel(store) as first:
+        first.run(f'''
+import shelve
+from multiprocessing import shared_memory
+sh = shelve.open({str(shelf)!r}); sh["k1"] = 1
+segment = shared_memory.SharedMemory(create=True, size=4096)
+kept = {{"epochs": 3}}
+''')
+        name = first.value("segment.name")
+        out = first.run("%gkews_checkpoint save")
+        assert "  sh: TypeError: cannot pickle 'DbfilenameShelf' object: an open shelf" in out, out
+        assert f"  segment: TypeError: cannot pickle 'SharedMemory' object: a shared memory segment ({name})" in out
+        first.run('sh["k2"] = 2; sh.close()')
+        assert _shelf_keys(shelf) == ["k1", "k2"]
+        with Kernel(store) as fresh:
+            out = fresh.run("%gkews_checkpoint restore")
+            assert "Not restored" not in out and fresh.value("[kept, 'sh' in dir()]") == [{"epochs": 3}, False]
+            fresh.km.shutdown_kernel(now=False)  # a graceful exit runs the atexit and finalizers
+        assert _shelf_keys(shelf) == ["k1", "k2"]
+        assert os.path.exists(f"/dev/shm/{name.lstrip('/')}")
+        first.run("segment.close(); segment.unlink()")
