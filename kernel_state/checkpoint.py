@@ -19,7 +19,7 @@ from .hashing import digest_bytes
 from .history import defining_cell
 from .identity import TOKEN, identity
 from .restore import restore_namespace
-from .store import MANIFEST_FORMAT, MANIFEST_VERSION, Store, new_checkpoint_id, summary
+from .store import MANIFEST_FORMAT, MANIFEST_VERSION, Store, new_checkpoint_id, retention_limits, summary
 
 IPYTHON_NAMES = {"In", "Out", "exit", "quit", "get_ipython"}
 _activity: dict = {"operation": None}
@@ -171,6 +171,8 @@ def save(namespace=None, *, notebook=None, root=None, names=None, exclude=(), pr
     store = Store(root)
     tracker = Progress(progress, 0)
     extra = {"auto": True, "label": auto_label} if auto_label else None
+    if retention:  # a wrong setting is refused before the checkpoint is written, not after
+        keep_last, max_bytes = retention_limits(keep_last, max_bytes, bool(auto_label))
     store.accept_encoded = bool(auto_label)
     store.ensure()
     try:

@@ -83,7 +83,8 @@ def _int_env(name: str, default: int) -> int:
 def keep_last(value: int | None = None) -> int:
     n = value if value is not None else _int_env("GKEWS_KEEP_LAST", DEFAULT_KEEP_LAST)
     if n < 1:
-        raise ValueError(f"keep_last must be at least 1 (got {n}): the newest checkpoint is always kept")
+        what = "keep_last" if value is not None else "GKEWS_KEEP_LAST"
+        raise ValueError(f"{what} must be at least 1 (got {n}): the newest checkpoint is always kept")
     return n
 
 
@@ -91,7 +92,8 @@ def max_bytes(value: int | None = None) -> int:
     """Byte budget per notebook; 0 means no budget."""
     n = value if value is not None else _int_env("GKEWS_MAX_BYTES", 0)
     if n < 0:
-        raise ValueError(f"max_bytes must be 0 (no budget) or positive (got {n})")
+        what = "max_bytes" if value is not None else "GKEWS_MAX_BYTES"
+        raise ValueError(f"{what} must be 0 (no budget) or positive (got {n})")
     return n
 
 

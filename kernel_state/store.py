@@ -70,6 +70,14 @@ class NotAStore(CheckpointError):
     """The checkpoint root is not a directory this store can prove it owns, or has a link inside."""
 
 
+def retention_limits(keep_last: int | None, max_bytes: int | None, auto: bool) -> tuple[int, int]:
+    """The retention settings in force (arguments, else the environment), or the ValueError naming the
+    wrong one: a save checks them before it writes anything."""
+    if auto:
+        return config.auto_keep_last(keep_last), config.auto_max_bytes(max_bytes)
+    return config.keep_last(keep_last), config.max_bytes(max_bytes)
+
+
 def _refuse_link(path: str, root: str) -> NotAStore:
     return NotAStore(
         f"{path} is a symbolic link inside the checkpoint store {root}; the store never follows links (one "
@@ -416,8 +424,7 @@ class Store:
 
         Saved and automatic (kernel undo) checkpoints are two separate sets, each with its own limits:
         auto=True applies the automatic ones' (config.auto_keep_last, config.auto_max_bytes) to them alone."""
-        keep = config.auto_keep_last(keep_last) if auto else config.keep_last(keep_last)
-        budget = config.auto_max_bytes(max_bytes) if auto else config.max_bytes(max_bytes)
+        keep, budget = retention_limits(keep_last, max_bytes, auto)
         if not max_age >= 0:  # negative (or NaN): a cutoff in the future would make every checkpoint "old"
             raise ValueError(f"max_age_days must be 0 (no age limit) or positive (got {max_age / 86400:g})")
         with self.lock(exclusive=True):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 
@@ -128,6 +129,23 @@ def test_retention_keeps_the_newest_and_collects_orphan_blobs(tmp_path):
     ns = {}
     kernel_state.restore(ns, notebook=NB, root=tmp_path)
     assert float(ns["w"][0]) == 9.0
+
+
+WRONG_RETENTION = [({"GKEWS_KEEP_LAST": "0"}, "GKEWS_KEEP_LAST must be at least 1 (got 0)"),
+                   ({"GKEWS_KEEP_LAST": "abc"}, "GKEWS_KEEP_LAST='abc' is not a whole number"),
+                   ({"GKEWS_MAX_BYTES": "-5"}, "GKEWS_MAX_BYTES must be 0")]
+
+
+@pytest.mark.parametrize("env, words", WRONG_RETENTION)
+def test_a_wrong_retention_setting_is_refused_before_the_save_writes(tmp_path, monkeypatch, env, words):
+    """The save said it failed, yet its checkpoint was there (and every later one went unretained)."""
+    kernel_state.save({"w": 1}, notebook=NB, root=tmp_path)
+    before = kernel_state.list_checkpoints(notebook=NB, root=str(tmp_path))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ValueError, match=re.escape(words)):
+        kernel_state.save({"w": 2}, notebook=NB, root=tmp_path)
+    assert kernel_state.list_checkpoints(notebook=NB, root=str(tmp_path)) == before
 
 
 def test_blobs_shared_between_notebooks_survive_the_other_notebooks_retention(tmp_path):
