@@ -550,7 +550,7 @@ class Capture:
         if not arr.flags.writeable:
             record["writeable"] = False
         if memmap and isinstance(root, np.memmap) and isinstance(root.filename, str):
-            record["memmap"] = _memmap_source(arr, root)
+            record["memmap"] = _memmap_source(root)
         self.arrays[key] = record
         return key
 
@@ -731,17 +731,32 @@ def _carrier(root):
     return np.frombuffer(memory_view(start, high - low + root.itemsize), dtype=np.uint8)
 
 
-def _memmap_source(arr, root) -> dict:
-    """Where an np.memmap's data lives in its file, and what the file held (to trust it at restore)."""
+def _memmap_source(root) -> dict:
+    """Where an np.memmap's data lives in its file, and the digest of that region (a restore maps the file
+    again only when the region still holds it). Only the region is read, never the whole file. When the
+    file no longer holds what the mapping shows (deleted, replaced by a rename, truncated), the data is
+    only in memory: the record says why, and the array comes back as an in-memory copy of the saved bytes.
+    Copy-on-write ('c') mappings may differ from their file by design; their file region is recorded."""
     from .hashing import new_hasher
     path = os.path.abspath(root.filename)
-    hasher = new_hasher()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(8 << 20), b""):
-            hasher.update(block)
-        size = f.tell()
-    return {"path": path, "size": size, "digest": hasher.hexdigest(), "mode": root.mode,
-            "file_offset": root.offset}
+    source = {"path": path, "mode": root.mode, "file_offset": root.offset, "region": root.nbytes}
+    mapped = np.frombuffer(memory_view(root.ctypes.data, root.nbytes), dtype=np.uint8)
+    hasher, done = new_hasher(), 0
+    try:
+        with open(path, "rb") as f:
+            f.seek(root.offset)
+            while done < root.nbytes:
+                block = f.read(min(8 << 20, root.nbytes - done))
+                if not block:
+                    return {**source, "detached": "its file is shorter than the mapping now"}
+                here = mapped[done:done + len(block)]
+                if root.mode != "c" and not np.array_equal(np.frombuffer(block, np.uint8), here):
+                    return {**source, "detached": "its file no longer holds the mapped data (replaced?)"}
+                hasher.update(block)
+                done += len(block)
+    except OSError as exc:
+        return {**source, "detached": f"its file cannot be read ({exc.strerror or exc})"}
+    return {**source, "digest": hasher.hexdigest()}
 
 
 def len_header(dtype, shape) -> int:

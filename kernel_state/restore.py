@@ -306,25 +306,18 @@ class Restorer:
         return arr
 
     def _map_file(self, source, carrier):
-        from .hashing import new_hasher
+        """The file mapped again, or None (with the reason among the warnings) for an in-memory copy."""
         path = source["path"]
-        try:
-            with open(path, "rb") as f:
-                hasher = new_hasher()
-                for block in iter(lambda: f.read(8 << 20), b""):
-                    hasher.update(block)
-                size = f.tell()
-        except OSError as exc:
-            self.warnings.append(f"np.memmap of {path} restored as an in-memory copy: the file cannot be read ({exc})")
-            return None
-        if size != source["size"] or hasher.hexdigest() != source["digest"]:
-            self.warnings.append(f"np.memmap of {path} restored as an in-memory copy: the file changed since "
-                                 f"the checkpoint ({source['size']} bytes then, {size} now)")
-            return None
-        mode = {"w+": "r+"}.get(source["mode"], source["mode"])  # never create or truncate the file
-        # the memmap's own array (C-ordered, as stored); every view is made of it
-        return np.memmap(path, dtype=np.dtype(carrier["numpy_dtype"]), mode=mode, offset=source["file_offset"],
-                         shape=tuple(carrier["numpy_shape"]))
+        why = source.get("detached") or _file_differs(source)
+        if why is None:
+            mode = {"w+": "r+"}.get(source["mode"], source["mode"])  # never create or truncate the file
+            try:  # the memmap's own array (C-ordered, as stored); every view is made of it
+                return np.memmap(path, dtype=np.dtype(carrier["numpy_dtype"]), mode=mode,
+                                 offset=source["file_offset"], shape=tuple(carrier["numpy_shape"]))
+            except (OSError, ValueError) as exc:
+                why = f"the file cannot be mapped in mode {mode!r} ({getattr(exc, 'strerror', None) or exc})"
+        self.warnings.append(f"np.memmap of {path} restored as an in-memory copy: {why}")
+        return None
 
     def _numpy_root(self, skey: str):
         """The stored buffer as the C-contiguous array it was saved from, on memory of its own."""
@@ -357,6 +350,33 @@ class Restorer:
         arr._mmap, arr.filename, arr.mode = base._mmap, base.filename, base.mode
         arr.offset = source["file_offset"] + record["offset"]
         return arr
+
+
+def _file_differs(source) -> str | None:
+    """Why the memmap's file no longer holds what the checkpoint saw, or None when it does. Records
+    with a "region" hash only the mapped bytes; older ones hashed the whole file."""
+    from .hashing import new_hasher
+    hasher = new_hasher()
+    region = source.get("region")
+    try:
+        with open(source["path"], "rb") as f:
+            if region is not None:
+                f.seek(source["file_offset"])
+            left = region if region is not None else float("inf")
+            while left > 0:
+                block = f.read(int(min(8 << 20, left)))
+                if not block:
+                    break
+                hasher.update(block)
+                left -= len(block)
+            size = f.tell()
+    except OSError as exc:
+        return f"the file cannot be read ({exc.strerror or exc})"
+    if region is not None and left > 0:
+        return "the file is shorter than the mapping now"
+    if hasher.hexdigest() != source["digest"] or (region is None and size != source["size"]):
+        return "the file changed since the checkpoint"
+    return None
 
 
 def _rebase_notebook_classes(namespace: dict, restored: list, warnings: list) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import numpy as np
 import pytest
@@ -83,6 +84,41 @@ del common
         assert changed.value("[type(mm).__name__, float(mm[0, 0]), float(rows[0, 0]), np.shares_memory(rows, mm)]") == \
             ["ndarray", 0.0, 640.0, True]
         assert np.fromfile(path, dtype=np.float32)[0] == -1
+
+
+def test_memmaps_whose_file_left_come_back_with_the_mapped_values(tmp_path):
+    """The save recorded the file at the path, not what the mapping showed: a file replaced by a rename
+    came back with the new file's values and no warning; a deleted one was never saved; a file that
+    could no longer be opened for writing was not restored at all."""
+    store, data = tmp_path / "store", tmp_path / "data"
+    data.mkdir()
+    with Kernel(store) as first:
+        first.run(f'''
+import numpy as np, os
+def mapped(name, value):
+    mm = np.memmap(os.path.join({str(data)!r}, name), dtype=np.float32, mode="w+", shape=(4096,))
+    mm[:] = value; mm.flush()
+    return mm
+replaced, deleted, locked = mapped("replaced", 1), mapped("deleted", 2), mapped("locked", 3)
+new = os.path.join({str(data)!r}, "new")
+np.full(4096, 9, np.float32).tofile(new); os.replace(new, replaced.filename)
+os.remove(deleted.filename)
+''')
+        out = first.run("%gkews_checkpoint save")
+        assert "Skipped" not in out, out
+    subprocess.run(["chattr", "+i", str(data / "locked")], check=True)  # root ignores file modes
+    try:
+        with Kernel(store) as fresh:
+            out = fresh.run("%gkews_checkpoint restore")
+            assert "Not restored" not in out, out
+            for name, why in (("replaced", "its file no longer holds the mapped data"),
+                              ("deleted", "its file cannot be read"),
+                              ("locked", "the file cannot be mapped in mode 'r+'")):
+                assert f"Warning: np.memmap of {data / name} restored as an in-memory copy: {why}" in out, out
+            assert fresh.value("[float(replaced[0]), float(deleted[-1]), float(locked[5])]") == [1.0, 2.0, 3.0]
+    finally:
+        subprocess.run(["chattr", "-i", str(data / "locked")], check=True)
+    assert np.fromfile(data / "replaced", dtype=np.float32)[0] == 9  # untouched
 
 
 def test_changes_the_version_counter_misses_are_saved(tmp_path):
