@@ -445,6 +445,8 @@ class Capture:
         if skey is None:
             skey = f"s{len(self.storages)}"
             record = self._torch_storage(skey, ident, ust, t, st_dtype)
+            if getattr(ust, "filename", None):  # torch.from_file(shared=True): the restore cannot map it again
+                record["file"] = ust.filename
             self._storage_keys[ident] = skey
             self.storages[skey] = record
             self._seen[skey] = []

@@ -230,6 +230,9 @@ class Restorer:
         if skey in self._storages:
             return self._storages[skey]
         import torch
+        if self.manifest["storages"][skey].get("file"):
+            self.warnings.append(f"a tensor mapped from {self.manifest['storages'][skey]['file']} (torch.from_file) "
+                                 "restored as an in-memory copy: writes to it no longer reach the file")
         if self._streamed(skey):
             record = self.manifest["storages"][skey]
             ust = self._storages[skey] = cuda_io.load_storage(self.store, record, self._target(record["device"], torch))

@@ -121,6 +121,21 @@ os.remove(deleted.filename)
     assert np.fromfile(data / "replaced", dtype=np.float32)[0] == 9  # untouched
 
 
+def test_a_tensor_mapped_from_a_file_comes_back_as_a_copy_with_a_warning(tmp_path):
+    store, path = tmp_path / "store", tmp_path / "weights.f32"
+    np.arange(64, dtype=np.float32).tofile(path)
+    with Kernel(store) as first:
+        first.run(f"import torch\nshared = torch.from_file({str(path)!r}, shared=True, size=64)")
+        first.run("%gkews_checkpoint save")
+    with Kernel(store) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert (f"Warning: a tensor mapped from {path} (torch.from_file) restored as an in-memory copy: "
+                "writes to it no longer reach the file") in out, out
+        fresh.run("shared[1] = -5")
+        assert fresh.value("float(shared[1]) + float(shared[63])") == 58.0
+    assert np.fromfile(path, dtype=np.float32)[1] == 1  # the file is not written by the restore or the copy
+
+
 def test_changes_the_version_counter_misses_are_saved(tmp_path):
     """A fused optimizer step, a write through .data and one through .numpy() leave torch's version counter
     as it was; the next save must still store the new weights (a real kernel, saved after each change, then
