@@ -10,6 +10,17 @@ DEFAULT_AUTO_MAX_BYTES = 8 << 30     # and the bytes their distinct blobs may ta
 DEFAULT_AUTO_STAGING_MB = 1024       # warm staging memory kept between automatic checkpoints, per kernel
 
 
+def _anchor_relative_root() -> None:
+    """A relative GKEWS_CHECKPOINT_ROOT is relative to where the process started: made absolute once, at
+    import, so that a later %cd does not move the store (the next save started a second one there)."""
+    env = os.environ.get("GKEWS_CHECKPOINT_ROOT")
+    if env and not os.path.isabs(os.path.expanduser(env)):
+        os.environ["GKEWS_CHECKPOINT_ROOT"] = os.path.abspath(os.path.expanduser(env))
+
+
+_anchor_relative_root()
+
+
 def checkpoint_root(root: str | None = None) -> str:
     if root:
         return os.path.abspath(os.path.expanduser(root))

@@ -262,7 +262,15 @@ class Store:
                 return
         else:
             self.ensure()
-            fd = os.open(os.path.join(self.root, ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            path = os.path.join(self.root, ".lock")
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                raise NotAStore(f"{path} is a symbolic link; the checkpoint store never writes through links (one "
+                                f"could make it write elsewhere). Delete it ({path}): the store makes its own lock "
+                                f"file; nothing was written or deleted.") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             yield

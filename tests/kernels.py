@@ -15,11 +15,11 @@ class KernelError(AssertionError):
 
 class Kernel:
     def __init__(self, root: str, notebook: str = "work/experiment.ipynb", extra_env: dict | None = None,
-                 kernel_name: str = "python3"):
+                 kernel_name: str = "python3", cwd: str | None = None):
         env = dict(os.environ, GKEWS_CHECKPOINT_ROOT=str(root), JPY_SESSION_NAME=notebook)
         env.update(extra_env or {})
         self.km = KernelManager(kernel_name=kernel_name)
-        self.km.start_kernel(env=env)
+        self.km.start_kernel(env=env, **({"cwd": str(cwd)} if cwd else {}))
         self.client = self.km.client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=60)

@@ -135,6 +135,33 @@ def test_a_link_inside_the_store_is_refused(tmp_path, linked):
     assert tree(tmp_path / "moved" if linked == "blobs" else root / "blobs") == blobs
 
 
+def test_a_lock_file_that_is_a_link_is_refused_with_the_way_out(tmp_path):
+    """The link was never followed, but the save showed a raw ELOOP traceback and cleanup crashed."""
+    root, precious = tmp_path / "ckpt", tmp_path / "notes.txt"
+    kernel_state.save({"w": 1}, notebook=NB, root=root)
+    precious.write_text("PRECIOUS")
+    (root / ".lock").unlink()
+    (root / ".lock").symlink_to(precious)
+    with pytest.raises(NotAStore, match=rf"{root / '.lock'} is a symbolic link; .* Delete it"):
+        kernel_state.save({"w": 2}, notebook=NB, root=root)
+    r = jupyter_gkews("cleanup", f"--checkpoint-root={root}", home=tmp_path / "home")
+    assert r.returncode == 2 and f"{root / '.lock'} is a symbolic link" in r.stderr and "Traceback" not in r.stderr
+    assert precious.read_text() == "PRECIOUS" and len(kernel_state.list_checkpoints(notebook=NB, root=str(root))) == 1
+
+
+def test_a_relative_store_root_stays_where_the_kernel_started(tmp_path):
+    """It was resolved again on every call: after %cd the checkpoints were gone and a second store grew
+    in the user's data folder."""
+    (tmp_path / "data").mkdir()
+    with Kernel("ckpt", cwd=tmp_path) as k:
+        k.run("x = 1\n%gkews_checkpoint save")
+        k.run("%cd data")
+        assert "No checkpoints yet" not in k.run("%gkews_checkpoint list")
+        k.run("x = 2\n%gkews_checkpoint save")
+        assert k.value("len(__import__('kernel_state').list_checkpoints())") == 2
+    assert not (tmp_path / "data" / "ckpt").exists() and (tmp_path / "ckpt" / MARKER).exists()
+
+
 def test_delete_takes_an_id_never_a_path(tmp_path):
     root = tmp_path / "ckpt"
     kernel_state.save({"x": 1}, notebook=NB, root=root)
