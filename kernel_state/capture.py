@@ -176,6 +176,7 @@ class Capture:
         errors = []
         for kind in picklers:
             self._var_storages, self._var_refs, self._var_memo, self._var_raw = [], [], False, False
+            self._var_names = set()  # the other variables whose objects this one's pickle refers to
             self._attrs_sent = set()
             self._nested = int(kind == "dill")
             buf = io.BytesIO()
@@ -205,6 +206,8 @@ class Capture:
             record = {"kind": _kind(value), "type": type_name(value), "pickler": kind, "pickle": digest,
                       "bytes": len(data) + sum(self.storages[s]["nbytes"] for s in self._var_storages),
                       "storages": list(self._var_storages)}
+            if self._var_names:
+                record["refers_to"] = sorted(self._var_names)
             record.update(_describe(value))
             try:
                 record["digest"] = self._value_digest(name, value, digest)
@@ -273,16 +276,19 @@ class Capture:
         name = self.var_ids.get(id(obj))
         if name is not None and name != self._current:
             if name in self.saved_vars:
+                self._var_names.add(name)
                 return ("var", name)
             if self._nested and self.defer_forward:
                 raise Deferred(name)
         path = self._path(obj)
         if path is not None:
+            self._var_names.add(path[1])
             return path
         shared = self._shared.get(id(obj))
         if shared is not None and shared[0] != self._current:
             self.variables[shared[0]]["shared"] = True
             self._var_memo = True
+            self._var_names.add(shared[0])
             return ("memo",) + shared
         if type(obj) in _CONTAINERS:  # most of what a model's pickle meets: never a tensor nor a resource
             return None

@@ -419,21 +419,30 @@ def _redefined(old, new) -> bool:
         return True
 
 
-def _warn_detached(manifest: dict, restored: list, restorer: Restorer) -> None:
+def _warn_detached(manifest: dict, restored: list, restorer: Restorer, namespace: dict) -> None:
     """A subset restore of a variable that shares tensors with (or refers to) one left out gives it
-    restored copies of those, not the kernel's live ones: say which, and how to keep them bound."""
+    restored copies of those, not the kernel's live ones; a variable left out that refers to a restored
+    one still holds the kernel's earlier object. Say which, and how to keep them bound."""
     variables = manifest["variables"]
     chosen = [n for n in restored if n in variables]
     for name in chosen:
         mine = set(variables[name].get("storages", []))
         partners = sorted(other for other, record in variables.items() if other not in chosen and (
             other in restorer.values or mine & set(record.get("storages", []))))
+        holders = sorted(other for other, record in variables.items() if other not in chosen and
+                         other not in partners and other in namespace and name in record.get("refers_to", ()))
+        together = f"restore them together (names={sorted(chosen + partners + holders)!r}) to keep them bound"
         if partners:
             restorer.warnings.append(
                 f"{name}: it shares tensors or objects with {', '.join(partners)}, which this restore left as "
                 f"they are: {name} now refers to restored copies, not to the kernel's "
-                f"{'variable' if len(partners) == 1 else 'variables'}; restore them together "
-                f"(names={sorted(chosen + partners)!r}) to keep them bound")
+                f"{'variable' if len(partners) == 1 else 'variables'}; {together}")
+        if holders:
+            restorer.warnings.append(
+                f"{name}: {', '.join(holders)} {'refers' if len(holders) == 1 else 'refer'} to it and this restore "
+                f"left {'it' if len(holders) == 1 else 'them'} as {'it is' if len(holders) == 1 else 'they are'}: "
+                f"{'it still holds' if len(holders) == 1 else 'they still hold'} the kernel's earlier {name}, "
+                f"not the restored one; {together}")
 
 
 def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, device=None,
@@ -471,7 +480,7 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
             failed[name] = reason
     _rebase_notebook_classes(namespace, restored, restorer.warnings)
     if wanted:
-        _warn_detached(manifest, restored, restorer)
+        _warn_detached(manifest, restored, restorer, namespace)
     generators = []
     saved_random = manifest.get("random_state")
     if saved_random and random_state and not wanted:

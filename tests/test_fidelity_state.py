@@ -229,6 +229,26 @@ note = "unrelated"
         assert kernel.value("opt.param_groups[0]['params'][0] is model.weight") is True
 
 
+def test_restoring_a_variable_others_hold_names_them(tmp_path):
+    """`holder = {'a': a}`, then `restore a`: holder still holds the kernel's earlier a, and the restore
+    said nothing (the checkpoint did not record who refers to whom)."""
+    with Kernel(tmp_path) as kernel:
+        kernel.run("import numpy as np\na = np.zeros(200_000)\nholder = {'a': a}\ncfg = {'lr': 0.1}\n"
+                   "runs = [cfg, cfg]\nalone = 3")
+        kernel.run("%gkews_checkpoint save")
+        out = kernel.run("%gkews_checkpoint restore a cfg alone")
+        assert ("a: holder refers to it and this restore left it as it is: it still holds the kernel's earlier "
+                "a, not the restored one; restore them together (names=['a', 'alone', 'cfg', 'holder'])"
+                ) in out, out
+        assert "cfg: runs refers to it" in out and "alone:" not in out
+        assert kernel.value("[holder['a'] is a, runs[0] is cfg]") == [False, False]
+        out = kernel.run("%gkews_checkpoint restore a holder cfg runs")
+        assert "Warning" not in out, out
+        assert kernel.value("[holder['a'] is a, runs[0] is cfg]") == [True, True]
+    with Kernel(tmp_path) as fresh:  # nothing else holds it in a fresh kernel: nothing to say
+        assert "Warning" not in fresh.run("%gkews_checkpoint restore a")
+
+
 def test_views_of_small_arrays_still_share_memory(tmp_path):
     """`y = x[2:5]` of a small array (pickled inline, not through the table) is still a view of `x`
     after a restore, within one variable and across variables, in every memory order; each on aligned
