@@ -19,7 +19,8 @@ def clean_checkpoints(root: str, *, keep_last: int, max_bytes: int, max_age_days
     notebooks = catalog.notebooks()
     result = catalog.store.enforce_retention(notebooks, keep_last, max_bytes, max_age=max_age_days * 86400,
                                              dry_run=dry_run)
-    return {"notebooks": len(notebooks), "deleted": result["deleted"], "bytes_freed": result["bytes_freed"]}
+    return {"notebooks": len(notebooks), "deleted": result["deleted"], "bytes_freed": result["bytes_freed"],
+            "blobs_kept": result["blobs_kept"]}
 
 
 async def run_cleanup(root: str, backend, *, keep_last: int, max_bytes: int, max_age_days: float,
@@ -43,6 +44,8 @@ def describe(report: dict) -> str:
     for obj in report["backend"]:
         lines.append(f"{verb} {obj.get('kind', 'object')} {obj.get('name', '?')}"
                      + (f" ({obj['bytes']} bytes)" if obj.get("bytes") else ""))
+    if report.get("blobs_kept"):
+        lines.append(report["blobs_kept"])
     count = sum(len(ids) for ids in report["deleted"].values())
     lines.append(f"{'dry run: ' if report['dry_run'] else ''}{count} checkpoint(s) and "
                  f"{len(report['backend'])} backend object(s) {verb} across {report['notebooks']} notebook(s); "

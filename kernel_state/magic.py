@@ -100,6 +100,12 @@ class CheckpointMagics(Magics):
         if result["skipped"]:
             print(f"Skipped {len(result['skipped'])} (not saved):")
             print("\n".join(_skipped_lines(result["skipped"])))
+        retention = result["retention"] or {}
+        if retention.get("deleted"):
+            print(f"Retention removed {len(retention['deleted'])} older checkpoint(s): "
+                  f"{', '.join(retention['deleted'])} (GKEWS_KEEP_LAST, GKEWS_MAX_BYTES).")
+        if retention.get("blobs_kept"):
+            print(f"Note: {retention['blobs_kept']}.")
 
     def _restore(self, args):
         result = checkpoint.restore(self.shell.user_ns, notebook=args.notebook, checkpoint=args.checkpoint,

@@ -421,7 +421,8 @@ class Store:
     def apply_retention(self, notebook: str, keep_last: int | None = None, max_bytes: int | None = None,
                         auto: bool = False) -> dict:
         out = self.enforce_retention([notebook], keep_last, max_bytes, auto=auto)
-        return {"deleted": out["deleted"].get(notebook, []), "bytes_freed": out["bytes_freed"]}
+        return {"deleted": out["deleted"].get(notebook, []), "bytes_freed": out["bytes_freed"],
+                "blobs_kept": out["blobs_kept"]}
 
     def enforce_retention(self, notebooks, keep_last: int | None = None, max_bytes: int | None = None,
                           max_age: float = 0, dry_run: bool = False, auto: bool = False) -> dict:
@@ -448,8 +449,8 @@ class Store:
                     remove_quietly(path)
                 for mdir in {os.path.dirname(p) for p in dropped}:
                     fsync_dir(mdir)
-            freed += self._collect(dropped=dropped, dry_run=dry_run)
-        return {"deleted": deleted, "bytes_freed": freed}
+            collected, kept = self._collect(dropped=dropped, dry_run=dry_run)
+        return {"deleted": deleted, "bytes_freed": freed + collected, "blobs_kept": kept}
 
     def _expired(self, notebook: str, keep: int, budget: int, max_age: float, auto: bool = False) -> list[str]:
         manifests = {}
@@ -478,10 +479,11 @@ class Store:
             doomed.append(kept.pop())
         return pins.without_pinned(self.root, doomed)
 
-    def _collect(self, dropped: set[str] = frozenset(), dry_run: bool = False) -> int:
+    def _collect(self, dropped: set[str] = frozenset(), dry_run: bool = False) -> tuple[int, str | None]:
         """Delete blobs that no manifest (other than those in dropped) references, and stale temp files;
-        return the bytes freed (or that would be, with dry_run). Caller holds the exclusive lock (so the
-        layout was checked: the root is ours and blobs/, tmp/ are real directories).
+        return the bytes freed (or that would be, with dry_run) and, when no blob could be collected, why.
+        Caller holds the exclusive lock (so the layout was checked: the root is ours and blobs/, tmp/ are
+        real directories).
 
         Only regular files under the names the store writes are removed; anything else is left alone."""
         doomed = [os.path.join(self.tmp_dir, n) for n in os.listdir(self.tmp_dir) if TEMP_NAME.fullmatch(n)]
@@ -497,9 +499,13 @@ class Store:
                     if not (name.endswith(".json") and CHECKPOINT_ID.fullmatch(name[:-5])) \
                             or os.path.join(mdir, name) in dropped:
                         continue
-                    referenced.update(self.read_manifest_file(os.path.join(mdir, name))["blobs"])
-        except (CorruptManifest, NotAStore):
+                    where = os.path.join(mdir, name)
+                    referenced.update(self.read_manifest_file(where)["blobs"])
+        except (CorruptManifest, NotAStore) as exc:
             referenced = None  # cannot tell what every checkpoint needs: keep every blob until that is fixed
+            at = f" ({where})" if isinstance(exc, CorruptManifest) else ""
+            kept = (f"no unused blob was removed: {exc}{at}; which blobs the checkpoints need cannot be told "
+                    f"until that is fixed")
         if referenced is not None:
             names = [n for n in os.listdir(self.blob_dir) if BLOB_NAME.fullmatch(n)]
             referenced |= self._bases(n for n in names if n.endswith(".enc") and n[:-4] in referenced)
@@ -515,7 +521,7 @@ class Store:
                     os.unlink(path)
             except OSError:  # gone meanwhile, or not ours to remove: the next collection tries again
                 pass
-        return freed
+        return freed, (kept if referenced is None else None)
 
     def _bases(self, encoded_names) -> set[str]:
         """The blobs these encoded blobs are XORed with: kept while they are (their manifests may not

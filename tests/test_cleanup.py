@@ -11,6 +11,7 @@ import pytest
 
 import kernel_state
 from clikit import jupyter_gkews
+from kernels import Kernel
 from jupyter_gkews.backends import LocalBackend
 from jupyter_gkews.cleanup import run_cleanup
 from kernel_state.store import Store
@@ -90,6 +91,33 @@ def test_expired_checkpoints_and_orphan_blobs_go(tmp_path):
     assert report["deleted"] == {A: ids[A][1:], B: ids[B][2:]}
     assert store.checkpoint_ids(A) == ids[A][:1] and store.checkpoint_ids(B) == ids[B][:1]
     assert len([n for n in os.listdir(store.blob_dir) if n.endswith(".safetensors")]) == 2
+
+
+def test_a_damaged_manifest_that_blocks_collection_is_named(tmp_path):
+    """Cleanup and every save's collection freed nothing, with no word, while another notebook's
+    manifest was damaged; the store kept growing."""
+    root = tmp_path / "ckpt"
+    ids = fill(root)
+    damaged = os.path.join(Store(str(root)).manifest_dir(B), ids[B][0] + ".json")
+    with open(damaged, "r+b") as f:
+        f.truncate(10)
+    for args in (["--dry-run"], []):
+        r = jupyter_gkews("cleanup", f"--checkpoint-root={root}", "--keep-last=1", *args, home=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert f"no unused blob was removed: manifest {ids[B][0]}.json cannot be read" in r.stdout, r.stdout
+        assert damaged in r.stdout
+    assert Store(str(root)).checkpoint_ids(A) == ids[A][:1]  # checkpoints still go; their blobs wait
+    ns = {"w": np.zeros(10)}
+    out = kernel_state.save(ns, notebook=A, root=root, keep_last=1)["retention"]
+    assert out["deleted"] == ids[A][:1] and "no unused blob was removed" in out["blobs_kept"]
+
+
+def test_the_save_says_what_retention_removed(tmp_path):
+    """`save step` twice with keep_last=2 removed the only checkpoint holding the model, silently."""
+    with Kernel(tmp_path / "ckpt", extra_env={"GKEWS_KEEP_LAST": "1"}) as k:
+        first = k.run("x = 1\n%gkews_checkpoint save").split()[2].rstrip(":")
+        out = k.run("x = 2\n%gkews_checkpoint save")
+        assert f"Retention removed 1 older checkpoint(s): {first} (GKEWS_KEEP_LAST" in out, out
 
 
 def test_bad_settings_and_a_missing_store_are_named(tmp_path):
