@@ -278,12 +278,25 @@ def _probe_file(store: Store, nb: str) -> str:
     return os.path.join(store.notebook_dir(nb), "probes.json")
 
 
+class DamagedProbes(ValueError):
+    pass
+
+
 def probe_expressions(store: Store, nb: str) -> list[str]:
+    """The notebook's probes; none when it has none. A damaged probe file is named (DamagedProbes),
+    never read as "no probes": the next `probe` would have written over the others."""
+    path = _probe_file(store, nb)
     try:
-        with open(_probe_file(store, nb)) as f:
-            return list(json.load(f)["probes"])
-    except (FileNotFoundError, ValueError, KeyError):
+        with open(path) as f:
+            probes = json.load(f)["probes"]
+        if not isinstance(probes, list) or not all(isinstance(p, str) for p in probes):
+            raise ValueError("'probes' is not a list of expressions")
+        return list(probes)
+    except FileNotFoundError:
         return []
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DamagedProbes(f"the probe file {path} is damaged ({type(exc).__name__}: {exc}); delete it and add "
+                            f"the probes again with %gkews_checkpoint probe EXPR") from None
 
 
 def value_digest(value, algorithm: str | None = None) -> dict:
@@ -325,7 +338,11 @@ def _evaluate(ns: dict, expr: str):
 
 def _evaluate_probes(ns: dict, store: Store, nb: str) -> list[dict]:
     out = []
-    for expr in probe_expressions(store, nb):
+    try:
+        exprs = probe_expressions(store, nb)
+    except DamagedProbes as exc:  # the save goes on; verify shows this line as not recorded
+        return [{"expr": "(this notebook's probes)", "error": str(exc)}]
+    for expr in exprs:
         try:
             value = _evaluate(ns, expr)
             out.append({"expr": expr, "repr": _repr(value), "digest": value_digest(value)})
@@ -393,9 +410,12 @@ def status(*, notebook=None, root=None) -> dict:
         latest = summary(store.load_manifest(nb))
     except CheckpointError as exc:
         latest = {"error": str(exc)} if store.checkpoint_ids(nb) else None
+    try:
+        probes = {"probes": probe_expressions(store, nb)}
+    except DamagedProbes as exc:
+        probes = {"probes": [], "probes_error": str(exc)}
     return {"identity": identity(), "notebook": nb, "root": store.root, "latest": latest,
-            "checkpoints": len(store.checkpoint_ids(nb)), "probes": probe_expressions(store, nb),
-            "activity": dict(_activity)}
+            "checkpoints": len(store.checkpoint_ids(nb)), **probes, "activity": dict(_activity)}
 
 
 __all__ = ["save", "restore", "verify", "probe", "list_checkpoints", "delete", "status", "identity",

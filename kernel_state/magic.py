@@ -165,10 +165,15 @@ class CheckpointMagics(Magics):
                   f"{latest['skipped']} skipped")
         if s["probes"]:
             print("probes: " + "; ".join(s["probes"]))
+        if s.get("probes_error"):
+            print(f"probes: {s['probes_error']}")
 
     def _probe(self, expr: str):
         if not expr:
-            probes = checkpoint.status()["probes"]
+            status = checkpoint.status()
+            if status.get("probes_error"):
+                raise UsageError(status["probes_error"])
+            probes = status["probes"]
             print("probes: " + "; ".join(probes) if probes else "No probes: %gkews_checkpoint probe EXPR adds one.")
             return
         remove = expr.split(None, 1)[0] == "--remove"

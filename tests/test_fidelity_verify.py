@@ -134,3 +134,21 @@ odd = Odd()
         assert "Probe removed: odd." in fresh.run("%gkews_checkpoint probe --remove odd")
         assert "no probe 'odd' is recorded" in fresh.run("%gkews_checkpoint probe --remove odd", allow_error=True)
         assert fresh.run("%gkews_checkpoint probe").strip() == "probes: set(words)"
+
+
+def test_a_damaged_probe_file_is_named_never_written_over(tmp_path):
+    """A damaged probes.json read as "no probes": saves dropped them silently and the next probe wrote
+    over the others."""
+    with Kernel(tmp_path) as k:
+        k.run("x = 1\ny = 2")
+        k.run("%gkews_checkpoint probe x + 1")
+        probes = next(tmp_path.glob("notebooks/*/probes.json"))
+        probes.write_text('{"probes": ["x + 1", ')
+        out = k.run("%gkews_checkpoint probe y", allow_error=True)
+        assert f"the probe file {probes} is damaged" in out and "delete it and add the probes again" in out, out
+        assert probes.read_text() == '{"probes": ["x + 1", '
+        k.run("%gkews_checkpoint save")
+        verified = k.call({"op": "verify"})["result"]["probes"]
+        assert verified[0]["verdict"] == "not-recorded" and f"the probe file {probes} is damaged" in \
+            verified[0]["detail"], verified
+        assert "is damaged" in k.run("%gkews_checkpoint probe", allow_error=True)
