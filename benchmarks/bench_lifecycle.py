@@ -60,7 +60,7 @@ class BenchServer(Server):
             code, payload = self.post(path)
             if code == 202:
                 return payload
-            if code == 409 and "transition is running" in payload.get("message", ""):
+            if code == 409 and " is running (" in payload.get("message", ""):  # "a pause is running (...)"
                 self.early_409s += 1
                 time.sleep(0.005)
                 continue

@@ -1,9 +1,10 @@
 """Calls into kernel_state inside a running kernel, silently, one JSON request per call.
 
 The request travels as a user_expression of an empty, silent execute request, so nothing enters the
-user's history or output. The server's activity tracker counts every IOPub message as activity, so the
-kernel's and the server's last_activity are put back afterwards: our own calls never keep a session
-looking busy, nor reset an idle timer.
+user's history or output. The server's activity tracker counts every IOPub message as activity, whenever
+it reads it (possibly after the call returned): the messages answering our own sessions (their ids start
+with BRIDGE_SESSION) leave the kernel's and the server's last_activity as they were, and both are put
+back after each call too: our own calls never keep a session looking busy, nor reset an idle timer.
 
 Every call races a watch on the kernel itself: a kernel that is shut down, restarted (a new process, on
 new ports) or whose process is gone ends the call within a second, and one whose heartbeat stays silent
@@ -21,6 +22,7 @@ from kernel_state.hold import ANSWER_SUFFIX, CALL_SUFFIX, held_pid
 from .errors import KernelCallError, KernelStateMissing
 
 SAVED_LINE = '{"gkews_saved"'
+BRIDGE_SESSION = "gkews-bridge-"  # the start of our clients' session ids
 
 __all__ = ["KernelBridge", "KernelCallError", "KernelStateMissing"]
 
@@ -150,7 +152,8 @@ class KernelBridge:
         # A session of its own: the kernel routes replies by the client's session id, and every
         # kernel.client() shares the manager's; a hold's client stays connected while others come and go.
         session = kernel.session.clone()
-        session.session = uuid.uuid4().hex
+        session.session = BRIDGE_SESSION + uuid.uuid4().hex
+        _ignore_our_activity(kernel, km)
         client = kernel.client(session=session)
         client.start_channels()
         return kernel, client, before
@@ -231,6 +234,34 @@ class KernelBridge:
             others = [getattr(self.kernel_manager.get_kernel(k), "last_activity", None)
                       for k in self.kernel_manager.list_kernel_ids()]
             self.kernel_manager.last_kernel_activity = max([server_last] + [t for t in others if t])
+
+
+def _ignore_our_activity(kernel, km) -> None:
+    """Wrap the server's activity tracker of this kernel (once per IOPub stream: a restart makes a new
+    one): a message whose parent came from one of our sessions still updates the execution state, but
+    not the activity times. Where the tracker is not the one we know, _restore_activity still applies."""
+    stream = getattr(kernel, "_activity_stream", None)
+    record = getattr(stream, "_recv_callback", None)
+    if record is None or getattr(record, "gkews_ignores_bridge", False):
+        return
+
+    def record_unless_ours(msg_list):
+        try:
+            _idents, frames = kernel.session.feed_identities(msg_list)
+            parent = kernel.session.unpack(frames[2])  # [signature, header, parent_header, ...]
+            ours = str(parent.get("session", "")).startswith(BRIDGE_SESSION)
+        except Exception:  # not a message we can read: the tracker decides, as without us
+            ours = False
+        if not ours:
+            return record(msg_list)
+        times = kernel.last_activity, km.last_kernel_activity
+        try:
+            return record(msg_list)
+        finally:
+            kernel.last_activity, km.last_kernel_activity = times
+
+    record_unless_ours.gkews_ignores_bridge = True
+    stream.on_recv(record_unless_ours)
 
 
 async def call_held(hold_file: str, pid: int, request: dict, timeout: float) -> dict | None:

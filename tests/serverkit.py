@@ -63,14 +63,20 @@ async def events(jp_fetch) -> list[dict]:
     return json.loads((await jp_fetch("gkews", "events")).body)["events"]
 
 
-async def wait_kernel_state(serverapp, kernel_id: str, state: str, timeout: float = 30) -> None:
-    """Poll the server's view of a kernel's execution_state (as the activity tracker sets it)."""
+async def wait_until(condition, what: str, timeout: float = 30) -> None:
+    """Poll condition() on the event loop until it holds; fail naming what it waited for."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while serverapp.kernel_manager.get_kernel(kernel_id).execution_state != state:
+    while not condition():
         if loop.time() > deadline:
-            raise AssertionError(f"kernel {kernel_id} not {state} after {timeout}s")
+            raise AssertionError(f"waited {timeout}s for {what}")
         await asyncio.sleep(0.05)
+
+
+async def wait_kernel_state(serverapp, kernel_id: str, state: str, timeout: float = 30) -> None:
+    """Poll the server's view of a kernel's execution_state (as the activity tracker sets it)."""
+    await wait_until(lambda: serverapp.kernel_manager.get_kernel(kernel_id).execution_state == state,
+                     f"kernel {kernel_id} to be {state}", timeout)
 
 
 def gkews_server_config(tmp_path, **settings) -> dict:

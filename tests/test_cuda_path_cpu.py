@@ -256,6 +256,7 @@ def test_settings_say_what_is_wrong_and_how_to_fix_it(monkeypatch):
         config.direct_io()
 
 
+@pytest.mark.timeout(600)  # the subprocess's own limit, not pytest's default 300 s
 def test_the_gpu_benchmark_runs_on_the_cpu_with_smoke(tmp_path):
     out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_gpu.py"), "--smoke",
                           "--dir", str(tmp_path), "--json", str(tmp_path / "bench.json")],

@@ -187,6 +187,7 @@ def test_pause_flag_a_failing_save_said_once_and_shutdown_not_delayed(store):
         # a snapshot held in the writer does not keep the kernel from shutting down politely
         k.run("from kernel_state import auto; auto.AUTO.writer.hold()")
         k.run("last = np.ones(2_000_000)")
+        k.run("import time\nwhile not auto.AUTO.status()['writing']:\n    time.sleep(0.01)")  # its thread runs niced
         assert auto_status(k)["writing"]
         # nor from being interrupted: a cell that loops is stopped while the writer holds a snapshot
         msg_id = k.client.execute("import time\nprint('looping', flush=True)\nwhile True:\n    time.sleep(0.05)")

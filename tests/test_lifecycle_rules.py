@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from serverkit import events, open_notebook, post, run_cell, status, wait_for, wait_kernel_state
+from serverkit import events, open_notebook, post, run_cell, status, wait_for, wait_kernel_state, wait_until
 
 CHECKPOINT_ID = "20260101-000000-000-abcd"
 
@@ -185,6 +185,34 @@ async def test_bridge_calls_leave_no_trace_of_activity(jp_fetch, jp_serverapp, j
 
     count_after = int(await run_cell(jp_serverapp, kid, "print(get_ipython().execution_count)"))
     assert count_after == count_before + 1  # only the user's own cell advanced the count
+
+
+async def test_a_bridge_call_the_tracker_reads_late_is_still_not_activity(jp_fetch, jp_serverapp, jp_root_dir):
+    """The tracker reads IOPub on its own socket: it may read a call's busy/idle after the call returned
+    and its activity was put back (seen at 1-3 ms on a loaded machine), and the idle timer restarted.
+    Here it reads every message 0.2 s late; a user's cell still counts."""
+    s = await open_notebook(jp_fetch, jp_root_dir, "work/late.ipynb")
+    kid = s["kernel"]["id"]
+    km = jp_serverapp.kernel_manager
+    bridge = jp_serverapp.web_app.settings["gkews_lifecycle"].bridge
+    await bridge.call(kid, {"op": "identity"}, label="work/late.ipynb")
+    kernel = km.get_kernel(kid)
+    stream, record = kernel._activity_stream, kernel._activity_stream._recv_callback
+    loop, arrived, recorded = asyncio.get_running_loop(), [], []
+    stream._recv_callback = lambda msg: arrived.append(loop.call_later(0.2, lambda: recorded.append(record(msg))))
+
+    async def recorded_after(work):
+        count = len(arrived)
+        await work
+        await wait_until(lambda: len(arrived) >= count + 2 and len(recorded) == len(arrived),
+                         "the tracker to read the busy and idle messages")
+
+    activity, server_activity = kernel.last_activity, km.last_kernel_activity
+    await recorded_after(bridge.call(kid, {"op": "identity"}, label="work/late.ipynb"))
+    assert kernel.last_activity == activity, "a bridge call counted as user activity in the kernel"
+    assert km.last_kernel_activity == server_activity, "a bridge call counted as user activity in the server"
+    await recorded_after(run_cell(jp_serverapp, kid, "x = 1"))
+    assert kernel.last_activity > activity and km.last_kernel_activity > server_activity
 
 
 # -- 5. a kernel whose environment lacks kernel_state -----------------------------------------------------
