@@ -185,13 +185,13 @@ class KernelBridge:
     async def _death(self, kernel_id: str, kernel, client) -> str:
         """Return how the kernel went away; never returns while it lives."""
         km = self.kernel_manager
-        process = _process_of(kernel)
+        process = kernel_process(kernel)
         silent = 0.0
         while True:
             await asyncio.sleep(self.liveness_interval)
             if kernel_id not in km or km.get_kernel(kernel_id) is not kernel:
                 return "was shut down"
-            if _process_of(kernel) != process:
+            if kernel_process(kernel) != process:
                 return "was restarted (a new process on new ports)"
             try:
                 alive = await kernel.is_alive()
@@ -325,7 +325,7 @@ def _progress_hook(on_progress):
     return hook
 
 
-def _process_of(kernel):
+def kernel_process(kernel):
     """What changes when a kernel restarts: its process id and its ports."""
     provisioner = getattr(kernel, "provisioner", None)
     return (getattr(provisioner, "pid", None), getattr(kernel, "shell_port", None),

@@ -63,6 +63,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     };
     tracker.widgetAdded.connect((_, panel) => watch(panel));
     tracker.forEach(watch);
+    // a panel open all along is held too, from the moment the pause releases its notebook
+    model.changed.connect(() => tracker.forEach(panel => holdKernelStart(panel, model.status)));
 
     const panel = new CheckpointPanel(model);
     const showCheckpoints = () => {

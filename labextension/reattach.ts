@@ -24,15 +24,31 @@ export function releasedPaths(status: IStatus | null): Set<string> {
   return new Set(status.notebooks.filter(nb => nb.status === 'released').map(nb => nb.path));
 }
 
+/** The kernel preference a panel had before its notebook was released. */
+const heldPreference = new WeakMap<NotebookPanel, ISessionContext.IKernelPreference>();
+
 /**
- * A panel opened (or restored on page load) while its notebook is paused
- * would start a fresh kernel under a new session and hide the one the resume
- * brings back: tell its session context not to start one.
+ * A panel of a notebook the pause released - opened or restored while it is
+ * paused, or open all along, its session gone - would start a fresh kernel
+ * under a new session when a cell runs (JupyterLab starts one for a notebook
+ * without a kernel): a kernel the pause never saw, on the GPU it gave back,
+ * hiding the one the resume brings back. Its session context is told not to
+ * start one while released, and gets its own preference back once the panel
+ * has a kernel again after the resume. Called on every status change.
  */
 export function holdKernelStart(panel: NotebookPanel, status: IStatus | null): void {
+  const sc = panel.sessionContext;
   if (releasedPaths(status).has(panel.context.path)) {
-    const sc = panel.sessionContext;
-    sc.kernelPreference = { ...sc.kernelPreference, shouldStart: false, autoStartDefault: false };
+    if (!heldPreference.has(panel)) {
+      heldPreference.set(panel, sc.kernelPreference);
+      sc.kernelPreference = { ...sc.kernelPreference, shouldStart: false, autoStartDefault: false };
+    }
+    return;
+  }
+  const own = heldPreference.get(panel);
+  if (own && status?.state === 'active' && sc.session?.kernel) {
+    heldPreference.delete(panel);
+    sc.kernelPreference = own;
   }
 }
 

@@ -259,6 +259,30 @@ async def test_a_kernel_dying_during_its_checkpoint_fails_the_pause_within_secon
         assert "died" in failed["message"] or "restarted" in failed["message"], failed["message"]
 
 
+async def test_a_kernel_that_restarted_while_the_pause_waited_is_not_checkpointed_empty(
+        jp_fetch, jp_serverapp, jp_root_dir, monkeypatch):
+    """Its cell crashed it while the pause waited (Wait and pause): the server restarted it, and the pause
+    checkpointed the new, empty kernel, said "paused", and the resume said "0 variables restored"."""
+    a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, a, "x = 41")
+    lifecycle, restarted = jp_serverapp.web_app.settings["gkews_lifecycle"], asyncio.Event()
+    waits = lifecycle._wait_idle
+
+    async def wait_idle_once_restarted(nb, interrupt):  # the restart lands while the pause waits
+        await restarted.wait()
+        return await waits(nb, interrupt)
+
+    monkeypatch.setattr(lifecycle, "_wait_idle", wait_idle_once_restarted)
+    assert (await post(jp_fetch, "pause")).code == 202
+    await jp_fetch("api", "kernels", a, "restart", method="POST", body="")
+    restarted.set()
+    failed = await wait_for(jp_fetch, ("paused", "failed"), timeout=60)
+    assert failed["state"] == "failed", failed["message"]
+    assert "a.ipynb: its kernel restarted during the pause" in failed["message"], failed["message"]
+    assert a in jp_serverapp.kernel_manager  # the new kernel runs on; nothing was pinned for it
+    assert [e for e in await events(jp_fetch) if e["event"] == "notebook-checkpointed"] == []
+
+
 # -- problem 6: interrupt with a cell that ignores SIGINT --------------------------------------------------
 async def test_an_interrupt_the_cell_ignores_is_bounded(jp_fetch, jp_serverapp, jp_root_dir, gate):
     a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]

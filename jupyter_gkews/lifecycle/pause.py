@@ -5,6 +5,7 @@ import asyncio
 import time
 
 from ..backends.base import LIVE_STATUSES, SnapshotFailed
+from ..bridge import kernel_process
 from ..claim import Claim
 from ..errors import BadRequest, Conflict, KernelCallError
 from ..state import now
@@ -32,6 +33,9 @@ class Pause:
                           if wanted and nb["path"] in wanted and nb.get("status") == NotebookStatus.FAILED}
             waiting = [nb for nb in waiting if nb["path"] not in superseded]
             targets = await self._running_notebooks(wanted, {nb["path"] for nb in waiting})
+            km = self.serverapp.kernel_manager  # the processes the user asked to pause (see _checkpoint)
+            self._paused_processes = {nb["kernel_id"]: kernel_process(km.get_kernel(nb["kernel_id"]))
+                                      for nb in targets}
             if not targets:
                 failed = [nb["path"] for nb in waiting if nb.get("status") == NotebookStatus.FAILED]
                 raise Conflict("nothing to pause: no notebook has a running kernel" + (
@@ -187,6 +191,18 @@ class Pause:
     async def _checkpoint(self, nb: dict, interrupt: bool) -> None:
         """Checkpoint one notebook and hold its kernel until it is released (or the pause ends)."""
         if not await self._wait_idle(nb, interrupt):
+            return
+        km, asked = self.serverapp.kernel_manager, getattr(self, "_paused_processes", {}).get(nb["kernel_id"])
+        if asked is not None and nb["kernel_id"] in km and kernel_process(km.get_kernel(nb["kernel_id"])) != asked:
+            # it died (its cell crashed it) or was restarted since Pause: checkpointing the new process
+            # would report an empty state as the notebook's and pin it in place of the user's own. One
+            # that restarted after its checkpoint keeps that checkpoint.
+            if nb.get("checkpoint"):
+                return
+            nb.update(status=NotebookStatus.NOT_CHECKPOINTED,
+                      error="its kernel restarted during the pause (its process died or was restarted: what it "
+                            "held went with it); the new kernel runs, nothing of it was saved; pause again to "
+                            "pause it")
             return
 
         def progress(p):

@@ -6,7 +6,7 @@
  */
 import { Signal } from '@lumino/signaling';
 
-import { reattachPanel, rememberSession } from '../reattach';
+import { holdKernelStart, reattachPanel, rememberSession } from '../reattach';
 import { INotebookStatus } from '../types';
 
 const nb: INotebookStatus = { path: 'work/train.ipynb', session_id: 's1', kernel_id: 'k1', status: 'resumed' };
@@ -86,5 +86,34 @@ describe('reattachPanel', () => {
     });
     expect(ok).toBe(false);
     expect(panel.sessionContext.changeKernel).not.toHaveBeenCalled();
+  });
+});
+
+describe('holdKernelStart', () => {
+  const status = (state: string, nbStatus: string): any => ({
+    state,
+    notebooks: [{ ...nb, status: nbStatus }]
+  });
+
+  it('holds a panel open all along once its notebook is released, and gives its preference back after', () => {
+    const { panel } = fakePanel(true);
+    panel.sessionContext.kernelPreference = { name: 'python3', shouldStart: true };
+    holdKernelStart(panel, status('active', 'active'));
+    expect(panel.sessionContext.kernelPreference.shouldStart).toBe(true);
+    holdKernelStart(panel, status('pausing', 'checkpointed'));
+    expect(panel.sessionContext.kernelPreference.shouldStart).toBe(true);
+    holdKernelStart(panel, status('paused', 'released'));
+    expect(panel.sessionContext.kernelPreference).toEqual({
+      name: 'python3',
+      shouldStart: false,
+      autoStartDefault: false
+    });
+    holdKernelStart(panel, status('paused', 'released')); // again: still its own preference remembered
+    panel.sessionContext.session = null;
+    holdKernelStart(panel, status('active', 'resumed')); // not reconnected yet: a run must not start one
+    expect(panel.sessionContext.kernelPreference.shouldStart).toBe(false);
+    panel.sessionContext.session = { id: 's1', kernel: { id: 'k1' } };
+    holdKernelStart(panel, status('active', 'resumed'));
+    expect(panel.sessionContext.kernelPreference).toEqual({ name: 'python3', shouldStart: true });
   });
 });

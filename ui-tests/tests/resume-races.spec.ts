@@ -183,3 +183,31 @@ test('a cell run while the pause is still checkpointing waits, then runs after R
   await expect(whilePausing.locator('.jp-OutputArea-output')).toHaveText('while pausing 41\n', READY);
   await expect(whilePausing.locator('.jp-InputPrompt')).toHaveText('[3]:');
 });
+
+test('a kernel whose cell crashed it while the pause waited: the pause says so, and the cell is not run again', async ({
+  page,
+  tmpPath
+}) => {
+  await openAndRun(page, tmpPath, ['crash.ipynb']);
+  // it began before the pause: its side effect happened once, then its kernel died without an answer
+  await page.notebook.addCell(
+    'code',
+    'import os, time\nopen("runs.txt", "a").write("ran\\n")\ntime.sleep(3)\nos._exit(1)'
+  );
+  await page.notebook.runCell(1, { inplace: true, wait: false } as any);
+  await expect(page.locator('#jp-main-statusbar')).toContainText('Busy');
+  await pauseButton(page).click();
+  await page.locator('.jp-Dialog').getByRole('button', { name: 'Wait and pause' }).click();
+  // not "paused" with the new, empty kernel's checkpoint: the pause failed and says why
+  await expect(statusItem(page)).toHaveText('GPU session: failed', PAUSED);
+  await expect(notification(page, 'No notebook could be checkpointed, so nothing was released')).toHaveCount(1);
+  const status = await (await page.request.get('/gkews/status')).json();
+  expect(status.message).toMatch(/crash\.ipynb: (its kernel restarted during the pause|the kernel .* restarted)/);
+  await page
+    .locator('.jp-Dialog')
+    .getByRole('button', { name: 'Ok' })
+    .click({ timeout: 5000 })
+    .catch(() => undefined); // JupyterLab's own "kernel restarting" dialog, when it shows one
+  await expect(page.locator('.jp-Dialog')).toHaveCount(0);
+  await typeAndRun(page, 'print(open("runs.txt").read().count("ran"))', '1\n');
+});
