@@ -33,15 +33,15 @@ class Pause:
                           if wanted and nb["path"] in wanted and nb.get("status") == NotebookStatus.FAILED}
             waiting = [nb for nb in waiting if nb["path"] not in superseded]
             targets = await self._running_notebooks(wanted, {nb["path"] for nb in waiting})
-            km = self.serverapp.kernel_manager  # the processes the user asked to pause (see _checkpoint)
-            self._paused_processes = {nb["kernel_id"]: kernel_process(km.get_kernel(nb["kernel_id"]))
-                                      for nb in targets}
             if not targets:
                 failed = [nb["path"] for nb in waiting if nb.get("status") == NotebookStatus.FAILED]
                 raise Conflict("nothing to pause: no notebook has a running kernel" + (
                     f" (still to resume: {', '.join(nb['path'] for nb in waiting)}; Resume brings them back"
                     + (f", or name {', '.join(failed)} in a pause to checkpoint the kernel it runs now instead"
                        if failed else "") + ")" if waiting else ""))
+            km = self.serverapp.kernel_manager  # the processes the user asked to pause (see _checkpoint)
+            self._paused_processes = {nb["kernel_id"]: kernel_process(km.get_kernel(nb["kernel_id"]))
+                                      for nb in targets}
             if last_activity is None:
                 last_activity = self._last_activity(targets)
             self._take_snapshot = snapshot
