@@ -745,7 +745,7 @@ def _memmap_source(root) -> dict:
     file no longer holds what the mapping shows (deleted, replaced by a rename, truncated), the data is
     only in memory: the record says why, and the array comes back as an in-memory copy of the saved bytes.
     Copy-on-write ('c') mappings may differ from their file by design; their file region is recorded."""
-    from .hashing import new_hasher
+    from .hashing import file_blocks, new_hasher
     path = os.path.abspath(root.filename)
     source = {"path": path, "mode": root.mode, "file_offset": root.offset, "region": root.nbytes}
     mapped = np.frombuffer(memory_view(root.ctypes.data, root.nbytes), dtype=np.uint8)
@@ -753,10 +753,7 @@ def _memmap_source(root) -> dict:
     try:
         with open(path, "rb") as f:
             f.seek(root.offset)
-            while done < root.nbytes:
-                block = f.read(min(8 << 20, root.nbytes - done))
-                if not block:
-                    return {**source, "detached": "its file is shorter than the mapping now"}
+            for block in file_blocks(f, root.nbytes):
                 here = mapped[done:done + len(block)]
                 if root.mode != "c" and not np.array_equal(np.frombuffer(block, np.uint8), here):
                     return {**source, "detached": "its file no longer holds the mapped data (replaced?)"}
@@ -764,6 +761,8 @@ def _memmap_source(root) -> dict:
                 done += len(block)
     except OSError as exc:
         return {**source, "detached": f"its file cannot be read ({exc.strerror or exc})"}
+    if done < root.nbytes:
+        return {**source, "detached": "its file is shorter than the mapping now"}
     return {**source, "digest": hasher.hexdigest()}
 
 

@@ -12,7 +12,7 @@ import types
 from . import config, counter, randomstate
 from .capture import Capture, Deferred, VariableSkipped, defined_interactively
 from .compare import value_digest as compare_value_digest
-from .errors import CheckpointError
+from .errors import CheckpointError, DamagedProbes
 from .fingerprint import cpu_fingerprint, memory_view, storage_fingerprint
 from .fsutil import write_json_durable
 from .hashing import digest_bytes
@@ -276,10 +276,6 @@ def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict
 # -- probes ---------------------------------------------------------------------------------------
 def _probe_file(store: Store, nb: str) -> str:
     return os.path.join(store.notebook_dir(nb), "probes.json")
-
-
-class DamagedProbes(ValueError):
-    pass
 
 
 def probe_expressions(store: Store, nb: str) -> list[str]:

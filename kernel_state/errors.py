@@ -19,3 +19,7 @@ class CorruptBlob(CheckpointError):
 
 class CorruptManifest(CheckpointError):
     pass
+
+
+class DamagedProbes(ValueError):
+    """The notebook's probe file cannot be read: named, never taken for "no probes"."""

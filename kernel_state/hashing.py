@@ -8,3 +8,15 @@ def new_hasher():
 
 def digest_bytes(data) -> str:
     return xxhash.xxh3_128_hexdigest(data)
+
+
+def file_blocks(f, length=None, block: int = 8 << 20):
+    """The next `length` bytes of an open file (all of the rest when None), in blocks of at most `block`:
+    a region is hashed or compared without holding it whole. Stops early at the end of the file."""
+    left = float("inf") if length is None else length
+    while left > 0:
+        data = f.read(int(min(block, left)))
+        if not data:
+            return
+        yield data
+        left -= len(data)

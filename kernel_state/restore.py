@@ -358,24 +358,20 @@ class Restorer:
 def _file_differs(source) -> str | None:
     """Why the memmap's file no longer holds what the checkpoint saw, or None when it does. Records
     with a "region" hash only the mapped bytes; older ones hashed the whole file."""
-    from .hashing import new_hasher
-    hasher = new_hasher()
+    from .hashing import file_blocks, new_hasher
+    hasher, done = new_hasher(), 0
     region = source.get("region")
     try:
         with open(source["path"], "rb") as f:
             if region is not None:
                 f.seek(source["file_offset"])
-            left = region if region is not None else float("inf")
-            while left > 0:
-                block = f.read(int(min(8 << 20, left)))
-                if not block:
-                    break
+            for block in file_blocks(f, region):
                 hasher.update(block)
-                left -= len(block)
+                done += len(block)
             size = f.tell()
     except OSError as exc:
         return f"the file cannot be read ({exc.strerror or exc})"
-    if region is not None and left > 0:
+    if region is not None and done < region:
         return "the file is shorter than the mapping now"
     if hasher.hexdigest() != source["digest"] or (region is None and size != source["size"]):
         return "the file changed since the checkpoint"
