@@ -1,11 +1,13 @@
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { CommandRegistry } from '@lumino/commands';
+import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
 import { clip, names, plural } from './describe';
 import { showDetails } from './details';
 import { pauseIcon, resumeIcon } from './icons';
 import { GkewsModel } from './model';
+import { pausesAlone } from './holdreason';
 
 export namespace CommandIDs {
   export const pause = 'gkews:pause';
@@ -27,10 +29,11 @@ function reportError(action: string, error: unknown): void {
  * to the server's busy timeout). Ask whether to interrupt it. Resolves to the
  * interrupt option, or null when the user cancels.
  */
-async function askAboutRunningCells(tracker: INotebookTracker): Promise<boolean | null> {
+async function askAboutRunningCells(tracker: INotebookTracker, notebooks?: string[]): Promise<boolean | null> {
   const busy = tracker
     .filter(panel => panel.sessionContext.session?.kernel?.status === 'busy')
-    .map(panel => panel.context.path);
+    .map(panel => panel.context.path)
+    .filter(path => !notebooks || notebooks.includes(path));
   if (!busy.length) {
     return false;
   }
@@ -51,6 +54,12 @@ async function askAboutRunningCells(tracker: INotebookTracker): Promise<boolean 
   return answer.button.actions.includes('interrupt');
 }
 
+/** The `notebooks` argument of a command: paths, or undefined for every notebook. */
+function notebooksArg(args: ReadonlyPartialJSONObject): string[] | undefined {
+  const paths = args.notebooks;
+  return Array.isArray(paths) && paths.every(p => typeof p === 'string') ? (paths as string[]) : undefined;
+}
+
 export function addCommands(
   commands: CommandRegistry,
   model: GkewsModel,
@@ -63,14 +72,20 @@ export function addCommands(
     label: 'Pause GPU session',
     caption: 'Checkpoint every running kernel, then release them (and the GPU)',
     icon: pauseIcon,
-    isEnabled: () => model.nextAction === 'pause' || model.leftRunning.length > 0,
-    execute: async () => {
-      const interrupt = await askAboutRunningCells(tracker);
+    // args.notebooks: pause only these (a notebook's own toolbar, while the others are paused)
+    isEnabled: args =>
+      model.nextAction === 'pause' ||
+      model.leftRunning.length > 0 ||
+      tracker.find(panel => pausesAlone(model, panel)) !== undefined ||
+      (notebooksArg(args) !== undefined && model.status?.state === 'paused' && !model.busy),
+    execute: async args => {
+      const notebooks = notebooksArg(args);
+      const interrupt = await askAboutRunningCells(tracker, notebooks);
       if (interrupt === null) {
         return;
       }
       try {
-        await model.pause(undefined, interrupt);
+        await model.pause(notebooks, interrupt);
       } catch (error) {
         reportError('Pause', error);
       }

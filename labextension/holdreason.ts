@@ -47,3 +47,15 @@ export function kernelLivedOn(nb: INotebookStatus | undefined, failed: boolean):
   }
   return nb.verdict === 'live-verified' || nb.same_process === true;
 }
+
+/**
+ * Whether this panel's own Pause pauses its notebook alone: the session is
+ * paused, and the panel's kernel runs outside the pause (GkewsModel.pausesAlone).
+ */
+export function pausesAlone(model: GkewsModel, panel: NotebookPanel): boolean {
+  if (panel.isDisposed) {
+    return false;
+  }
+  const nb = model.status?.notebooks.find(n => belongsTo(panel, n));
+  return model.pausesAlone(nb, !!panel.sessionContext.session?.kernel);
+}

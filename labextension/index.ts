@@ -86,7 +86,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
 
     if (toolbarRegistry) {
-      toolbarRegistry.addFactory('Notebook', TOOLBAR_ITEM, () => new PauseResumeButton(model, app.commands));
+      toolbarRegistry.addFactory(
+        'Notebook',
+        TOOLBAR_ITEM,
+        widget => new PauseResumeButton(model, app.commands, widget instanceof NotebookPanel ? widget : undefined)
+      );
     }
 
     if (statusBar) {

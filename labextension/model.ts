@@ -2,7 +2,7 @@ import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { display, Display, statusLabel } from './describe';
-import { GkewsError, IGkewsApi, IStatus } from './types';
+import { GkewsError, IGkewsApi, INotebookStatus, IStatus } from './types';
 
 /** A pause or resume that finished, a failure, or the server coming back. */
 export interface ITransition {
@@ -159,6 +159,20 @@ export class GkewsModel {
       return [];
     }
     return s.notebooks.filter(nb => AWAITING.includes(nb.status) && !!nb.checkpoint).map(nb => nb.path);
+  }
+
+  /**
+   * Whether a notebook's own toolbar pauses that notebook alone: while the
+   * session is paused, a notebook whose kernel runs and that the pause did
+   * not release (opened since, or left running by it). `nb` is its entry in
+   * the status, if it has one; Resume would bring back the others instead.
+   */
+  pausesAlone(nb: INotebookStatus | undefined, hasKernel: boolean): boolean {
+    const s = this._status;
+    if (!this._connected || !s || s.state !== 'paused' || this.busy || this._queuedResume !== null) {
+      return false;
+    }
+    return hasKernel && (!nb || !AWAITING.includes(nb.status));
   }
 
   /** Notebooks the last pause left running (a busy cell, say) while the others are paused: a pause takes them. */

@@ -45,10 +45,17 @@ export function holdKernelStart(panel: NotebookPanel, status: IStatus | null): v
     }
     return;
   }
+  if (status?.state === 'active' && sc.session?.kernel) {
+    giveBackPreference(panel);
+  }
+}
+
+/** The panel has its kernel again: its own kernel preference comes back. */
+function giveBackPreference(panel: NotebookPanel): void {
   const own = heldPreference.get(panel);
-  if (own && status?.state === 'active' && sc.session?.kernel) {
+  if (own) {
     heldPreference.delete(panel);
-    sc.kernelPreference = own;
+    panel.sessionContext.kernelPreference = own;
   }
 }
 
@@ -191,7 +198,7 @@ export async function reattachPanel(
       if (!(await within(attachSession(panel, nb, sessions, options.swap), left(), 'it could not be attached'))) {
         return false;
       }
-      restoreKernelPreference(panel);
+      giveBackPreference(panel);
       const kernel = sc.session?.kernel;
       if (!kernel || kernel.isDisposed) {
         throw new Error('its kernel connection was closed');
@@ -232,11 +239,4 @@ export async function reattachPanel(
     });
     void attempts.start();
   });
-}
-
-function restoreKernelPreference(panel: NotebookPanel): void {
-  const sc = panel.sessionContext;
-  if (sc.kernelPreference.shouldStart === false) {
-    sc.kernelPreference = { ...sc.kernelPreference, shouldStart: true };
-  }
 }

@@ -1,9 +1,11 @@
+import { NotebookPanel } from '@jupyterlab/notebook';
 import { CommandRegistry } from '@lumino/commands';
 import { Widget } from '@lumino/widgets';
 
 import { GkewsModel } from './model';
 import { CommandIDs } from './commands';
 import { pauseIcon, resumeIcon, waitIcon } from './icons';
+import { pausesAlone } from './holdreason';
 
 /** The name under which settings place the button in the notebook toolbar. */
 export const TOOLBAR_ITEM = 'gkews-pause-resume';
@@ -11,11 +13,14 @@ export const TOOLBAR_ITEM = 'gkews-pause-resume';
 /**
  * The notebook toolbar button. Its label, icon and tooltip follow the state:
  * Pause when active, Resume when paused, disabled while a transition runs.
+ * While the session is paused, the button of a notebook whose own kernel runs
+ * (opened since the pause, or left running by it) pauses that notebook.
  */
 export class PauseResumeButton extends Widget {
   constructor(
     private model: GkewsModel,
-    private commands: CommandRegistry
+    private commands: CommandRegistry,
+    private panel?: NotebookPanel
   ) {
     super({ node: document.createElement('button') });
     this.addClass('jp-ToolbarButtonComponent');
@@ -26,22 +31,37 @@ export class PauseResumeButton extends Widget {
     this.labelNode.className = 'jp-ToolbarButtonComponent-label';
     button.appendChild(this.labelNode);
     button.addEventListener('click', () => {
+      if (this.pausesAlone()) {
+        void this.commands.execute(CommandIDs.pause, { notebooks: [this.panel!.context.path] });
+        return;
+      }
       const action = this.model.nextAction;
       if (action) {
         void this.commands.execute(action === 'pause' ? CommandIDs.pause : CommandIDs.resume);
       }
     });
     model.changed.connect(this.render, this);
+    panel?.sessionContext.kernelChanged.connect(this.render, this);
     this.render();
+  }
+
+  /** This button's notebook runs a kernel of its own while the others are paused. */
+  private pausesAlone(): boolean {
+    return !!this.panel && pausesAlone(this.model, this.panel);
   }
 
   private render(): void {
     const button = this.node as HTMLButtonElement;
-    const action = this.model.nextAction;
+    const alone = this.pausesAlone();
+    const action = alone ? 'pause' : this.model.nextAction;
     const state = this.model.display;
     let label: string;
     let tooltip: string;
-    if (action === 'pause') {
+    if (alone) {
+      label = 'Pause';
+      tooltip = 'Pause this notebook too: checkpoint its kernel, then release it (the others are paused already)';
+      pauseIcon.element({ container: this.iconNode });
+    } else if (action === 'pause') {
       label = 'Pause';
       tooltip = 'Pause the GPU session: checkpoint every kernel, then release them';
       pauseIcon.element({ container: this.iconNode });

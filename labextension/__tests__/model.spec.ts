@@ -109,6 +109,22 @@ describe('GkewsModel', () => {
     expect(model.stillToResume).toEqual([]); // that is for an active session
   });
 
+  it("pauses alone a notebook whose own kernel runs while the others are paused, from that notebook's toolbar", async () => {
+    const released: INotebookStatus = { path: 'a.ipynb', kernel_id: 'k1', status: 'released', checkpoint: 'c1' };
+    const suspended: INotebookStatus = { path: 's.ipynb', kernel_id: 'k3', status: 'suspended', checkpoint: 'c3' };
+    const busy: INotebookStatus = { path: 'b.ipynb', kernel_id: 'k2', status: 'busy' };
+    server.answer = status({ state: 'paused', cycle: 1, notebooks: [released, suspended, busy] });
+    await model.refresh();
+    expect(model.pausesAlone(undefined, true)).toBe(true); // opened since the pause
+    expect(model.pausesAlone(busy, true)).toBe(true); // left running by it
+    expect(model.pausesAlone(undefined, false)).toBe(false); // no kernel: nothing to pause
+    expect(model.pausesAlone(released, false)).toBe(false); // Resume brings it back
+    expect(model.pausesAlone(suspended, true)).toBe(false); // its process lives on, paused
+    server.answer = status({ state: 'active', cycle: 1 });
+    await model.refresh();
+    expect(model.pausesAlone(undefined, true)).toBe(false); // the session's own Pause takes it
+  });
+
   it('disables the action while a pause runs and announces the pause when it is done', async () => {
     await model.refresh();
     const changes = jest.fn();

@@ -211,3 +211,25 @@ test('a kernel whose cell crashed it while the pause waited: the pause says so, 
   await expect(page.locator('.jp-Dialog')).toHaveCount(0);
   await typeAndRun(page, 'print(open("runs.txt").read().count("ran"))', '1\n');
 });
+
+test('a notebook opened while another is paused is paused from its own toolbar; Resume brings both back', async ({
+  page,
+  tmpPath
+}) => {
+  await openAndRun(page, tmpPath, ['before.ipynb']);
+  await pauseButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  // before.ipynb's toolbar offers Resume; the notebook opened now runs a kernel of its own, and its toolbar pauses it
+  await openAndRun(page, tmpPath, ['since.ipynb'], ['v = 1']);
+  await pauseButton(page).click();
+  await expect(
+    notification(page, 'Paused since.ipynb and before.ipynb; Resume brings their kernels back.')
+  ).toHaveCount(1, PAUSED);
+  await expect(statusItem(page)).toHaveText('GPU session: paused');
+  await resumeButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  await typeAndRun(page, 'print(v + 1)', '2\n');
+  await page.notebook.activate('before.ipynb');
+  const { prompt } = await typeAndRun(page, 'print(w + 1)', '42\n');
+  expect(prompt).toBe('[2]:');
+});
