@@ -49,6 +49,7 @@ export interface INotebookStatus {
   gpu?: Record<string, unknown> | null;
   saved_as?: string;
   reopened?: boolean;
+  companions?: { path?: string; name?: string; type?: string; session_id?: string }[];
 }
 
 export interface IStatus {

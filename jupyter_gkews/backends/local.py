@@ -265,12 +265,14 @@ class LocalBackend(Backend):
             raise
 
     async def _bind_session(self, notebook: dict, kernel_id: str) -> str:
+        """The notebook's session, and those that shared its kernel (a console for it), on kernel_id."""
         sm = self.serverapp.session_manager
-        if await sm.session_exists(notebook["path"]):
-            await sm.update_session(notebook["session_id"], kernel_id=kernel_id)
-        else:  # the session table dropped it when its kernel stopped: put it back under its old id
-            await sm.save_session(notebook["session_id"], path=notebook["path"], name=notebook["name"],
-                                  type=notebook["type"], kernel_id=kernel_id)
+        for session in [notebook, *notebook.get("companions", [])]:
+            if await sm.session_exists(session["path"]):
+                await sm.update_session(session["session_id"], kernel_id=kernel_id)
+            else:  # the session table dropped it when its kernel stopped: put it back under its old id
+                await sm.save_session(session["session_id"], path=session["path"], name=session["name"],
+                                      type=session["type"], kernel_id=kernel_id)
         return kernel_id
 
     async def _open_session(self, path: str) -> dict | None:

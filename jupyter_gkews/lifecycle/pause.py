@@ -59,24 +59,37 @@ class Pause:
         return self.status()
 
     async def _running_notebooks(self, wanted: list[str] | None, waiting: set[str]) -> list[dict]:
+        """One target per running kernel: its notebook's session. The other sessions on that kernel (a
+        console opened for the notebook) follow it as `companions`: a second checkpoint of the same kernel
+        would wait behind the first one's hold, and a console has no file to restore into."""
         sessions = await self.serverapp.session_manager.list_sessions()
-        found = {}
+        by_kernel: dict[str, dict] = {}
         for s in sessions:
-            if s.get("kernel") and s["kernel"].get("id") and s["path"] not in waiting:
-                found[s["path"]] = {"path": s["path"], "name": s["name"], "type": s["type"],
-                                    "session_id": s["id"], "kernel_id": s["kernel"]["id"],
-                                    "kernel_name": s["kernel"]["name"], "status": NotebookStatus.RUNNING}
+            if not (s.get("kernel") and s["kernel"].get("id")) or s["path"] in waiting:
+                continue
+            entry = {"path": s["path"], "name": s["name"], "type": s["type"], "session_id": s["id"],
+                     "kernel_id": s["kernel"]["id"], "kernel_name": s["kernel"]["name"],
+                     "status": NotebookStatus.RUNNING}
+            lead = by_kernel.setdefault(entry["kernel_id"], entry)
+            if lead is entry:
+                continue
+            if entry["type"] == "notebook" and lead["type"] != "notebook":  # the notebook leads
+                entry["companions"] = lead.pop("companions", [])
+                by_kernel[entry["kernel_id"]], lead, entry = entry, entry, lead
+            lead.setdefault("companions", []).append({k: entry[k] for k in ("path", "name", "type", "session_id")})
+        targets = list(by_kernel.values())
         if wanted is None:
-            return list(found.values())
+            return targets
         still = [p for p in wanted if p in waiting]
         if still:
             raise Conflict(f"{', '.join(map(repr, still))} is still to be resumed from its checkpoint (a resume "
                            f"left it behind); resume it first, or leave it out")
+        found = {p: t for t in targets for p in [t["path"]] + [c["path"] for c in t.get("companions", [])]}
         missing = [p for p in wanted if p not in found]
         if missing:
             raise BadRequest(f"no running kernel for {', '.join(map(repr, missing))}; "
                              f"open the notebook and start its kernel, or leave it out")
-        return [found[p] for p in wanted]
+        return list({id(found[p]): found[p] for p in wanted}.values())
 
     def _last_activity(self, notebooks: list[dict]) -> float | None:
         km = self.serverapp.kernel_manager
@@ -110,8 +123,15 @@ class Pause:
             done = [nb for nb in notebooks if nb["status"] == NotebookStatus.CHECKPOINTED]
             left = [nb for nb in notebooks if nb["status"] != NotebookStatus.CHECKPOINTED]
             if notebooks and not done:
-                await self._fail("No notebook could be checkpointed, so nothing was released: "
-                                 + "; ".join(f"{nb['path']}: {nb['error']}" for nb in left) + ".",
+                reasons = "; ".join(f"{nb['path']}: {_reason(nb)}" for nb in left)
+                carried = [nb["path"] for nb in self.state["notebooks"] if awaiting_resume(nb)]
+                if carried:  # a pause from paused: what the earlier one released stays paused
+                    await self._enter(State.PAUSED, None, f"nothing more was paused: {reasons}; still paused: "
+                                      f"{', '.join(carried)}", Event.PAUSED, final=True,
+                                      timeline=dict(self.state["timeline"]))
+                    self._watch_for_restore()
+                    return
+                await self._fail(f"No notebook could be checkpointed, so nothing was released: {reasons}.",
                                  f"Fix the cause above and pause again; {self._still_running(notebooks)}.")
                 return
             snapshot = None
@@ -152,7 +172,7 @@ class Pause:
             if any(nb["status"] in LIVE_STATUSES for nb in done):
                 message += "; " + "; ".join(f"{nb['path']}: {nb['message']}" for nb in done)
             if left:
-                message += "; still running, not paused: " + "; ".join(f"{nb['path']} ({nb['error']})" for nb in left)
+                message += "; still running, not paused: " + "; ".join(f"{nb['path']} ({_reason(nb)})" for nb in left)
             await self._enter(State.PAUSED, None, message, Event.PAUSED, final=True,
                               timeline=dict(self.state["timeline"]))
             self._watch_for_restore()
@@ -224,3 +244,8 @@ class Pause:
             changes["saved_as"] = request["notebook"]
         await self._pin_before(nb, changes)
         nb.update(changes)
+
+
+def _reason(nb: dict) -> str:
+    """Why a notebook was not checkpointed, as a clause inside a sentence (no full stop of its own)."""
+    return (nb.get("error") or "not checkpointed").rstrip(".")

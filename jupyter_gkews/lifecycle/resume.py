@@ -111,6 +111,8 @@ class Resume:
         memory, a GPU, for a file no one can open)."""
         if nb.get("status") not in (NotebookStatus.RELEASED, NotebookStatus.FAILED):
             return False  # its kernel lived on: verified as it is
+        if nb.get("type") == "console":
+            return False  # a console's path names no file
         try:
             return not await ensure_async(self.serverapp.contents_manager.file_exists(nb["path"]))
         except Exception:  # a contents service that cannot say: start the kernel as before

@@ -1,0 +1,83 @@
+"""Sessions a user makes beside a notebook, on a real server with real kernels: a console opened for the
+notebook (JupyterLab's "New Console for Notebook": a second session on the notebook's kernel), and a notebook
+opened while another one is paused."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from serverkit import gkews_server_config, open_notebook, post, run_cell, wait_for, wait_kernel_state
+
+
+@pytest.fixture
+def jp_server_config(tmp_path, monkeypatch):
+    monkeypatch.delenv("GKEWS_CHECKPOINT_ROOT", raising=False)
+    # a second checkpoint of one kernel waited for this long behind the first one's hold (30 min by default)
+    return gkews_server_config(tmp_path, busy_timeout=2.0, kernel_call_timeout=60.0)
+
+
+async def sessions(jp_fetch) -> list[dict]:
+    return json.loads((await jp_fetch("api", "sessions")).body)
+
+
+async def test_a_console_for_the_notebook_follows_its_kernel_through_pause_and_resume(
+        jp_fetch, jp_serverapp, jp_root_dir):
+    nb = await open_notebook(jp_fetch, jp_root_dir, "work/train.ipynb")
+    kid = nb["kernel"]["id"]
+    r = await jp_fetch("api", "sessions", method="POST", body=json.dumps(
+        {"path": "console-1-6f1c", "name": "Console 1", "type": "console", "kernel": {"id": kid}}))
+    console = json.loads(r.body)
+    assert console["kernel"]["id"] == kid
+    await run_cell(jp_serverapp, kid, "x = 41")
+
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused", paused["message"]
+    assert paused["message"] == "paused 1 notebook(s)"
+    [entry] = paused["notebooks"]  # one kernel, one checkpoint: the console is not a notebook of its own
+    assert (entry["path"], entry["status"]) == ("work/train.ipynb", "released")
+    assert [c["session_id"] for c in entry["companions"]] == [console["id"]]
+
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["state"] == "active", resumed["message"]
+    [entry] = resumed["notebooks"]
+    assert entry["verdict"] == "restored-from-checkpoint" and "x" in entry["restored"], entry
+    # both sessions are back, on the notebook's kernel, under their own ids
+    assert sorted((s["id"], s["type"], s["kernel"]["id"]) for s in await sessions(jp_fetch)) == sorted(
+        [(nb["id"], "notebook", kid), (console["id"], "console", kid)])
+    assert "42" in await run_cell(jp_serverapp, kid, "print(x + 1)")
+
+
+async def test_a_pause_from_paused_that_checkpoints_nothing_leaves_the_others_paused(
+        jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, a, "x = 41")
+    assert (await post(jp_fetch, "pause")).code == 202
+    assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
+
+    # opened while a.ipynb is paused, and busy in a cell when its own toolbar pauses it
+    b = (await open_notebook(jp_fetch, jp_root_dir, "b.ipynb"))["kernel"]["id"]
+    gate = tmp_path / "gate"
+    client = jp_serverapp.kernel_manager.get_kernel(b).client()
+    client.start_channels()
+    client.execute(f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\ny = 1")
+    try:
+        await wait_kernel_state(jp_serverapp, b, "busy")
+        assert (await post(jp_fetch, "pause", {"notebooks": ["b.ipynb"]})).code == 202
+        after = await wait_for(jp_fetch, ("paused", "failed"))
+        # not "failed ... every kernel is still running": a.ipynb's kernel is shut down, and still paused
+        assert after["state"] == "paused", after["message"]
+        assert after["message"].startswith("nothing more was paused: b.ipynb: its kernel was still running a cell")
+        assert after["message"].endswith("still paused: a.ipynb"), after["message"]
+        by_path = {nb["path"]: nb["status"] for nb in after["notebooks"]}
+        assert by_path == {"b.ipynb": "busy", "a.ipynb": "released"}
+    finally:
+        gate.touch()
+        client.stop_channels()
+
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["state"] == "active", resumed["message"]
+    assert "42" in await run_cell(jp_serverapp, a, "print(x + 1)")
