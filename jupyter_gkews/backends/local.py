@@ -21,6 +21,7 @@ import asyncio
 import os
 import time
 
+from jupyter_core.utils import ensure_async
 from traitlets import CaselessStrEnum, Float, Int
 
 from kernel_state.hold import held_pid
@@ -62,6 +63,10 @@ class LocalBackend(Backend):
         "(that kernel is then shut down).")
     release_check_timeout = Float(
         30.0, config=True, help="Seconds to wait for NVML to show a suspended process's device memory freed.")
+    dead_kernel_wait = Float(
+        10.0, config=True,
+        help="Seconds a resume waits for the server's restarter to bring back a notebook's kernel it finds dead "
+        "(killed during an earlier resume); then it restarts the kernel itself.")
     host_memory_reserve = Int(
         2 * GIB, config=True,
         help="Bytes of host memory (MemAvailable) a suspend leaves free; a kernel whose GPU memory does not fit "
@@ -250,10 +255,12 @@ class LocalBackend(Backend):
         reopened = await self._open_session(notebook["path"])
         if reopened is not None:  # its user opened it again while paused: restore into that kernel
             notebook.update(session_id=reopened["id"], reopened=reopened["kernel"]["id"] != notebook["kernel_id"])
-            return reopened["kernel"]["id"]
+            return await self._alive(reopened["kernel"]["id"])
         kernel_id = notebook["kernel_id"]
         started = kernel_id not in km
-        if started:
+        if not started:
+            await self._alive(kernel_id)
+        else:
             kernel_id = await self.serverapp.session_manager.start_kernel_for_session(
                 notebook["session_id"], notebook["path"], notebook["name"], notebook["type"],
                 notebook["kernel_name"], kernel_id=kernel_id)
@@ -263,6 +270,19 @@ class LocalBackend(Backend):
             if started:  # never leave a kernel running that no session shows
                 await km.shutdown_kernel(kernel_id)
             raise
+
+    async def _alive(self, kernel_id: str) -> str:
+        """A kernel found dead (killed during the last resume, say) is alive again before anything is restored
+        into it: the server's restarter brings it back within seconds; one still dead then is restarted here."""
+        km = self.serverapp.kernel_manager
+        deadline = time.monotonic() + self.dead_kernel_wait
+        while kernel_id in km and not await ensure_async(km.get_kernel(kernel_id).is_alive()):
+            if time.monotonic() >= deadline:
+                self.log.warning("gkews: kernel %s is dead; restarting it to restore into it", kernel_id)
+                await km.restart_kernel(kernel_id)
+                break
+            await asyncio.sleep(0.2)
+        return kernel_id
 
     async def _bind_session(self, notebook: dict, kernel_id: str) -> str:
         """The notebook's session, and those that shared its kernel (a console for it), on kernel_id."""

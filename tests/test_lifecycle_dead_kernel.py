@@ -1,0 +1,74 @@
+"""A resume that finds the notebook's kernel dead (killed during the resume before it), on a real server with
+real kernels."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+
+import pytest
+
+from serverkit import gkews_server_config, open_notebook, post, run_cell, status, wait_for, wait_kernel_state
+
+from jupyter_gkews.bridge import kernel_pid
+
+
+@pytest.fixture
+def jp_server_config(tmp_path, monkeypatch):
+    monkeypatch.delenv("GKEWS_CHECKPOINT_ROOT", raising=False)
+    config = gkews_server_config(tmp_path, kernel_call_timeout=120.0)
+    config["LocalBackend"] = {"dead_kernel_wait": 1.0}
+    config["KernelRestarter"] = {"time_to_dead": 600.0}  # the restarter would bring it back after 10 min
+    return config
+
+
+async def phase(jp_fetch, wanted: str, timeout: float = 120) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (await status(jp_fetch))["phase"] != wanted:
+        assert loop.time() < deadline, f"no phase {wanted} after {timeout}s"
+        await asyncio.sleep(0.1)
+
+
+#: a variable whose restore (its unpickling, in the resumed kernel) waits for the gate
+SLOW_RESTORE = '''
+def _wait_for_gate(path):
+    import os, time
+    while not os.path.exists(path):
+        time.sleep(0.05)
+    return 0
+class SlowRestore:
+    def __reduce__(self):
+        return (_wait_for_gate, ({gate!r},))
+slow = SlowRestore()
+'''
+
+
+async def test_resuming_again_right_after_the_kernel_died_in_a_resume_restores_it(
+        jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    """The kernel was killed while the resume restored into it: that resume failed, rightly. Resume at once
+    again: it restored into the dead kernel (the server's restarter had not brought it back yet) and failed
+    the same way, until a resume some seconds later. (The restarter is slowed here so that the second
+    resume always finds the kernel dead.)"""
+    gate = tmp_path / "gate"
+    a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, a, "x = 41\n" + SLOW_RESTORE.format(gate=str(gate)))
+    assert (await post(jp_fetch, "pause")).code == 202
+    assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
+    assert (await post(jp_fetch, "resume")).code == 202
+    await phase(jp_fetch, "verifying")
+    km = jp_serverapp.kernel_manager
+    await wait_kernel_state(jp_serverapp, a, "busy")  # restoring: held by the slow variable
+    os.kill(kernel_pid(km.get_kernel(a)), signal.SIGKILL)
+    after = await wait_for(jp_fetch, ("active", "failed"), timeout=60)
+    [nb] = after["notebooks"]  # failed, and still to resume
+    assert nb["verdict"] == "failed" and "died" in json.dumps(nb), nb
+
+    gate.touch()
+    assert (await post(jp_fetch, "resume")).code == 202  # at once
+    resumed = await wait_for(jp_fetch, ("active", "failed"), timeout=120)
+    assert resumed["state"] == "active", resumed["message"]
+    [nb] = resumed["notebooks"]
+    assert nb["verdict"] == "restored-from-checkpoint" and "x" in nb["restored"], nb
+    assert "42" in await run_cell(jp_serverapp, a, "print(x + 1)")
