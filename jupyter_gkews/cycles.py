@@ -62,6 +62,8 @@ class Cycles:
         elif kind == Event.NOTEBOOK_RESUMED:
             nb = c["notebooks"].setdefault(e["path"], {})
             nb.update(verdict=e.get("verdict"), why=e.get("why"))
+            # every resume of it counts, as in the metrics: a failed one retried in the same cycle too
+            nb.setdefault("resumes", []).append({"verdict": e.get("verdict"), "why": e.get("why")})
         elif kind == Event.KERNEL_USABLE:
             t.setdefault("kernel_usable", e.get("kernel_usable") or e["time"])
         elif kind == Event.FAILED:

@@ -25,9 +25,8 @@ def measure(cycle: dict, until: float) -> dict:
     """The derived figures of one cycle: idle before the pause, hours released, resume times."""
     t = cycle["timeline"]
     verdicts: dict[str, int] = {}
-    for nb in cycle["notebooks"].values():
-        if nb.get("verdict"):
-            verdicts[nb["verdict"]] = verdicts.get(nb["verdict"], 0) + 1
+    for attempt in resumes(cycle):
+        verdicts[attempt["verdict"]] = verdicts.get(attempt["verdict"], 0) + 1
     return {
         "idle_seconds": _seconds(t, "last_activity", "pause_requested"),
         "checkpoint_seconds": _seconds(t, "pause_requested", "checkpoint_done"),
@@ -39,6 +38,11 @@ def measure(cycle: dict, until: float) -> dict:
         "ready_seconds": _seconds(t, "resume_requested", "restore_done"),
         "first_cell_seconds": _seconds(t, "resume_requested", "kernel_usable"),
     }
+
+
+def resumes(cycle: dict) -> list[dict]:
+    """Each resume of each notebook of the cycle ({verdict, why}), the failed ones retried since too."""
+    return [a for nb in cycle["notebooks"].values() for a in nb.get("resumes", []) if a.get("verdict")]
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -89,11 +93,12 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
     for r in rows:
         for v, n in r["verdicts"].items():
             verdicts[v] = verdicts.get(v, 0) + n
-        for nb in r["notebooks"].values():
-            if nb.get("verdict") == Verdict.RESTORED_FROM_CHECKPOINT:
-                fallbacks[nb.get("why") or "unknown"] = fallbacks.get(nb.get("why") or "unknown", 0) + 1
-            elif nb.get("verdict") == Verdict.FAILED:
-                failures[nb.get("why") or "unknown"] = failures.get(nb.get("why") or "unknown", 0) + 1
+        for attempt in resumes(r):
+            why = attempt.get("why") or "unknown"
+            if attempt["verdict"] == Verdict.RESTORED_FROM_CHECKPOINT:
+                fallbacks[why] = fallbacks.get(why, 0) + 1
+            elif attempt["verdict"] == Verdict.FAILED:
+                failures[why] = failures.get(why, 0) + 1
         if r["resume_failed"]:
             failures[r["resume_failed"]] = failures.get(r["resume_failed"], 0) + 1
     resumed = sum(verdicts.values())
@@ -162,7 +167,7 @@ def text(report: dict) -> str:
         f"kept: checkpoints {_mib(t['checkpoint_bytes'])} MiB, snapshots {_mib(t['snapshot_bytes'])} MiB"
         + (f"; the checkpoint store holds {_mib(t['checkpoint_bytes_on_disk'])} MiB now"
            if "checkpoint_bytes_on_disk" in t else ""),
-        f"resumes: {t['notebooks_resumed']} notebook(s), success {rate} ("
+        f"resumes: {t['notebooks_resumed']} notebook resume(s), success {rate} ("
         + (", ".join(f"{n} {v}" for v, n in sorted(t["verdicts"].items())) or "none") + ")",
         f"time to a usable kernel (resume requested -> ready): p50 {_fmt(t['ready_seconds_p50'], '.1f', ' s')}, "
         f"p95 {_fmt(t['ready_seconds_p95'], '.1f', ' s')}; to the first cell run: "

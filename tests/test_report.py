@@ -196,3 +196,17 @@ def test_the_state_dir_defaults_to_the_servers(tmp_path):
 def test_report_is_computed_in_memory_too():
     report = build_report(workstation_week(), until=NEXT_MONDAY)
     assert report["week"]["allocated_hours"] == 40
+
+
+def test_a_failed_resume_retried_in_the_same_cycle_counts_as_the_metrics_count_it():
+    """Two resumes failed (the kernel died), the third restored: the report said "1 resumed, 100%"."""
+    why = "kernel k died (its process is gone)"
+    events = pause_events(1, MONDAY, last_activity=MONDAY - 3600)
+    events += resume_events(1, MONDAY + H, 5, "failed", why)[:-1]  # each failed resume ends failed
+    events += resume_events(1, MONDAY + 2 * H, 5, "failed", why)[:-1]
+    events += resume_events(1, MONDAY + 3 * H, 5, "restored-from-checkpoint", "a new process")
+    totals = build_report(events, until=MONDAY + 4 * H)["totals"]
+    assert totals["notebooks_resumed"] == 3
+    assert totals["verdicts"] == {"failed": 2, "restored-from-checkpoint": 1}
+    assert totals["success_rate"] == round(1 / 3, 4)
+    assert totals["failures"] == {why: 2}
