@@ -114,6 +114,9 @@ class CheckpointsHandler(GkewsHandler):
     @answers_errors
     async def get(self):
         notebook = self.get_argument("notebook", None, strip=False)
+        if notebook == "":
+            raise BadRequest('the "notebook" parameter is empty: give a notebook path relative to the contents '
+                             'root, or leave it out to list every notebook\'s checkpoints')
         if notebook is not None:  # the same rules as every route that names a notebook
             notebook = clean_notebook_paths([notebook])[0]
         self.reply(200, {"checkpoints": await (asyncio.to_thread(self.catalog.list, notebook))})
@@ -185,6 +188,21 @@ class EventsHandler(GkewsHandler):
         self.reply(200, {"events": events})
 
 
+class UnknownRouteHandler(GkewsHandler):
+    """Any other path under gkews/ (a malformed checkpoint id, a typo): a JSON 404 that says so, not the
+    server's HTML page. Only for a signed-in user: without credentials it is the 403 of every route."""
+
+    async def prepare(self):
+        await super().prepare()
+        if not self.current_user:
+            raise web.HTTPError(403)
+        path = self.request.path.split("/gkews/", 1)[-1]
+        raise web.HTTPError(404, f"no route gkews/{path}: the routes are status, pause, resume, events, "
+                                 f"checkpoints[?notebook=], checkpoints/now, checkpoints/auto, checkpoints/rewind, "
+                                 f"checkpoints/<id> and checkpoints/<id>/restore (a checkpoint id looks like "
+                                 f"20261129-221530-123-a1b2)")
+
+
 def handlers(base_url: str) -> list:
     def route(path):
         return url_path_join(base_url, "gkews", path)
@@ -199,4 +217,5 @@ def handlers(base_url: str) -> list:
         (route("checkpoints/auto"), CheckpointAutoHandler),
         (route("checkpoints/rewind"), CheckpointRewindHandler),
         (route(f"checkpoints/({CHECKPOINT_ID})/restore"), CheckpointRestoreHandler),
+        (route(".*"), UnknownRouteHandler),  # last: what no route above matched
     ]

@@ -148,3 +148,15 @@ def test_notebook_paths_outside_the_root_are_refused(server, open_notebook, bad,
     if action == "pause" or code != 409:  # a resume of an active server may be refused as a conflict first
         assert code == 400 and (b"outside the contents root" in raw or b"NUL character" in raw), (bad, code, raw[:300])
     assert observed(server) == before, bad
+
+
+def test_an_unknown_route_or_a_malformed_checkpoint_id_answers_json_naming_the_routes(server):
+    for method, path in [("DELETE", "gkews/checkpoints/not-an-id"), ("GET", "gkews/statuss"),
+                         ("POST", "gkews/checkpoints/20260101-000000-000-abcd/restor")]:
+        code, body = send(server, method, path)
+        assert code == 404, (method, path, body)
+        message = json.loads(body)["message"]  # JSON, as every route answers: not the server's HTML page
+        assert message.startswith(f"no route {path}: the routes are status, pause, resume"), message
+    assert send(server, "DELETE", "gkews/checkpoints/not-an-id", token=None)[0] == 403
+    code, body = send(server, "GET", "gkews/checkpoints", query={"notebook": ""})
+    assert code == 400 and json.loads(body)["message"].startswith('the "notebook" parameter is empty'), body
