@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kernel_state.pins import pinned
-from serverkit import events, open_notebook, post, run_cell, status, wait_for, wait_kernel_state
+from serverkit import events, open_notebook, post, run_cell, status, wait_for, wait_kernel_state, wait_until
 
 from jupyter_gkews.cleanup import clean_checkpoints
 
@@ -213,11 +213,18 @@ class FileSizeLimit:
 
 async def test_a_full_state_volume_refuses_the_pause_and_frees_the_claim(jp_fetch, jp_serverapp, jp_root_dir, gate):
     a, b, s = await two_notebooks_pausing(jp_fetch, jp_serverapp, jp_root_dir, gate)
+    lifecycle = jp_serverapp.web_app.settings["gkews_lifecycle"]
+    lifecycle.record_retry_interval = 0.2
     with FileSizeLimit():  # the volume fills up in the middle of the pause
         gate.touch()
         failed = await wait_for(jp_fetch, ("paused", "failed"))
-    assert failed["state"] == "failed" and "could not be recorded" in failed["message"], failed["message"]
+        assert failed["state"] == "failed" and "could not be recorded" in failed["message"], failed["message"]
+        on_disk = lifecycle.store.load()["state"]
+        assert on_disk == "pausing"  # what a server restarted now would find: a pause to finish
     assert (await run_cell(jp_serverapp, a, "x = 2; print(x)")).strip() == "2"  # not held any more
+    # space is back: the failure is written, so that a restarted server does not finish that pause
+    await wait_until(lambda: lifecycle.store.load()["state"] == "failed", "the failure to be written")
+    assert "could not be recorded" not in (await status(jp_fetch))["message"]
 
     with FileSizeLimit():  # a pause that cannot even be recorded is refused, and changes nothing
         r = await post(jp_fetch, "pause")

@@ -130,5 +130,31 @@ class Persistence:
             self.state.update(state=State.FAILED, phase=None, progress=None, message=(
                 f"{reason} {next_step} (This failure could not be recorded: the state directory "
                 f"{self.store.directory} cannot be written: {exc.strerror or exc}.)"))
+            self._record_failure_later(reason, f"{reason} {next_step}")
         finally:
             self._release_claim()
+
+    #: seconds between two tries to write a failure the state directory refused, and how many tries (an hour)
+    record_retry_interval, record_retries = 10.0, 360
+
+    def _record_failure_later(self, reason: str, message: str) -> None:
+        """Write the failure once the state directory takes it again (space freed): until then state.json
+        still shows the transition as running, and a server restarted then would finish a pause the user
+        was told had failed. Stops as soon as a newer change is made (it writes the whole state)."""
+        cycle, updated = self.state["cycle"], self.state["updated"]
+
+        async def retry():
+            nonlocal updated
+            for _ in range(self.record_retries):
+                await asyncio.sleep(self.record_retry_interval)
+                if self.busy or (self.state["cycle"], self.state["updated"]) != (cycle, updated):
+                    return
+                unrecorded, self.state["message"] = self.state["message"], message
+                try:
+                    await self._persist(Event.FAILED, message=message, reason=reason)
+                    return
+                except OSError:
+                    self.state["message"], updated = unrecorded, self.state["updated"]
+        task = asyncio.create_task(retry())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
