@@ -77,7 +77,14 @@ async def test_a_pause_from_paused_that_checkpoints_nothing_leaves_the_others_pa
         gate.touch()
         client.stop_channels()
 
+    # now idle: paused from its own toolbar, with the others still paused
+    assert (await post(jp_fetch, "pause", {"notebooks": ["b.ipynb"]})).code == 202
+    after = await wait_for(jp_fetch, ("paused", "failed"))
+    assert after["message"] == "paused 1 notebook(s) (2 paused in all)", after["message"]
+    assert {nb["path"]: nb["status"] for nb in after["notebooks"]} == {"b.ipynb": "released", "a.ipynb": "released"}
+
     assert (await post(jp_fetch, "resume")).code == 202
     resumed = await wait_for(jp_fetch, ("active", "failed"))
     assert resumed["state"] == "active", resumed["message"]
     assert "42" in await run_cell(jp_serverapp, a, "print(x + 1)")
+    assert "1" in await run_cell(jp_serverapp, b, "print(y)")

@@ -109,7 +109,8 @@ class Pause:
 
     async def _pause(self, interrupt: bool) -> None:
         try:
-            notebooks = [nb for nb in self.state["notebooks"] if not awaiting_resume(nb)]  # not carried over
+            notebooks = [nb for nb in self.state["notebooks"] if not awaiting_resume(nb)]
+            carried = [nb["path"] for nb in self.state["notebooks"] if awaiting_resume(nb)]  # paused before
             for i, nb in enumerate(notebooks):
                 self.state["progress"] = {"notebook": nb["path"], "notebooks_done": i,
                                           "notebooks_total": len(notebooks)}
@@ -124,7 +125,6 @@ class Pause:
             left = [nb for nb in notebooks if nb["status"] != NotebookStatus.CHECKPOINTED]
             if notebooks and not done:
                 reasons = "; ".join(f"{nb['path']}: {_reason(nb)}" for nb in left)
-                carried = [nb["path"] for nb in self.state["notebooks"] if awaiting_resume(nb)]
                 if carried:  # a pause from paused: what the earlier one released stays paused
                     await self._enter(State.PAUSED, None, f"nothing more was paused: {reasons}; still paused: "
                                       f"{', '.join(carried)}", Event.PAUSED, final=True,
@@ -166,6 +166,8 @@ class Pause:
                 nb.update(released.get(nb["path"], {}))  # a kernel may live on (GPU suspend): its status, message
             self.state["timeline"]["environment_stopped"] = now()
             message = f"paused {len(done)} notebook(s)"
+            if carried:  # a pause from paused: the ones paused before stay paused
+                message += f" ({len(done) + len(carried)} paused in all)"
             if snapshot and snapshot.get("status") == "failed":
                 message += f"; the snapshot failed ({snapshot['error']}), so the resume will restore the " \
                            "kernels from their application checkpoints"
