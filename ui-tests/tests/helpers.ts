@@ -18,6 +18,16 @@ export async function serverKernels(page: Page): Promise<string[]> {
   return ((await r.json()) as { id: string }[]).map(k => k.id);
 }
 
+/** The server's sessions, as [session id, path, kernel id], from the page's own origin. */
+export async function serverSessions(page: Page): Promise<string[][]> {
+  const r = await page.request.get('/api/sessions');
+  return ((await r.json()) as { id: string; path: string; kernel: { id: string } | null }[]).map(s => [
+    s.id,
+    s.path,
+    s.kernel?.id ?? ''
+  ]);
+}
+
 /** What the current notebook panel in the page is connected to. */
 export async function panelKernel(page: Page): Promise<{ id: string | null; connection: string | null }> {
   return page.evaluate(() => {
