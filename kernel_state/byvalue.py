@@ -85,6 +85,25 @@ def load_function(data: bytes, qualname: str):
     return function
 
 
+# -- __hash__ = object.__hash__ (or = Base.__hash__) in a class with __eq__ -------------------------
+def dropped_hash(cls):
+    """The __hash__ dill leaves out of the class (dill/_dill.py, _get_typedict_type, drops every attribute
+    that is its base's own object), or None. Rebuilt without it, a class that defines __eq__ gets
+    __hash__ = None from type(): its instances, keys of a dict a moment ago, are unhashable."""
+    value = cls.__dict__.get("__hash__")
+    if value is None or "__eq__" not in cls.__dict__ or not hasattr(value, "__qualname__"):
+        return None
+    inherited = {}
+    for base in reversed(cls.__bases__):  # as dill looks: the bases' own dicts, the first one winning
+        inherited.update(base.__dict__)
+    return value if inherited.get("__hash__") is value else None
+
+
+def restore_hash(cls, hash_):
+    cls.__hash__ = hash_
+    return cls
+
+
 # -- Enum classes: dill cannot pickle them by value (it recurses through the members) --------------
 def is_enum_class(obj) -> bool:
     return isinstance(obj, enum.EnumMeta)

@@ -101,8 +101,17 @@ class FastPickler(_Hooks, pickle.Pickler):
 
 
 class DillPickler(_Hooks, dill.Pickler):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._rehashed: set[int] = set()
+
     def reducer_override(self, obj):
         t = type(obj)
+        if isinstance(obj, type) and id(obj) not in self._rehashed and defined_interactively(obj):
+            hash_ = byvalue.dropped_hash(obj)
+            if hash_ is not None:  # the class itself, inside the arguments, goes by dill's own code
+                self._rehashed.add(id(obj))
+                return byvalue.restore_hash, (obj, hash_)
         if (t in _BASIC or t in dill.Pickler.dispatch) and not (
                 byvalue.is_namedtuple_class(obj) and defined_interactively(obj)):  # dill drops its methods
             return NotImplemented
@@ -163,6 +172,9 @@ class Capture:
         self._reductions: dict[int, tuple] = {}
         self._small_roots: dict[int, _SmallRoot] = {}  # id of a small array's root: its pickled memory
         self._attrs_sent: set[int] = set()  # tensors whose Python attributes this variable's pickle holds
+        # verify, saying why a variable changed: buffer fingerprint -> the checkpoint's np.memmap source
+        # that an in-memory array with those bytes is digested as (checkpoint.verify, _memmap_copies)
+        self.copies_of: dict[str, dict] = {}
 
     # -- per variable -------------------------------------------------------------------------------
     def name_variable(self, name: str, value) -> None:
@@ -211,8 +223,8 @@ class Capture:
             record.update(_describe(value))
             try:
                 record["digest"] = self._value_digest(name, value, digest)
-            except Exception:  # a value the walk cannot read (datetime64 cells, meta or nested tensors, a
-                # 5000-digit int): verify compares its pickle instead, the same way on both sides
+            except Exception:  # a value the walk cannot read (datetime64 cells, meta or nested tensors):
+                # verify compares its pickle instead, the same way on both sides
                 record["digest"] = f"pickle:{digest}"
             self.variables[name] = record
             self.saved_vars.add(name)
@@ -546,8 +558,8 @@ class Capture:
             self._use(self.arrays[key]["buffer"])
             return key
         root = _root_of(arr)
-        if root.nbytes < SMALL_ARRAY and not memmap:  # small and not a view of anything large: inline
-            return None
+        if root.nbytes < SMALL_ARRAY and not memmap and not (self.copies_of and self._copy_of(_carrier(root))):
+            return None  # small and not a view of anything large: inline
         carrier = _carrier(root)
         key = f"a{len(self._array_keys)}"
         self._array_keys[id(arr)] = key
@@ -559,6 +571,8 @@ class Capture:
             record["writeable"] = False
         if memmap and isinstance(root, np.memmap) and isinstance(root.filename, str):
             record["memmap"] = _memmap_source(root)
+        elif self.copies_of.get(self.storages[skey]["fingerprint"]["value"]):
+            record["memmap"] = self.copies_of[self.storages[skey]["fingerprint"]["value"]]
         self.arrays[key] = record
         return key
 
@@ -569,9 +583,7 @@ class Capture:
             self._use(skey)
             return skey
         skey = f"s{len(self.storages)}"
-        dtype = NUMPY_DTYPES.get(f"{root.dtype.kind}{root.dtype.itemsize}")
-        shape = list(root.shape) if dtype else [root.nbytes]
-        dtype = dtype or "U8"
+        dtype, shape = _numpy_layout(root)
         data = memory_view(root.ctypes.data, root.nbytes)
         record = {"kind": "numpy", "nbytes": root.nbytes, "dtype": dtype, "shape": shape,
                   "numpy_dtype": root.dtype.str, "numpy_shape": list(root.shape)}
@@ -593,6 +605,11 @@ class Capture:
         self.storages[skey] = record
         self._use(skey)
         return skey
+
+    def _copy_of(self, carrier) -> dict | None:
+        """The checkpoint's memmap whose bytes a small in-memory buffer holds (see copies_of)."""
+        dtype, shape = _numpy_layout(carrier)
+        return self.copies_of.get(cpu_fingerprint(dtype, shape, memory_view(carrier.ctypes.data, carrier.nbytes)))
 
     def _chunk_digests(self, ident: tuple, pieces: list) -> list[str]:
         """Every chunk's digest, hashed at memory speed on two threads. After a cell, kernel undo hashes
@@ -737,6 +754,12 @@ def _carrier(root):
         high += max(0, stride * (n - 1))
     start = root.ctypes.data + low
     return np.frombuffer(memory_view(start, high - low + root.itemsize), dtype=np.uint8)
+
+
+def _numpy_layout(root) -> tuple[str, list]:
+    """How a numpy buffer is described in safetensors: by its dtype where safetensors has it, else bytes."""
+    dtype = NUMPY_DTYPES.get(f"{root.dtype.kind}{root.dtype.itemsize}")
+    return (dtype, list(root.shape)) if dtype else ("U8", [root.nbytes])
 
 
 def _memmap_source(root) -> dict:

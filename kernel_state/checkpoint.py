@@ -11,7 +11,7 @@ import types
 
 from . import config, counter, randomstate
 from .capture import Capture, Deferred, VariableSkipped, defined_interactively
-from .compare import value_digest as compare_value_digest
+from .compare import dtype_key, value_digest as compare_value_digest
 from .errors import CheckpointError, DamagedProbes
 from .fingerprint import cpu_fingerprint, memory_view, storage_fingerprint
 from .fsutil import write_json_durable
@@ -249,17 +249,18 @@ def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict
         except VariableSkipped as exc:
             variables[name] = {"verdict": "changed", "detail": f"cannot be pickled now: {exc}"}
             continue
-        saved_fp = [manifest["storages"][s]["fingerprint"]["value"] for s in saved["storages"]]
-        live_fp = [dry.storages[s]["fingerprint"]["value"] for s in live["storages"]]
-        # the value digest (compare.py) where the checkpoint has one; older ones compare pickles
-        same_value = live["digest"] == saved["digest"] if "digest" in saved else live["pickle"] == saved["pickle"]
+        saved_fp, live_fp = _fingerprints(manifest["storages"], saved), _fingerprints(dry.storages, live)
+        # the value digest (compare.py) where the checkpoint has one; older ones compare pickles, and so
+        # does a value the save could not walk (`pickle:`; the walk may read it now)
+        same_value = _same_value(saved, live)
         if same_value and saved_fp == live_fp:
             variables[name] = {"verdict": "match", "tensors": len(saved_fp)}
         elif len(saved_fp) == len(live_fp) and same_value:
             differ = sum(a != b for a, b in zip(saved_fp, live_fp))
             variables[name] = {"verdict": "changed", "detail": f"{differ} of {len(saved_fp)} tensors/arrays differ"}
         else:
-            variables[name] = {"verdict": "changed", "detail": "its value or structure differs"}
+            why = _memmap_copies(name, ns[name], manifest, saved, dry, live) or "its value or structure differs"
+            variables[name] = {"verdict": "changed", "detail": why}
     for alias, module in manifest["modules"].items():
         live = ns.get(alias)
         ok = isinstance(live, types.ModuleType) and live.__name__ == module
@@ -271,6 +272,40 @@ def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict
             "skipped_at_save": manifest["skipped"],
             "verified": same and all(v["verdict"] == "match" for v in variables.values())
             and all(p["verdict"] == "match" for p in probes)}
+
+
+def _fingerprints(storages: dict, variable: dict) -> list:
+    return [storages[s]["fingerprint"]["value"] for s in variable["storages"]]
+
+
+def _same_value(saved: dict, live: dict) -> bool:
+    if "digest" not in saved or saved["digest"].startswith("pickle:"):
+        return live["pickle"] == saved["pickle"]
+    return live["digest"] == saved["digest"]
+
+
+def _memmap_copies(name: str, value, manifest: dict, saved: dict, dry: Capture, live: dict) -> str | None:
+    """Why a variable that held an np.memmap reads as changed when it holds an in-memory copy of it now
+    (a restore copies a memmap whose file changed): a memmap's digest has its file in it. Whether the
+    values equal the checkpoint's is told by digesting it again with each copy taken for that memmap."""
+    mapped = {r["memmap"]["path"] for r in dry.arrays.values() if "memmap" in r and r["buffer"] in live["storages"]}
+    copies = {manifest["storages"][r["buffer"]]["fingerprint"]["value"]: r["memmap"]
+              for r in manifest["arrays"].values()
+              if "memmap" in r and r["buffer"] in saved["storages"] and r["memmap"]["path"] not in mapped}
+    if not copies:
+        return None
+    paths = ", ".join(sorted({source["path"] for source in copies.values()}))
+    said = f"it came back as an in-memory copy of the np.memmap of {paths}"
+    if saved.get("digest", "pickle:").startswith("pickle:"):
+        return f"{said}; its values cannot be compared with the checkpoint's"
+    second = Capture(dry=True, algorithms=dry.algorithms)
+    second.var_ids, second.var_values, second.copies_of = dry.var_ids, dry.var_values, copies
+    second.saved_vars = dry.saved_vars - {name}  # the variables added before this one
+    again = second.add_variable(name, value, picklers=(saved["pickler"],))
+    if again["digest"] == saved["digest"] and \
+            _fingerprints(second.storages, again) == _fingerprints(manifest["storages"], saved):
+        return f"{said}: its values equal the checkpoint's, but it no longer reads or writes that file"
+    return f"{said}, and its values differ from the checkpoint's"
 
 
 # -- probes ---------------------------------------------------------------------------------------
@@ -307,23 +342,24 @@ def value_digest(value, algorithm: str | None = None) -> dict:
     if np is not None and isinstance(value, np.ndarray) and not value.dtype.hasobject:
         a = np.ascontiguousarray(value)
         digest = cpu_fingerprint("U8", [a.nbytes], memory_view(a.ctypes.data, a.nbytes))
-        return {"algorithm": "xxh3-128", "value": f"{a.dtype.str}{list(a.shape)}:{digest}"}
-    if algorithm == "pickle":  # a probe saved before values were walked
-        try:
-            return {"algorithm": "pickle", "value": digest_bytes(pickle.dumps(value, protocol=5))}
-        except Exception:
-            pass
+        return {"algorithm": "xxh3-128", "value": f"{dtype_key(a.dtype)}{list(a.shape)}:{digest}"}
     if algorithm in (None, "value"):  # what verify compares variables by: no set order, no hash salt
         try:
             return {"algorithm": "value", "value": compare_value_digest(value)}
         except Exception:
             pass
-    return {"algorithm": "repr", "value": digest_bytes(_repr(value).encode())}
+    if algorithm in (None, "pickle"):  # a value the walk cannot read; or a probe saved before values were walked
+        try:
+            return {"algorithm": "pickle", "value": digest_bytes(pickle.dumps(value, protocol=5))}
+        except Exception:
+            pass
+    # the whole repr: its first 200 characters (what the listing shows) would miss most changes
+    return {"algorithm": "repr", "value": digest_bytes(_repr(value, None).encode())}
 
 
-def _repr(value) -> str:
+def _repr(value, limit: int | None = 200) -> str:
     try:
-        return repr(value)[:200]
+        return repr(value)[:limit]
     except Exception as exc:  # a probe's value whose __repr__ fails is still compared by its digest
         return f"<{type(value).__qualname__} object: repr failed with {type(exc).__name__}>"
 

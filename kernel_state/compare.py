@@ -5,10 +5,14 @@ iteration order of sets (string hashes are salted per process) and, for classes 
 dill's incidental choices. The digest here walks the same objects the pickler saved and feeds a hash
 with what makes two values equal:
 
-- None, bool, int, str, bytes: type and value; float and complex: type and exact bits (float.hex);
+- None, bool, int, str, bytes: type and value (huge ints in hex); float and complex: type and exact bits
+  (float.hex; a NaN by its bits);
 - list, tuple, dict: type, length, items in order (dict insertion order is part of the value);
-- set, frozenset: type and the sorted digests of the elements (independent of iteration order);
-- numpy arrays pickled inline: dtype, shape and the bytes in C order; object arrays element by element;
+- set, frozenset: type and the sorted digests of the elements (independent of iteration order); a
+  subclass also its class and instance __dict__;
+- numpy arrays pickled inline: dtype (a structured one with its fields), shape and the bytes in C order;
+  object arrays element by element;
+- builtin methods: name, and the object they are bound to;
 - tensors and arrays in the checkpoint's tables: dtype, shape, strides, offset, requires_grad and which
   of the variable's storages they view; the storages' bytes are compared by their fingerprints;
 - functions defined in the notebook: qualified name, code (bytecode, constants, names, argument
@@ -25,12 +29,15 @@ from __future__ import annotations
 
 import copyreg
 import marshal
+import struct
 import sys
 import types
 
 from .hashing import new_hasher
 
 _SCALARS = (int, float, str, bytes, bool, type(None))
+_UNSALTED = (int, float, complex, bool, type(None))  # hashes that are the same in every process
+_REPR_LIMIT = 10 ** 4300  # repr() refuses ints from here on (CPython's default int_max_str_digits)
 # caches, not definitions; and annotations, which dill does not carry for every kind of class
 _SKIP_CLASS_ATTRS = {"__dict__", "__weakref__", "__slotnames__", "_abc_impl", "__annotations__",
                      "__orig_bases__"}
@@ -42,6 +49,25 @@ def _defined_here(obj) -> bool:
 
 def value_digest(value, capture=None) -> str:
     return _Digest(capture).run(value)
+
+
+def _float(x: float) -> str:
+    """float.hex, which is 'nan' for every NaN: a NaN by its bits (payload and sign). The usual NaN
+    (float('nan'), math.nan, np.nan) keeps 'nan', as earlier checkpoints digested it."""
+    if x == x:
+        return x.hex()
+    bits = struct.unpack("<Q", struct.pack("<d", x))[0]
+    return "nan" if bits == 0x7FF8000000000000 else f"nan:{bits:016x}"
+
+
+def dtype_key(dtype) -> str:
+    """dtype.str, which is '|V16' for every structured dtype of 16 bytes: then its fields as well (name,
+    type, offset, title; dtype.descr refuses overlapping fields), and a field's subarray shape."""
+    if dtype.subdtype is not None:
+        return f"{dtype_key(dtype.subdtype[0])}{dtype.subdtype[1]}"
+    if dtype.fields is None:
+        return dtype.str
+    return f"{dtype.str}{[(n, dtype_key(dtype.fields[n][0]), *dtype.fields[n][1:]) for n in dtype.names]}"
 
 
 class _Digest:
@@ -64,14 +90,17 @@ class _Digest:
 
     def walk(self, obj) -> None:
         t = type(obj)
+        if t is int and not -_REPR_LIMIT < obj < _REPR_LIMIT:
+            self.emit("int", hex(obj))
+            return
         if t in (int, str, bytes, bool) or obj is None:
             self.emit(t.__name__, obj)
             return
         if t is float:
-            self.emit("float", obj.hex())
+            self.emit("float", _float(obj))
             return
         if t is complex:
-            self.emit("complex", obj.real.hex(), obj.imag.hex())
+            self.emit("complex", _float(obj.real), _float(obj.imag))
             return
         seen = self.memo.get(id(obj))
         if seen is not None:
@@ -98,6 +127,13 @@ class _Digest:
         if t in (set, frozenset):
             self.emit(t.__name__, sorted(self.sub(x) for x in obj))
             return
+        if isinstance(obj, (set, frozenset)) and not all(type(x) in _UNSALTED for x in obj):
+            # a subclass: its reduction lists the elements in iteration order, which follows the per-process
+            # string hash; of elements whose hashes are the same everywhere, that reduction is compared
+            self.emit("set-subclass", sorted(self.sub(x) for x in obj))
+            self.walk(t)
+            self.walk(dict(sorted(getattr(obj, "__dict__", {}).items())))
+            return
         if t is bytearray:
             self.emit("bytearray", bytes(obj))
             return
@@ -122,6 +158,9 @@ class _Digest:
             owner = getattr(obj, "__self__", None)
             self.emit("builtin", getattr(obj, "__module__", None), getattr(obj, "__qualname__", repr(obj)),
                       owner.__name__ if isinstance(owner, types.ModuleType) else None)
+            if owner is not None and not isinstance(owner, types.ModuleType) and not (
+                    isinstance(owner, type) and not _defined_here(owner)):  # `dict.fromkeys`: named above
+                self.walk(owner)  # a bound method (`[1, 2].append`, `Random(5).random`): what it is bound to
             return
         if t in (staticmethod, classmethod):
             self.emit(t.__name__)
@@ -145,19 +184,23 @@ class _Digest:
         if np is not None and type(obj) in (np.ndarray, np.memmap) and not obj.dtype.hasobject:
             # a subclass (a masked array: its mask and fill value) is compared through its reduction
             data = np.ascontiguousarray(obj)
-            self.emit("ndarray", obj.dtype.str, obj.shape)
+            self.emit("ndarray", dtype_key(obj.dtype), obj.shape)
             self.hasher.update(memoryview(data).cast("B") if data.nbytes else b"")
             return
         if np is not None and type(obj) is np.ma.MaskedArray and not obj.dtype.hasobject:
             # data, mask and fill value; an unset fill value is its default (what unpickling sets)
             fill = obj._fill_value if obj._fill_value is not None else np.ma.default_fill_value(obj)
-            self.emit("masked", obj.dtype.str, obj.shape, np.asarray(fill).tobytes())
+            self.emit("masked", dtype_key(obj.dtype), obj.shape, np.asarray(fill).tobytes())
             for part in (obj.data, np.ma.getmaskarray(obj)):
                 self.hasher.update(memoryview(np.ascontiguousarray(part)).cast("B") if part.nbytes else b"")
             return
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(obj, torch.Tensor) and obj.layout == torch.strided:
-            cpu = obj.detach().to("cpu").contiguous()
+            cpu = obj.detach().to("cpu")
+            if not cpu.is_quantized:  # view() refuses 0-d tensors, conjugate or negative views, and a stride
+                # other than 1 (which contiguous() leaves on a tensor of one element): the bytes in C order
+                cpu = cpu.resolve_conj().resolve_neg().reshape(-1).clone(memory_format=torch.contiguous_format)
+            cpu = cpu.contiguous()
             self.emit("tensor", str(obj.dtype), tuple(obj.shape), obj.requires_grad)
             self.hasher.update(cpu.view(torch.uint8).numpy().tobytes() if cpu.numel() else b"")
             self._tensor_attrs(obj)
@@ -195,7 +238,7 @@ class _Digest:
             r = c.arrays[key]
             source = r.get("memmap")
             self.emit("array", self._storage_index(r["buffer"]), r["offset"], r["shape"], r["strides"],
-                      r["dtype"], source and (source["path"], source["file_offset"]))
+                      dtype_key(obj.dtype), source and (source["path"], source["file_offset"]))
             return True
         return False
 

@@ -193,3 +193,29 @@ p = Pt(-3)
             == [8, -6, 5, True, ["x", "y"], {"x": -3, "y": 5}]
         verdicts = fresh.call({"op": "verify"})["result"]["variables"]
         assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts
+
+
+def test_a_class_whose_hash_is_its_bases_stays_hashable_after_a_restore(tmp_path):
+    """`__hash__ = object.__hash__` (or `= Parent.__hash__`) beside an `__eq__`: dill leaves out a class
+    attribute that is its base's own object, and the class came back with `__hash__ = None`, so the dict
+    keyed by its instances failed to restore (unhashable type) and a same-kernel restore warned that the
+    kernel had redefined the class."""
+    build = ("class Key:\n    def __init__(self, n): self.n = n\n    def __eq__(self, o): return self.n == o.n\n"
+             "    __hash__ = object.__hash__\n"
+             "class Parent:\n    def __eq__(self, o): return True\n    def __hash__(self): return 7\n"
+             "class Child(Parent):\n    def __eq__(self, o): return self is o\n    __hash__ = Parent.__hash__\n"
+             "k1, c = Key(1), Child()\nindex = {k1: 1, c: 2}\n"
+             "needs_dill = [{Key(3): 3}, (lambda: 1).__code__]")  # the code object: only dill saves it
+    check = "[index[k1], index[c], hash(c), Key.__hash__ is object.__hash__, list(needs_dill[0].values())]"
+    with Kernel(tmp_path) as first:
+        first.run(build)
+        assert "Skipped" not in first.run("%gkews_checkpoint save")
+        out = first.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out and "Warning" not in out, out
+        assert first.value(check) == [1, 2, 7, True, [3]]
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out and "Warning" not in out, out
+        assert fresh.value(check) == [1, 2, 7, True, [3]]
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts

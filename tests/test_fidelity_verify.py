@@ -152,3 +152,101 @@ def test_a_damaged_probe_file_is_named_never_written_over(tmp_path):
         assert verified[0]["verdict"] == "not-recorded" and f"the probe file {probes} is damaged" in \
             verified[0]["detail"], verified
         assert "is damaged" in k.run("%gkews_checkpoint probe", allow_error=True)
+
+
+def _changed(result: dict) -> list:
+    return sorted(n for n, v in result["variables"].items() if v["verdict"] != "match")
+
+
+def test_probes_of_zero_dim_tensors_compare_their_values(tmp_path):
+    """A 0-d tensor (BatchNorm's num_batches_tracked, a loss) or a conjugate view made the walk fail: the
+    probe fell back to the first 200 characters of its repr, so it matched after the weights changed; a
+    variable holding a set and a conjugate view read as changed after every restore."""
+    with Kernel(tmp_path) as first:
+        first.run("import torch\ntorch.manual_seed(0)\n"
+                  "net = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3))\n"
+                  "loss = torch.tensor(0.12)\n"
+                  "both = {'s': {'alpha', 'beta', 'gamma'}, 'c': torch.tensor([1 + 2j, 3 - 1j]).conj(),\n"
+                  "        'n': torch.tensor([1 + 2j]).conj().imag}")
+        first.run("%gkews_checkpoint probe net.state_dict()")
+        first.run("%gkews_checkpoint probe {'loss': loss}")
+        assert "Skipped" not in first.run("%gkews_checkpoint save")
+    with Kernel(tmp_path) as fresh:
+        assert "Not restored" not in fresh.run("%gkews_checkpoint restore")
+        result = fresh.call({"op": "verify"})["result"]
+        assert _changed(result) == [] and {p["verdict"] for p in result["probes"]} == {"match"}, \
+            (result["variables"], result["probes"])
+        fresh.run("with torch.no_grad(): net[1].running_var[2] += 1e-6\nloss += 1e-6\nboth['n'][0] = 5")
+        result = fresh.call({"op": "verify"})["result"]
+        assert [p["verdict"] for p in result["probes"]] == ["differs", "differs"], result["probes"]
+        assert _changed(result) == ["both", "loss", "net"], result["variables"]
+
+
+def test_verify_sees_field_names_bound_objects_and_nan_payloads(tmp_path):
+    """What the digest left out: a structured array's field names and types (every 16-byte record was
+    '|V16'), the object a builtin method is bound to, and which NaN a float or complex is."""
+    with Kernel(tmp_path) as first:
+        first.run("import numpy as np, random, struct, math\n"
+                  "rec = np.zeros(3, dtype=[('lat', 'f8'), ('lon', 'f8')])\n"
+                  "pts = np.zeros(3, dtype=[('x', 'f8'), ('y', 'f8')])\n"
+                  "draw, push = random.Random(5).random, [1, 2, 3].append\n"
+                  "def nan(bits): return struct.unpack('<d', struct.pack('<Q', bits))[0]\n"
+                  "quiet, signed, pair = nan(0x7ff8000000000001), math.nan, complex(1.0, math.nan)")
+        first.run("%gkews_checkpoint probe rec")
+        assert "Skipped" not in first.run("%gkews_checkpoint save")
+    with Kernel(tmp_path) as fresh:
+        assert "Not restored" not in fresh.run("%gkews_checkpoint restore")
+        result = fresh.call({"op": "verify"})["result"]
+        assert _changed(result) == [] and result["probes"][0]["verdict"] == "match", result
+        fresh.run("rec.dtype.names = ('lon', 'lat')\npts = pts.view([('a', 'i8'), ('y', 'f8')])\n"
+                  "draw(); push(99)\n"
+                  "quiet, signed, pair = nan(0x7ff8000000000002), -math.nan, complex(1.0, -math.nan)")
+        result = fresh.call({"op": "verify"})["result"]
+        assert _changed(result) == ["draw", "pair", "pts", "push", "quiet", "rec", "signed"], result["variables"]
+        assert result["probes"][0]["verdict"] == "differs"
+
+
+def test_set_subclasses_and_huge_ints_match_after_a_restore_in_a_fresh_kernel(tmp_path):
+    """A set subclass's reduction lists its strings in the process's hash order, and an int over 4300
+    digits made the digest fail (verify then compared pickles, whose sets follow that order too): both
+    read as changed after every restore into a fresh kernel. A change to either is still found."""
+    with Kernel(tmp_path) as first:
+        first.run("import math\nclass Tags(set):\n    pass\nclass Names(frozenset):\n    pass\n"
+                  "tags = Tags({'alpha', 'beta', 'gamma', 'delta'}); tags.owner = 'me'\n"
+                  "names = Names({'x', 'yy', 'zzz', 'wwww'})\n"
+                  "fact = {'value': math.factorial(2000), 'tags': {'alpha', 'beta', 'gamma'}}\n"
+                  "ids = Tags({1, 2, 3})")
+        assert "Skipped" not in first.run("%gkews_checkpoint save")
+    for run in range(2):  # each in a new process: a new string hash salt
+        with Kernel(tmp_path) as fresh:
+            assert "Not restored" not in fresh.run("%gkews_checkpoint restore")
+            assert _changed(fresh.call({"op": "verify"})["result"]) == [], f"run {run}"
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        fresh.run("tags.owner = 'you'\nfact['value'] += 1\nids.add(4)")
+        assert _changed(fresh.call({"op": "verify"})["result"]) == ["fact", "ids", "tags"]
+        fresh.run("tags.owner = 'me'\nfact['value'] -= 1\nids.discard(4)\nnames = Names({'x', 'yy', 'zzz'})")
+        assert _changed(fresh.call({"op": "verify"})["result"]) == ["names"]
+
+
+def test_a_memmap_restored_as_a_copy_says_so_in_verify(tmp_path):
+    """An np.memmap whose file changed comes back as an in-memory copy of the saved data: verify said
+    "its value or structure differs" although every byte was the checkpoint's."""
+    store = tmp_path / "store"
+    with Kernel(store) as first:
+        first.run(f"import numpy as np\n"
+                  f"small = np.memmap({str(tmp_path / 'small.f4')!r}, dtype='f4', mode='w+', shape=(100,))\n"
+                  f"big = np.memmap({str(tmp_path / 'big.f8')!r}, dtype='f8', mode='w+', shape=(100000,))\n"
+                  f"small[:] = 2; big[:] = 3; small.flush(); big.flush()")
+        assert "Skipped" not in first.run("%gkews_checkpoint save")
+        first.run("small[0] = big[0] = -1; small.flush(); big.flush()")  # the files change
+    with Kernel(store) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert out.count("restored as an in-memory copy: the file changed since the checkpoint") == 2, out
+        out = fresh.run("%gkews_checkpoint verify")
+        for name, path in (("small", tmp_path / "small.f4"), ("big", tmp_path / "big.f8")):
+            assert (f"{name}: changed (it came back as an in-memory copy of the np.memmap of {path}: its values "
+                    f"equal the checkpoint's, but it no longer reads or writes that file)") in out, out
+        fresh.run("big[5] = 0")
+        assert (f"big: changed (it came back as an in-memory copy of the np.memmap of {tmp_path / 'big.f8'}, and "
+                f"its values differ from the checkpoint's)") in fresh.run("%gkews_checkpoint verify")
