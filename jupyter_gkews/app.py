@@ -16,6 +16,7 @@ from .cleanup import describe, run_cleanup
 from .gpus import detect_gpu_count
 from .idle import PROFILE_ENV, IdleWatcher, choose_profile, profile_from_environment
 from .metrics import MetricsRecorder
+from .renames import Renames
 from .handlers import handlers
 from .lifecycle import Lifecycle
 from .state import StateDirInUse, StateStore
@@ -25,7 +26,7 @@ from .state import StateDirInUse, StateStore
 CHECKPOINT_ROOT_ENV = "GKEWS_CHECKPOINT_ROOT"
 CONTENTS_ROOT_ENV = "GKEWS_CONTENTS_ROOT"
 
-#: The contents service's events (jupyter_server): a rename moves a paused notebook.
+#: The contents service's events (jupyter_server): a rename moves a notebook's checkpoints, kernel and pause state.
 CONTENTS_EVENTS = "https://events.jupyter.org/jupyter_server/contents_service/v1"
 
 
@@ -208,6 +209,10 @@ class GkewsApp(ExtensionApp):
             return
         self.settings.update(gkews_lifecycle=self.lifecycle,
                              gkews_catalog=CheckpointCatalog(os.environ[CHECKPOINT_ROOT_ENV]))
+        self.renames = Renames(serverapp=self.serverapp, bridge=self.lifecycle.bridge,
+                               checkpoint_root=os.environ[CHECKPOINT_ROOT_ENV], timeout=self.kernel_call_timeout,
+                               log=self.log)
+        self.settings["gkews_renames"] = self.renames
         if getattr(self.serverapp, "event_logger", None) is not None:
             self.serverapp.event_logger.add_listener(schema_id=CONTENTS_EVENTS, listener=self._contents_changed)
 
@@ -238,11 +243,17 @@ class GkewsApp(ExtensionApp):
                       self.lifecycle.state["state"])
 
     async def _contents_changed(self, logger, schema_id: str, data: dict) -> None:
+        """A rename: the notebook's checkpoints, and the name its kernel saves under, follow it (renames.py);
+        a paused notebook resumes at its new path (Lifecycle.notebook_renamed)."""
         if data.get("action") == "rename" and getattr(self, "lifecycle", None) is not None:
-            await self.lifecycle.notebook_renamed(data["source_path"].strip("/"), data["path"].strip("/"))
+            old, new = data["source_path"].strip("/"), data["path"].strip("/")
+            self.renames.renamed(old, new)  # first, before any await: renames are followed in their order
+            await self.lifecycle.notebook_renamed(old, new)
 
     async def stop_extension(self) -> None:
         self._stop_operations()
+        if getattr(self, "renames", None) is not None:
+            self.renames.stop()
         lifecycle = getattr(self, "lifecycle", None)
         if lifecycle is not None:
             await lifecycle.backend.server_stopping(lifecycle)  # before the server shuts its kernels down

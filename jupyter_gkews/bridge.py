@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import queue
 import uuid
 
 from kernel_state.hold import ANSWER_SUFFIX, CALL_SUFFIX, held_pid
@@ -93,6 +94,33 @@ class KernelBridge:
         finally:
             client.stop_channels()
             await self._restore_activity(kernel, before)
+        return _result(payload)
+
+    async def send(self, kernel_id: str, request: dict, *, label: str = "", timeout: float | None = None,
+                   hold_file: str | None = None) -> dict:
+        """Like call(), but queued behind whatever the kernel runs now (a long cell): the request is sent at
+        once, without the kernel_info handshake a running cell leaves unanswered, and only its reply on the
+        shell channel is awaited, at most timeout seconds. After a timeout the request stays queued and the
+        kernel runs it once its cell ends. A kernel in the hold at hold_file answers there."""
+        label = label or kernel_id
+        timeout = timeout or self.timeout
+        kernel, client, _before = self._open(kernel_id, label)  # our messages leave its activity alone
+        try:
+            payload, pid = None, kernel_pid(kernel)
+            if hold_file and pid is not None and held_pid(hold_file) == pid:
+                payload = await self._unless_dead(kernel_id, kernel, client, label,
+                                                  call_held(hold_file, pid, request, timeout))
+            if payload is None:
+                msg_id = client.execute("", silent=True, store_history=False, user_expressions={
+                    "gkews": _expression("api", "answer", json.dumps(request))})
+                reply = await self._unless_dead(kernel_id, kernel, client, label,
+                                                asyncio.wait_for(_shell_reply(client, msg_id), timeout))
+                payload = self._answer_json(kernel, label, reply)
+        except (TimeoutError, asyncio.TimeoutError):
+            raise KernelCallError(f"the kernel of {label} did not answer within {timeout:.0f} s (a cell still "
+                                  f"runs: it takes the call when the cell ends)") from None
+        finally:
+            client.stop_channels()
         return _result(payload)
 
     async def save_and_hold(self, kernel_id: str, request: dict, hold_file: str, *, label: str = "",
@@ -286,6 +314,17 @@ async def call_held(hold_file: str, pid: int, request: dict, timeout: float) -> 
             await asyncio.sleep(0.05)
     finally:
         _remove(call_path)
+
+
+async def _shell_reply(client, msg_id: str) -> dict:
+    """The kernel's reply to the request msg_id (replies to other requests of this client are dropped)."""
+    while True:
+        try:
+            reply = await client.get_shell_msg(timeout=1)
+        except queue.Empty:
+            continue
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply
 
 
 def _result(payload: dict) -> dict:

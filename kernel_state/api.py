@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 
-from . import auto, checkpoint
-from .identity import identity
+from . import auto, checkpoint, config
+from .errors import CheckpointError
+from .identity import TOKEN, identity
+from .store import COMMITTED, Store
 
 _OPS = {
     "identity": lambda req: identity(),
@@ -35,7 +37,36 @@ _OPS = {
     "auto": lambda req: _auto(req),
     "rewind": lambda req: auto.rewind(int(req["cell"]), notebook=req.get("notebook"), root=req.get("root")),
     "delete": lambda req: checkpoint.delete(req["checkpoint"], notebook=req.get("notebook"), root=req.get("root")),
+    "rename": lambda req: rename(req["old"], req["new"], order=req.get("order"), root=req.get("root"),
+                                 timeout=req.get("timeout")),
 }
+
+#: seconds a rename waits at most for the store's lock (a save of another kernel may hold it): this kernel
+#: runs no cell meanwhile
+RENAME_LOCK_TIMEOUT = 300.0
+
+
+def rename(old: str, new: str, *, order: float | None = None, root: str | None = None,
+           timeout: float | None = None) -> dict:
+    """The server renamed the file or folder `old` to `new`: this kernel's notebook, if it is in there, is
+    called by its new path from now on (the magic, kernel undo and every save without a notebook name), and
+    the checkpoints this process wrote under the old name since the server moved that name's checkpoints
+    (a cell that ran on, a pause's save queued before the rename) join them. order: when the rename
+    happened (two renames may reach the kernel the other way round)."""
+    before = config.notebook_name()
+    config.note_rename(old, new, order)
+    after = config.notebook_name()
+    result = {"notebook": after, "was": before, "moved": []}
+    store = Store(root)
+    # what this process may have saved under the old name: a save of its own, or one its automatic-checkpoint
+    # writer is committing now (it files what it commits from now on under the new name)
+    if after != before and (before in COMMITTED or auto.AUTO.writer.busy()):
+        try:
+            result["moved"] = store.move_notebook(before, after, only_token=TOKEN, timeout=min(
+                RENAME_LOCK_TIMEOUT, RENAME_LOCK_TIMEOUT if timeout is None else float(timeout)))["moved"]
+        except CheckpointError as exc:  # the new name holds from now on all the same
+            result["error"] = f"the checkpoints this kernel saved under {before!r} since the rename stay there: {exc}"
+    return result
 
 
 def _paused(operation, **kwargs):

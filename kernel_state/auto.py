@@ -228,6 +228,9 @@ class Writer:
                         f"the next cell's checkpoint writes them again")
                 if self.abandon:
                     raise Abandoned()
+                # staged before a rename the server told this kernel of since: filed under the new name (a
+                # rename's move waits for this lock, so one committed under the old name just before moves too)
+                snap.notebook = config.follow_renames(snap.notebook)
                 store.commit(snap.notebook, snap.manifest)
                 KEYFRAMES.update(keyframes)
         except BaseException:

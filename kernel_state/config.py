@@ -1,6 +1,7 @@
 """Where checkpoints live and which notebook a process belongs to."""
 import hashlib
 import os
+import time
 
 DEFAULT_KEEP_LAST = 5
 #: Set by the server extension in its own environment, so kernels it starts inherit it.
@@ -37,9 +38,40 @@ def checkpoint_root(root: str | None = None) -> str:
 
 def notebook_name(notebook: str | None = None) -> str:
     """The notebook this state belongs to: explicit, or the path jupyter_server gives the kernel, named
-    the way the server names it (canonical_notebook)."""
-    return canonical_notebook(
-        notebook or os.environ.get("GKEWS_NOTEBOOK") or os.environ.get("JPY_SESSION_NAME") or "default")
+    the way the server names it (canonical_notebook), moved by the renames the server told this process
+    of since it started (note_rename)."""
+    if notebook:
+        return canonical_notebook(notebook)
+    return follow_renames(canonical_notebook(
+        os.environ.get("GKEWS_NOTEBOOK") or os.environ.get("JPY_SESSION_NAME") or "default"))
+
+
+# The renames of notebooks and folders the server sent this process (kernel_state.api "rename"): the
+# environment still names the path the kernel was started for. (order, old, new), applied in order: the
+# server stamps each rename when it happens, and two sent together may reach the kernel the other way round.
+_renames: list[tuple[float, str, str]] = []
+
+
+def note_rename(old: str, new: str, order: float | None = None) -> None:
+    """The file or folder `old` is called `new` now (paths relative to the contents root)."""
+    global _renames
+    entry = (float(order) if order is not None else time.time(), _strip(old), _strip(new))
+    if entry[1] and entry[2] and entry[1] != entry[2] and entry not in _renames:
+        _renames = sorted(_renames + [entry])  # a new list: the auto-checkpoint writer may be reading the old one
+
+
+def follow_renames(name: str) -> str:
+    """Where the notebook `name` is now, after the renames noted in this process (itself if none)."""
+    for _order, old, new in _renames:
+        if name == old:
+            name = new
+        elif name.startswith(old + "/"):
+            name = new + name[len(old):]
+    return name
+
+
+def _strip(path: str) -> str:
+    return canonical_notebook(path).strip("/")
 
 
 def contents_root() -> str | None:

@@ -51,6 +51,8 @@ CHECKPOINT_ID = re.compile(r"\d{8}-\d{6}-\d{3}-[0-9a-f]{4}")
 BLOB_NAME = re.compile(r"[0-9a-f]{32}\.(safetensors|enc|pkl)")
 TEMP_NAME = re.compile(r"[0-9a-f]{32}(\.[a-z]+)?\.tmp")
 KEY_NAME = re.compile(r"[0-9a-f]{24}")
+# the files of a notebook's folder besides notebook.json and manifests/ (a rename moves them with it)
+NOTEBOOK_FILES = ("probes.json", "auto.json")
 PIN_NAME = re.compile(r"[0-9a-f]{24}\.json|[0-9a-f]{32}\.tmp")  # kernel_state.pins: written by the server
 
 _WRITE_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
@@ -68,6 +70,14 @@ def write_error(exc: OSError, root: str) -> CheckpointWriteError:
 
 class NotAStore(CheckpointError):
     """The checkpoint root is not a directory this store can prove it owns, or has a link inside."""
+
+
+class StoreBusy(CheckpointError):
+    """The store's lock could not be taken in time (a save, a restore or a collection holds it)."""
+
+
+class HistoryExists(CheckpointError):
+    """A rename's new path already has checkpoints of its own: nothing is moved over them."""
 
 
 def retention_limits(keep_last: int | None, max_bytes: int | None, auto: bool) -> tuple[int, int]:
@@ -90,6 +100,11 @@ def new_checkpoint_id() -> str:
     now = time.time()
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
     return f"{stamp}-{int(now * 1000) % 1000:03d}-{secrets.token_hex(2)}"
+
+
+#: the notebooks this process committed checkpoints of: a kernel told of a rename looks for what it saved
+#: under its old name only if it saved any (kernel_state.api.rename)
+COMMITTED: set[str] = set()
 
 
 class Store:
@@ -210,8 +225,13 @@ class Store:
                 dirs.append(d)
         return dirs
 
-    def _manifest_path(self, notebook: str, checkpoint_id: str) -> str | None:
-        for d in self._manifest_dirs(notebook):
+    def _manifest_path(self, notebook: str, checkpoint_id: str, forwarded: bool = False) -> str | None:
+        """The manifest file of this notebook's checkpoint; with forwarded, also one saved under this name
+        and moved by a rename since (an id a paused notebook or a pin recorded before the rename)."""
+        if not CHECKPOINT_ID.fullmatch(checkpoint_id):
+            return None
+        dirs = self._manifest_dirs(notebook)
+        for d in dirs + ([d for d in self._forwarded_manifest_dirs(notebook) if d not in dirs] if forwarded else []):
             path = os.path.join(d, checkpoint_id + ".json")
             if self._readable_dir(os.path.dirname(d)) and self._readable_dir(d) and os.path.isfile(path):
                 return path
@@ -222,12 +242,41 @@ class Store:
         base = os.path.join(self.root, "notebooks")
         out = set()
         for key in sorted(os.listdir(base)) if self._readable_dir(base) else []:
-            try:
-                with open(os.path.join(base, key, "notebook.json")) as f:
-                    out.add(config.canonical_notebook(json.load(f)["notebook"]))
-            except (OSError, ValueError, KeyError, TypeError):
+            info = self._notebook_info(os.path.join(base, key))
+            name = info.get("notebook")
+            if not isinstance(name, str):
                 continue
+            if config.notebook_key(name) != key:  # a move cut short (move_notebook): still the old name's
+                name = next((a for a in info.get("renamed_from", []) if config.notebook_key(a) == key), name)
+            out.add(config.canonical_notebook(name))
         return sorted(out)
+
+    @staticmethod
+    def _notebook_info(key_dir: str) -> dict:
+        """notebook.json of a notebook's directory: {"notebook", and "renamed_from" after a rename}; {} if
+        there is none (or it cannot be read)."""
+        try:
+            with open(os.path.join(key_dir, "notebook.json")) as f:
+                info = json.load(f)
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(info, dict):
+            return {}
+        if not (isinstance(info.get("renamed_from"), list) and all(isinstance(a, str) for a in info["renamed_from"])):
+            info.pop("renamed_from", None)
+        return info
+
+    def _forwarded_manifest_dirs(self, notebook: str) -> list[str]:
+        """The manifest directories of the notebooks that were called `notebook` before a rename (their
+        notebook.json lists it in renamed_from): where a checkpoint id saved under that name is now."""
+        base = os.path.join(self.root, "notebooks")
+        names = {config.canonical_notebook(notebook)}
+        out = []
+        for key in sorted(os.listdir(base)) if self._readable_dir(base) else []:
+            if KEY_NAME.fullmatch(key) and names & set(self._notebook_info(os.path.join(base, key)).get(
+                    "renamed_from", [])):
+                out.append(os.path.join(base, key, "manifests"))
+        return out
 
     def blob_path(self, digest: str, ext: str) -> str:
         return os.path.join(self.blob_dir, f"{digest}.{ext}")
@@ -246,9 +295,10 @@ class Store:
 
     # -- locking: saves share, garbage collection is exclusive -----------------------------------
     @contextlib.contextmanager
-    def lock(self, exclusive: bool = False, reading: bool = False):
+    def lock(self, exclusive: bool = False, reading: bool = False, timeout: float | None = None):
         """reading: a restore, which writes nothing, also from a store on a read-only volume (where no
-        collection can run either): the existing lock file is opened for reading, or none is taken."""
+        collection can run either): the existing lock file is opened for reading, or none is taken.
+        timeout: seconds to wait for it at most (StoreBusy after that); None waits as long as it takes."""
         if reading:
             fd = None
             for flags in (os.O_RDONLY, os.O_RDWR | os.O_CREAT):  # the lock file as it is, else a new one
@@ -272,7 +322,7 @@ class Store:
                                 f"could make it write elsewhere). Delete it ({path}): the store makes its own lock "
                                 f"file; nothing was written or deleted.") from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            _flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, timeout, self.root)
             yield
         finally:
             os.close(fd)
@@ -327,6 +377,7 @@ class Store:
                 write_json_durable({"notebook": config.canonical_notebook(notebook)}, info, self.tmp_dir)
             manifest["checksum"] = manifest_checksum(manifest)
             write_json_durable(manifest, os.path.join(mdir, manifest["id"] + ".json"), self.tmp_dir)
+            COMMITTED.add(config.canonical_notebook(notebook))
         except SymlinkRefused as exc:
             raise _refuse_link(exc.filename, self.root) from None
         except OSError as exc:
@@ -343,6 +394,140 @@ class Store:
             raise write_error(exc, self.root) from None
         return path
 
+    # -- renames ----------------------------------------------------------------------------------
+    def _key_dirs(self, notebook: str) -> list[str]:
+        """The directories of a notebook: its name's key, then those of the names older versions used."""
+        return list(dict.fromkeys(os.path.dirname(d) for d in self._manifest_dirs(notebook)))
+
+    @staticmethod
+    def _manifest_names(key_dir: str) -> list[str]:
+        mdir = os.path.join(key_dir, "manifests")
+        try:
+            names = os.listdir(mdir) if stat.S_ISDIR(os.lstat(mdir).st_mode) else []
+        except FileNotFoundError:
+            names = []
+        return sorted(n for n in names if n.endswith(".json") and CHECKPOINT_ID.fullmatch(n[:-5]))
+
+    def move_notebook(self, old: str, new: str, *, only_token: str | None = None,
+                      timeout: float | None = None) -> dict:
+        """The notebook `old` was renamed `new` (itself or a folder above it): its checkpoints, probes and
+        kernel-undo choice become new's, and old has none left (a new file there starts with none).
+
+        Under the exclusive lock (at most `timeout` seconds of waiting: StoreBusy), so no save, restore or
+        collection sees half of it. The folder is renamed in one step when new has none; otherwise each
+        manifest is renamed into new's folder, never over a file there. Refused (HistoryExists, nothing
+        moved) when new already has checkpoints of its own. notebook.json of new records the names its
+        checkpoints were saved under (`renamed_from`), so that an id saved under old is still found by
+        that name (load_manifest) and the stragglers of old (checkpoints written under it after the move)
+        may join them later. only_token: move only the checkpoints the process with this identity token
+        wrote (a kernel's own stragglers), whatever new holds.
+        Returns {"from", "to", "moved": the checkpoint ids moved, newest first}."""
+        old, new = config.canonical_notebook(old), config.canonical_notebook(new)
+        result = {"from": old, "to": new, "moved": []}
+        if old == new or not self._readable_dir(os.path.join(self.root, "notebooks")):
+            return result  # no store, so nothing filed under old (and none is made for that)
+        # the lock even when nothing is filed under old yet: a save of it may be about to commit
+        with self.lock(exclusive=True, timeout=timeout):
+            result["moved"] = self._move_locked(old, new, only_token)
+        return result
+
+    def move_folder(self, old: str, new: str, *, timeout: float | None = None) -> dict[str, dict]:
+        """A rename of the file or folder `old` to `new` (contents-root paths): move_notebook for `old` and for
+        every notebook inside the folder `old`, under one lock. {new name: {"moved": ids} or {"error": why}}
+        (HistoryExists for one notebook leaves the others moved)."""
+        out: dict[str, dict] = {}
+        if old == new or not self._readable_dir(os.path.join(self.root, "notebooks")):
+            return out
+        with self.lock(exclusive=True, timeout=timeout):
+            prefix = old.rstrip("/") + "/"
+            for name in dict.fromkeys([old] + [n for n in self.notebooks() if n.startswith(prefix)]):
+                target = new + name[len(old):]
+                try:
+                    out[target] = {"from": name, "moved": self._move_locked(name, target, None)}
+                except CheckpointError as exc:
+                    out[target] = {"from": name, "error": str(exc)}
+        return out
+
+    def _move_locked(self, old: str, new: str, only_token: str | None) -> list[str]:
+        try:
+            return self._move(old, new, only_token)
+        except SymlinkRefused as exc:
+            raise _refuse_link(exc.filename, self.root) from None
+        except OSError as exc:
+            raise write_error(exc, self.root) from None
+
+    def _move(self, old: str, new: str, only_token: str | None) -> list[str]:
+        old, new = config.canonical_notebook(old), config.canonical_notebook(new)
+        dst = self.notebook_dir(new)
+        sources = [d for d in self._key_dirs(old) if d != dst and self._real_dir(d)]
+        plan = [(src, name) for src in sources for name in self._manifest_names(src)
+                if only_token is None or _manifest_token(os.path.join(src, "manifests", name)) == only_token]
+        if not sources or (only_token is not None and not plan):
+            return []
+        dst_exists = self._real_dir(dst)
+        info = self._notebook_info(dst) if dst_exists else {}
+        own = self._manifest_names(dst) if dst_exists else []
+        if own and only_token is None and old not in info.get("renamed_from", []):
+            raise HistoryExists(
+                f"{new!r} already has {len(own)} checkpoint(s) of its own in {self.root} (of an earlier notebook "
+                f"at that path), so the checkpoints of {old!r} were not moved over them: they stay under {old!r} "
+                f"(%gkews_checkpoint list --notebook {old} shows them, restore --notebook {old} --checkpoint ID "
+                f"brings one back)")
+        lineage = [a for a in dict.fromkeys(
+            [a for src in sources for a in self._notebook_info(src).get("renamed_from", [])]
+            + info.get("renamed_from", []) + [old]) if a != new]
+        record = {"notebook": new, "renamed_from": lineage}
+        base = os.path.join(self.root, "notebooks")
+        whole = self.notebook_dir(old)
+        if only_token is None and not dst_exists and sources == [whole]:
+            # first the record, then one rename: a crash in between leaves a folder that notebooks() still
+            # calls old (its key is old's) and that a later move takes over
+            write_json_durable(record, os.path.join(whole, "notebook.json"), self.tmp_dir)
+            os.rename(whole, dst)
+            fsync_dir(base)
+            return sorted((name[:-5] for _src, name in plan), reverse=True)
+        private_dir(dst)
+        if {k: info.get(k) for k in record} != record:
+            write_json_durable(record, os.path.join(dst, "notebook.json"), self.tmp_dir)
+        mdir = os.path.join(dst, "manifests")
+        private_dir(mdir)
+        moved = []
+        for src, name in plan:
+            target = os.path.join(mdir, name)
+            if not os.path.lexists(target):  # ids are unique: never over a file
+                os.rename(os.path.join(src, "manifests", name), target)
+                moved.append(name[:-5])
+        fsync_dir(mdir)
+        for src in sources:
+            if plan:
+                with contextlib.suppress(FileNotFoundError):
+                    fsync_dir(os.path.join(src, "manifests"))
+            if only_token is None:
+                for aux in NOTEBOOK_FILES:
+                    path = os.path.join(src, aux)
+                    if not (os.path.isfile(path) and not os.path.islink(path)):
+                        continue
+                    if own and os.path.lexists(os.path.join(dst, aux)):
+                        remove_quietly(path)  # the moved notebook's own is the one in use
+                    else:
+                        os.replace(path, os.path.join(dst, aux))
+            self._drop_if_empty(src)
+        fsync_dir(dst)
+        return sorted(moved, reverse=True)
+
+    def _drop_if_empty(self, key_dir: str) -> None:
+        """Remove a notebook's folder that holds nothing but its notebook.json and no manifest."""
+        mdir = os.path.join(key_dir, "manifests")
+        names = set(os.listdir(key_dir))
+        if names - {"notebook.json", "manifests"} or ("manifests" in names and os.listdir(mdir)):
+            return
+        with contextlib.suppress(OSError):
+            if "manifests" in names:
+                os.rmdir(mdir)
+            remove_quietly(os.path.join(key_dir, "notebook.json"))
+            os.rmdir(key_dir)
+            fsync_dir(os.path.dirname(key_dir))
+
     # -- reading ----------------------------------------------------------------------------------
     def checkpoint_ids(self, notebook: str) -> list[str]:
         """Committed checkpoints of a notebook, newest first (also those filed under an older name)."""
@@ -353,7 +538,13 @@ class Store:
         return sorted(ids, reverse=True)
 
     def load_manifest(self, notebook: str, checkpoint_id: str | None = None) -> dict:
+        """The newest checkpoint of the notebook, or the one named: also one saved under this name before a
+        rename moved it (move_notebook), which a paused notebook, a pin or a message may still name so."""
         ids = self.checkpoint_ids(notebook)
+        if checkpoint_id is not None and checkpoint_id not in ids and isinstance(checkpoint_id, str):
+            path = self._manifest_path(notebook, checkpoint_id, forwarded=True)
+            if path is not None:
+                return self.read_manifest_file(path)
         if not ids:
             raise CheckpointNotFound(
                 f"no checkpoint for notebook {notebook!r} in {self.root}; save one with %gkews_checkpoint save")
@@ -363,7 +554,7 @@ class Store:
             raise CheckpointNotFound(
                 f"checkpoint {checkpoint_id!r} does not exist for notebook {notebook!r}; "
                 f"%gkews_checkpoint list shows the ones that do")
-        path = self._manifest_path(notebook, checkpoint_id)
+        path = self._manifest_path(notebook, checkpoint_id, forwarded=True)
         if path is None:  # deleted since it was listed
             raise CheckpointNotFound(f"checkpoint {checkpoint_id!r} does not exist for notebook {notebook!r}")
         return self.read_manifest_file(path)
@@ -400,7 +591,10 @@ class Store:
             except CorruptManifest as exc:
                 rows.append({"id": cid, "error": str(exc)})
                 continue
-            rows.append(summary(m))
+            row = summary(m)
+            # a manifest keeps the name it was saved under; since a rename, the notebook is called so
+            row["notebook"] = config.canonical_notebook(notebook)
+            rows.append(row)
         return rows
 
     def delete(self, notebook: str, checkpoint_id: str) -> None:
@@ -528,6 +722,32 @@ class Store:
         name them: a later checkpoint that found a blob unchanged names that blob alone)."""
         from .encoded_blob import base_of
         return {b for b in (base_of(os.path.join(self.blob_dir, n)) for n in encoded_names) if b}
+
+
+def _manifest_token(path: str) -> str | None:
+    """The identity token of the process that wrote this manifest (None when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            return (json.loads(f.read()).get("identity") or {}).get("token")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _flock(fd: int, mode: int, timeout: float | None, root: str) -> None:
+    if timeout is None:
+        fcntl.flock(fd, mode)
+        return
+    deadline, pause = time.monotonic() + timeout, 0.01
+    while True:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise StoreBusy(f"the checkpoint store {root} stayed busy for {timeout:.0f} s (a save, a restore "
+                                f"or a cleanup holds it); nothing was changed, try again once it is done") from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
 
 
 def manifest_checksum(manifest: dict) -> str:

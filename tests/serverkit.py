@@ -84,3 +84,16 @@ def gkews_server_config(tmp_path, **settings) -> dict:
     (no unauthenticated access); settings: more GkewsApp traits."""
     return {"ServerApp": {"jpserver_extensions": {"jupyter_gkews": True}, "allow_unauthenticated_access": False},
             "GkewsApp": {"checkpoint_root": str(tmp_path / "ckpt"), "state_dir": str(tmp_path / "state"), **settings}}
+
+
+#: a cell defining a variable whose pickling waits for the gate file: the checkpoint of its notebook takes as
+#: long as the test wants (format it with gate=path)
+SLOW_SAVE = '''
+import os, time
+class Slow:
+    def __reduce__(self):
+        while not os.path.exists({gate!r}):
+            time.sleep(0.05)
+        return (int, (0,))
+slow = Slow()
+'''

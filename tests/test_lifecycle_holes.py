@@ -17,20 +17,11 @@ from pathlib import Path
 import pytest
 
 from kernel_state.pins import pinned
-from serverkit import events, open_notebook, post, run_cell, status, wait_for, wait_kernel_state, wait_until
+from serverkit import (SLOW_SAVE, events, open_notebook, post, run_cell, status, wait_for, wait_kernel_state,
+                       wait_until)
 
 from jupyter_gkews.cleanup import clean_checkpoints
 
-#: a variable whose pickling waits for the gate: the checkpoint of its notebook takes as long as the test wants
-SLOW_SAVE = '''
-import os, time
-class Slow:
-    def __reduce__(self):
-        while not os.path.exists({gate!r}):
-            time.sleep(0.05)
-        return (int, (0,))
-slow = Slow()
-'''
 #: a cell that runs until the gate opens (and, with ignore_sigint, cannot be interrupted)
 WAIT_FOR_GATE = '''
 import os, signal, time

@@ -1,0 +1,125 @@
+"""A notebook's checkpoints follow it through a rename of the notebook, or of a folder holding it.
+
+The contents service's rename event (app.py) comes here, running or not, paused or not:
+
+- the store moves each renamed notebook's checkpoints to its new path's key (kernel_state.store's
+  move_notebook: one step, under the store's exclusive lock, never over another notebook's history),
+  off the event loop and one rename after the other;
+- every running kernel whose session is at the old path (or already at the new one: a client may move the
+  session first) is told (kernel_state.api "rename"), so that its magic, kernel undo and saves without a
+  name go to the new path from then on. The call is queued behind a cell that runs (bridge.send) and
+  answered from a pause's hold; what the kernel saved under the old name meanwhile joins the rest.
+
+A paused notebook also keeps the name its checkpoint was taken under (`saved_as`, lifecycle): the store
+still finds that checkpoint's id by that name after the move.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from kernel_state.store import Store
+
+from .bridge import hold_file
+from .errors import KernelCallError, KernelStateMissing
+
+
+def under(path: str, base: str) -> bool:
+    """path is base, or inside the folder base."""
+    return path == base or path.startswith(base.rstrip("/") + "/")
+
+
+def moved_path(path: str, old: str, new: str) -> str:
+    return new + path[len(old):]
+
+
+def move_checkpoints(root: str, old: str, new: str, timeout: float, log=None) -> dict[str, list[str]]:
+    """Move the checkpoints of old (a notebook, or every notebook inside the folder old) to their new paths;
+    {new path: checkpoint ids moved}. Blocking: run it in a thread."""
+    done = {}
+    for target, result in Store(root).move_folder(old, new, timeout=timeout).items():
+        if result.get("error"):
+            if log:
+                log.warning("gkews: the checkpoints of %s did not follow its rename to %s: %s", result["from"],
+                            target, result["error"])
+        elif result["moved"]:
+            done[target] = result["moved"]
+    return done
+
+
+class Renames:
+    """Follows the renames of one server (app.py calls renamed() for each, in the order they happen)."""
+
+    def __init__(self, *, serverapp, bridge, checkpoint_root: str, timeout: float, log=None):
+        self.serverapp, self.bridge, self.checkpoint_root = serverapp, bridge, checkpoint_root
+        self.timeout, self.log = timeout, log
+        self._moves = asyncio.Lock()  # one store move at a time, in the order of the renames
+        self._tasks: set[asyncio.Task] = set()
+
+    def renamed(self, old: str, new: str) -> asyncio.Task:
+        """Start following the rename of old to new; call it on the event loop as the event arrives."""
+        order = time.time()  # the kernels apply renames in this order, whichever reaches them first
+        move = asyncio.ensure_future(self._move(old, new))  # takes its place in the lock's queue now
+        task = asyncio.ensure_future(self._follow(old, new, order, move))
+        for t in (move, task):
+            self._tasks.add(t)
+            t.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _follow(self, old: str, new: str, order: float, move: asyncio.Future) -> None:
+        kernels = await self._kernels(old, new)
+        await asyncio.gather(move, *(self._tell(kid, path, old, new, order) for kid, path in kernels.items()),
+                             return_exceptions=True)
+
+    async def _move(self, old: str, new: str) -> None:
+        async with self._moves:
+            try:
+                done = await asyncio.to_thread(move_checkpoints, self.checkpoint_root, old, new, self.timeout,
+                                               self.log)
+            except Exception as exc:  # the store unreadable: said, and the next rename tries again
+                if self.log:
+                    self.log.warning("gkews: the checkpoints under %s could not follow its rename to %s: %s",
+                                     old, new, exc)
+                return
+        if done and self.log:
+            self.log.info("gkews: %s renamed %s: checkpoints moved: %s", old, new,
+                          "; ".join(f"{path} ({len(ids)})" for path, ids in done.items()))
+
+    async def _kernels(self, old: str, new: str) -> dict[str, str]:
+        """kernel id -> session path of the running kernels of notebooks in the renamed file or folder."""
+        km = self.serverapp.kernel_manager
+        out = {}
+        for s in await self.serverapp.session_manager.list_sessions():
+            kid = (s.get("kernel") or {}).get("id")
+            if kid and kid in km and (under(s["path"], old) or under(s["path"], new)):
+                out[kid] = s["path"]
+        return out
+
+    async def _tell(self, kernel_id: str, path: str, old: str, new: str, order: float) -> None:
+        request = {"op": "rename", "old": old, "new": new, "order": order, "root": self.checkpoint_root,
+                   "timeout": self.timeout}
+        try:
+            result = await self.bridge.send(kernel_id, request, label=path, timeout=self.timeout,
+                                            hold_file=hold_file(self.serverapp.runtime_dir, kernel_id))
+        except KernelStateMissing:
+            return  # no kernel_state there: it saves no checkpoints under any name
+        except KernelCallError as exc:
+            if self.log:
+                self.log.warning("gkews: the kernel of %s was not told of its rename to %s: %s", path,
+                                 moved_path(path, old, new) if under(path, old) else path, exc)
+            return
+        if self.log:
+            self.log.info("gkews: the kernel of %s now saves as %s%s", path, result["notebook"],
+                          f" (and moved {len(result['moved'])} checkpoint(s) it saved meanwhile)"
+                          if result["moved"] else "")
+            if result.get("error"):
+                self.log.warning("gkews: %s", result["error"])
+
+    def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def idle(self) -> None:
+        """Wait until every rename so far is followed (tests)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)

@@ -1,0 +1,279 @@
+"""A notebook's checkpoints follow it through a rename, running or paused.
+
+Before, a running notebook renamed as JupyterLab renames it (PATCH api/contents, then PATCH api/sessions)
+kept saving under its old path from the magic while the server saved under the new one: `%gkews_checkpoint
+list` missed the newer checkpoint, `restore` brought back an older state without a word, the REST listing of
+the new path missed the magic's, and a new notebook at the old path was offered the renamed one's history.
+Now the store moves the notebook's checkpoints to the new path's key and the kernel is told its new name
+(jupyter_gkews/renames.py, kernel_state.api "rename"): one history, under the new path; none at the old one.
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import posixpath
+import re
+
+import pytest
+
+import kernel_state
+from kernel_state import api, config
+from kernel_state.store import HistoryExists, Store
+from serverkit import SLOW_SAVE, gkews_server_config, open_notebook, post, run_cell, wait_for, wait_kernel_state
+
+ID = r"\d{8}-\d{6}-\d{3}-[0-9a-f]{4}"
+
+
+@pytest.fixture
+def jp_server_config(tmp_path, monkeypatch):
+    monkeypatch.delenv("GKEWS_CHECKPOINT_ROOT", raising=False)  # each server exports its own root
+    return gkews_server_config(tmp_path)
+
+
+def ids_in(text: str) -> list[str]:
+    return re.findall(ID, text)
+
+
+async def listed(jp_fetch, notebook: str | None = None) -> list[dict]:
+    """GET gkews/checkpoints[?notebook=...]: what the Checkpoints sidebar shows."""
+    r = await jp_fetch("gkews", "checkpoints", params={"notebook": notebook} if notebook else {})
+    return json.loads(r.body)["checkpoints"]
+
+
+async def rename_like_jupyterlab(jp_fetch, old: str, new: str, sessions: dict[str, str], name: bool = True) -> None:
+    """The file (or folder), then each open notebook's session: its path, then (name) its name."""
+    r = await jp_fetch("api", "contents", old, method="PATCH", body=json.dumps({"path": new}))
+    assert json.loads(r.body)["path"] == new
+    for session_id, path in sessions.items():
+        for change in ({"path": path}, {"name": posixpath.basename(path)})[:2 if name else 1]:
+            await jp_fetch("api", "sessions", session_id, method="PATCH", body=json.dumps(change))
+
+
+async def followed(jp_serverapp) -> None:
+    """Every rename so far followed: the store moved and each kernel answered."""
+    await asyncio.wait_for(jp_serverapp.web_app.settings["gkews_renames"].idle(), 120)
+
+
+async def test_a_running_notebook_keeps_one_history_through_a_rename(jp_fetch, jp_serverapp, jp_root_dir):
+    """The reproduction of the report: the magic, checkpoint-now, the listings and restore agree."""
+    session = await open_notebook(jp_fetch, jp_root_dir, "old.ipynb")
+    kid = session["kernel"]["id"]
+    (before,) = ids_in(await run_cell(jp_serverapp, kid, "x = 0\n%gkews_checkpoint save"))
+    await run_cell(jp_serverapp, kid, "x = 1")
+    await rename_like_jupyterlab(jp_fetch, "old.ipynb", "new.ipynb", {session["id"]: "new.ipynb"}, name=False)
+
+    (magic,) = ids_in(await run_cell(jp_serverapp, kid, "%gkews_checkpoint save"))  # at once, as a user would
+    await run_cell(jp_serverapp, kid, "x = 2")
+    r = await post(jp_fetch, "checkpoints/now", {"notebook": "new.ipynb"})
+    assert r.code == 201, r.body
+    now = json.loads(r.body)["id"]
+    await followed(jp_serverapp)
+
+    history = [now, magic, before]  # newest first
+    assert ids_in(await run_cell(jp_serverapp, kid, "%gkews_checkpoint list")) == history
+    rows = await listed(jp_fetch, "new.ipynb")
+    assert [row["id"] for row in rows] == history and {row["notebook"] for row in rows} == {"new.ipynb"}
+    assert [(row["id"], row["notebook"]) for row in await listed(jp_fetch)] == [(i, "new.ipynb") for i in history]
+    assert await listed(jp_fetch, "old.ipynb") == []
+    out = await run_cell(jp_serverapp, kid, "x = None\n%gkews_checkpoint restore\nprint(repr(x))")
+    assert f"from checkpoint {now}" in out and out.strip().endswith("2")  # the newest: x = 1 before the fix
+    assert "notebook 'new.ipynb'" in await run_cell(jp_serverapp, kid, "%gkews_checkpoint status")
+
+    # a new notebook created at the old path starts with none
+    fresh = (await open_notebook(jp_fetch, jp_root_dir, "old.ipynb"))["kernel"]["id"]
+    assert "No checkpoints yet" in await run_cell(jp_serverapp, fresh, "%gkews_checkpoint list")
+    with pytest.raises(AssertionError, match="no checkpoint for notebook 'old.ipynb'"):
+        await run_cell(jp_serverapp, fresh, "%gkews_checkpoint restore")
+    assert await listed(jp_fetch, "old.ipynb") == []
+    (own,) = ids_in(await run_cell(jp_serverapp, fresh, "y = 1\n%gkews_checkpoint save"))
+    assert [row["id"] for row in await listed(jp_fetch, "old.ipynb")] == [own]
+    assert [row["id"] for row in await listed(jp_fetch, "new.ipynb")] == history
+
+
+async def test_a_kernel_busy_at_the_rename_follows_when_its_cell_ends(jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    """The server moves the checkpoints at once and answers meanwhile; the kernel learns its new name when
+    its cell ends, and what the cell saved under the old name joins the rest."""
+    gate = tmp_path / "gate"
+    session = await open_notebook(jp_fetch, jp_root_dir, "work/busy.ipynb")
+    kid = session["kernel"]["id"]
+    (before,) = ids_in(await run_cell(jp_serverapp, kid, "x = 'before'\n%gkews_checkpoint save"))
+    cell = asyncio.create_task(run_cell(jp_serverapp, kid, (
+        f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\n"
+        "x = 'in the cell'\n%gkews_checkpoint save")))
+    await wait_kernel_state(jp_serverapp, kid, "busy")
+    await rename_like_jupyterlab(jp_fetch, "work/busy.ipynb", "work/renamed.ipynb",
+                                 {session["id"]: "work/renamed.ipynb"})
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while [row["id"] for row in await listed(jp_fetch, "work/renamed.ipynb")] != [before]:
+        assert loop.time() < deadline, "the checkpoints did not move while the kernel ran its cell"
+        await asyncio.sleep(0.1)
+    started = loop.time()
+    assert (await jp_fetch("gkews", "status")).code == 200 and loop.time() - started < 5  # the loop is free
+    assert await listed(jp_fetch, "work/busy.ipynb") == []
+    assert not cell.done()
+
+    gate.touch()
+    (in_cell,) = ids_in(await cell)  # saved under the old name: the kernel had not been told yet
+    await followed(jp_serverapp)
+    assert ids_in(await run_cell(jp_serverapp, kid, "%gkews_checkpoint list")) == [in_cell, before]
+    assert [row["id"] for row in await listed(jp_fetch, "work/renamed.ipynb")] == [in_cell, before]
+    assert await listed(jp_fetch, "work/busy.ipynb") == []
+
+
+async def test_kernel_undo_follows_a_rename(jp_fetch, jp_serverapp, jp_root_dir):
+    """Automatic checkpoints, also one staged before the rename and written after it, land under the new
+    path, and a rewind finds the cells from before the rename."""
+    session = await open_notebook(jp_fetch, jp_root_dir, "undo.ipynb")
+    kid = session["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "%gkews_checkpoint auto on")
+    await run_cell(jp_serverapp, kid, "a = 1")
+    await run_cell(jp_serverapp, kid, "import kernel_state.auto as _auto; _auto.AUTO.writer.wait_idle(60)")
+    await run_cell(jp_serverapp, kid, "_auto.AUTO.writer.hold()")  # the next snapshot waits in the writer
+    await run_cell(jp_serverapp, kid, "a = 2")
+    await rename_like_jupyterlab(jp_fetch, "undo.ipynb", "undone.ipynb", {session["id"]: "undone.ipynb"})
+    await followed(jp_serverapp)
+    await run_cell(jp_serverapp, kid, "_auto.AUTO.writer.release(); _auto.AUTO.writer.wait_idle(60)")
+    await run_cell(jp_serverapp, kid, "a = 3")
+    await run_cell(jp_serverapp, kid, "_auto.AUTO.writer.wait_idle(60)")
+
+    rows = await listed(jp_fetch, "undone.ipynb")
+    sources = [row["label"]["source"] for row in rows if row["auto"]]
+    assert {"a = 1", "a = 2", "a = 3"} <= set(sources), sources
+    assert await listed(jp_fetch, "undo.ipynb") == []
+    cell = next(row["label"]["cell"] for row in rows if row["auto"] and row["label"]["source"] == "a = 1")
+    out = await run_cell(jp_serverapp, kid, f"%gkews_checkpoint rewind {cell}\nprint(a)")
+    assert out.strip().endswith("1"), out
+
+
+async def test_a_folder_rename_moves_every_notebook_in_it(jp_fetch, jp_serverapp, jp_root_dir):
+    sessions = {}
+    saved = {}
+    for path in ("proj/a.ipynb", "proj/sub/b.ipynb", "project.ipynb"):
+        session = await open_notebook(jp_fetch, jp_root_dir, path)
+        sessions[path] = session
+        (saved[path],) = ids_in(await run_cell(jp_serverapp, session["kernel"]["id"], "v = 1\n%gkews_checkpoint save"))
+    await rename_like_jupyterlab(jp_fetch, "proj", "done", {
+        sessions["proj/a.ipynb"]["id"]: "done/a.ipynb", sessions["proj/sub/b.ipynb"]["id"]: "done/sub/b.ipynb"})
+    await followed(jp_serverapp)
+
+    for old, new in (("proj/a.ipynb", "done/a.ipynb"), ("proj/sub/b.ipynb", "done/sub/b.ipynb")):
+        kid = sessions[old]["kernel"]["id"]
+        (later,) = ids_in(await run_cell(jp_serverapp, kid, "v = 2\n%gkews_checkpoint save"))
+        assert ids_in(await run_cell(jp_serverapp, kid, "%gkews_checkpoint list")) == [later, saved[old]]
+        assert [row["id"] for row in await listed(jp_fetch, new)] == [later, saved[old]]
+    # project.ipynb shares the folder's first letters, not the folder
+    assert [row["id"] for row in await listed(jp_fetch, "project.ipynb")] == [saved["project.ipynb"]]
+    assert sorted({row["notebook"] for row in await listed(jp_fetch)}) == [
+        "done/a.ipynb", "done/sub/b.ipynb", "project.ipynb"]
+
+
+async def test_a_notebook_renamed_while_paused_resumes_with_its_whole_history(jp_fetch, jp_serverapp, jp_root_dir):
+    session = await open_notebook(jp_fetch, jp_root_dir, "p.ipynb")
+    kid = session["kernel"]["id"]
+    (earlier,) = ids_in(await run_cell(jp_serverapp, kid, "x = 6\n%gkews_checkpoint save"))
+    await run_cell(jp_serverapp, kid, "x = 7")
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused", paused["message"]
+    checkpoint = paused["notebooks"][0]["checkpoint"]
+
+    await jp_fetch("api", "contents", "p.ipynb", method="PATCH", body=json.dumps({"path": "q.ipynb"}))
+    await followed(jp_serverapp)
+    assert [row["id"] for row in await listed(jp_fetch, "q.ipynb")] == [checkpoint, earlier]
+    assert await listed(jp_fetch, "p.ipynb") == []
+
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["state"] == "active" and "1 restored-from-checkpoint" in resumed["message"], resumed["message"]
+    (nb,) = resumed["notebooks"]
+    assert (nb["path"], nb["saved_as"], nb["checkpoint"]) == ("q.ipynb", "p.ipynb", checkpoint)
+    sessions = {s["path"]: s["kernel"]["id"] for s in json.loads((await jp_fetch("api", "sessions")).body)}
+    kid = sessions["q.ipynb"]
+    assert (await run_cell(jp_serverapp, kid, "print(x)")).strip() == "7"
+    assert ids_in(await run_cell(jp_serverapp, kid, "%gkews_checkpoint list")) == [checkpoint, earlier]
+
+
+async def test_a_rename_during_the_pause_s_checkpoint_resumes_from_it(jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    """The pause saves under the old name while the notebook is renamed: the move waits for that save (the
+    store's lock), and the resume finds the checkpoint by the name it was saved under."""
+    gate = tmp_path / "gate"
+    session = await open_notebook(jp_fetch, jp_root_dir, "slow.ipynb")
+    await run_cell(jp_serverapp, session["kernel"]["id"], SLOW_SAVE.format(gate=str(gate)) + "x = 8\n")
+    assert (await post(jp_fetch, "pause")).code == 202
+    await wait_kernel_state(jp_serverapp, session["kernel"]["id"], "busy")  # in its checkpoint, at the gate
+    await jp_fetch("api", "contents", "slow.ipynb", method="PATCH", body=json.dumps({"path": "fast.ipynb"}))
+    await jp_fetch("api", "sessions", session["id"], method="PATCH", body=json.dumps({"path": "fast.ipynb"}))
+    gate.touch()
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused", paused["message"]
+    (nb,) = paused["notebooks"]
+    assert (nb["path"], nb["saved_as"]) == ("fast.ipynb", "slow.ipynb")
+    await followed(jp_serverapp)
+    assert [row["id"] for row in await listed(jp_fetch, "fast.ipynb")] == [nb["checkpoint"]]
+    assert await listed(jp_fetch, "slow.ipynb") == []
+
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["state"] == "active" and "1 restored-from-checkpoint" in resumed["message"], resumed["message"]
+    sessions = {s["path"]: s["kernel"]["id"] for s in json.loads((await jp_fetch("api", "sessions")).body)}
+    assert (await run_cell(jp_serverapp, sessions["fast.ipynb"], "print(x)")).strip() == "8"
+
+
+# -- the store alone -----------------------------------------------------------------------------------
+def test_a_move_never_goes_over_another_history_and_a_moved_id_is_found_by_its_old_name(tmp_path):
+    root = str(tmp_path / "ckpt")
+    store = Store(root)
+    a = kernel_state.save({"x": "a"}, notebook="a.ipynb", root=root)
+    kernel_state.save({"x": "b"}, notebook="b.ipynb", root=root)  # an earlier notebook's, at b.ipynb
+    with pytest.raises(HistoryExists, match="'b.ipynb' already has 1 checkpoint"):
+        store.move_notebook("a.ipynb", "b.ipynb")
+    assert [c["id"] for c in store.list("a.ipynb")] == [a["id"]] and len(store.list("b.ipynb")) == 1
+
+    assert store.move_notebook("a.ipynb", "c.ipynb")["moved"] == [a["id"]]
+    assert store.list("a.ipynb") == [] and store.notebooks() == ["b.ipynb", "c.ipynb"]
+    assert [c["notebook"] for c in store.list("c.ipynb")] == ["c.ipynb"]
+    # a paused notebook, a pin or a message may still name the id by the name it was saved under
+    ns = {}
+    kernel_state.restore(ns, notebook="a.ipynb", checkpoint=a["id"], root=root)
+    assert ns["x"] == "a"
+    with pytest.raises(kernel_state.CheckpointNotFound):
+        kernel_state.restore({}, notebook="a.ipynb", root=root)  # but the old name has no newest one
+    with pytest.raises(kernel_state.CheckpointNotFound):
+        kernel_state.restore({}, notebook="a.ipynb", checkpoint="../../gkews-store", root=root)
+
+
+def test_a_move_cut_short_is_still_the_old_name_s_and_finishes_later(tmp_path):
+    root = str(tmp_path / "ckpt")
+    store = Store(root)
+    saved = kernel_state.save({"x": 1}, notebook="dir/a.ipynb", root=root)
+    info = os.path.join(store.notebook_dir("dir/a.ipynb"), "notebook.json")
+    with open(info, "w") as f:  # what a crash between the record and the rename of the folder leaves
+        json.dump({"notebook": "dir2/a.ipynb", "renamed_from": ["dir/a.ipynb"]}, f)
+    assert store.notebooks() == ["dir/a.ipynb"]
+    assert [c["id"] for c in store.list("dir/a.ipynb")] == [saved["id"]]
+    assert store.move_notebook("dir/a.ipynb", "dir2/a.ipynb")["moved"] == [saved["id"]]
+    assert store.notebooks() == ["dir2/a.ipynb"] and store.list("dir/a.ipynb") == []
+
+
+def test_a_kernel_moves_only_what_it_saved_under_its_old_name(tmp_path, monkeypatch):
+    """The kernel's own stragglers join the moved history; a new notebook's at the old path stay there."""
+    root = str(tmp_path / "ckpt")
+    monkeypatch.setenv("JPY_SESSION_NAME", "old.ipynb")
+    monkeypatch.setattr(config, "_renames", [])
+    mine = kernel_state.save({"x": 1}, root=root)
+    assert Store(root).move_notebook("old.ipynb", "new.ipynb")["moved"] == [mine["id"]]  # the server's move
+    straggler = kernel_state.save({"x": 2}, root=root)  # this kernel, not told yet
+    with monkeypatch.context() as m:  # the kernel of a new notebook at old.ipynb: another process
+        m.setattr(importlib.import_module("kernel_state.identity"), "TOKEN", "another process")
+        other = kernel_state.save({"x": 3}, notebook="old.ipynb", root=root)
+
+    answer = json.loads(api.call({"op": "rename", "old": "old.ipynb", "new": "new.ipynb", "root": root}))
+    assert answer["ok"] and answer["result"] == {"notebook": "new.ipynb", "was": "old.ipynb",
+                                                 "moved": [straggler["id"]]}, answer
+    assert [c["id"] for c in kernel_state.list_checkpoints(root=root)] == [straggler["id"], mine["id"]]
+    assert [c["id"] for c in kernel_state.list_checkpoints(notebook="old.ipynb", root=root)] == [other["id"]]
+    assert kernel_state.save({"x": 4}, root=root)["notebook"] == "new.ipynb"
