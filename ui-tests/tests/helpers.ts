@@ -77,6 +77,8 @@ export async function typeAndRun(
 ): Promise<{ prompt: string }> {
   const cell = await typeAndSchedule(page, code);
   await expect(cell.locator('.jp-OutputArea-output')).toHaveText(expected, { timeout });
+  // the output comes before the reply that numbers the cell: wait for its number
+  await expect(cell.locator('.jp-InputPrompt')).toHaveText(/^\[\d+\]:$/, { timeout });
   const prompt = (await cell.locator('.jp-InputPrompt').textContent()) ?? '';
   return { prompt: prompt.trim() };
 }
