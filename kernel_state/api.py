@@ -58,14 +58,17 @@ def rename(old: str, new: str, *, order: float | None = None, root: str | None =
     after = config.notebook_name()
     result = {"notebook": after, "was": before, "moved": []}
     store = Store(root)
-    # what this process may have saved under the old name: a save of its own, or one its automatic-checkpoint
-    # writer is committing now (it files what it commits from now on under the new name)
+    # what this process saved under the old name after the server moved what was there: a save of its own, or
+    # one its automatic-checkpoint writer is committing now (it files what it commits from now on under the new
+    # name); never what another process wrote, never into another notebook's history (Store.move_notebook)
     if after != before and (before in COMMITTED or auto.AUTO.writer.busy()):
         try:
             result["moved"] = store.move_notebook(before, after, only_token=TOKEN, timeout=min(
                 RENAME_LOCK_TIMEOUT, RENAME_LOCK_TIMEOUT if timeout is None else float(timeout)))["moved"]
         except CheckpointError as exc:  # the new name holds from now on all the same
             result["error"] = f"the checkpoints this kernel saved under {before!r} since the rename stay there: {exc}"
+        if result["moved"]:
+            COMMITTED.add(after)  # a rename of `after` told next (a->b->c) takes them on from there
     return result
 
 

@@ -420,7 +420,8 @@ class Store:
         checkpoints were saved under (`renamed_from`), so that an id saved under old is still found by
         that name (load_manifest) and the stragglers of old (checkpoints written under it after the move)
         may join them later. only_token: move only the checkpoints the process with this identity token
-        wrote (a kernel's own stragglers), whatever new holds.
+        wrote (a kernel's own stragglers: what it saved under old after the server had moved old's
+        checkpoints), under the same rule: never into another notebook's history.
         Returns {"from", "to", "moved": the checkpoint ids moved, newest first}."""
         old, new = config.canonical_notebook(old), config.canonical_notebook(new)
         result = {"from": old, "to": new, "moved": []}
@@ -467,7 +468,8 @@ class Store:
         dst_exists = self._real_dir(dst)
         info = self._notebook_info(dst) if dst_exists else {}
         own = self._manifest_names(dst) if dst_exists else []
-        if own and only_token is None and old not in info.get("renamed_from", []):
+        # never into another notebook's history (one deleted there): only into the one old's moved into
+        if own and old not in info.get("renamed_from", []):
             raise HistoryExists(
                 f"{new!r} already has {len(own)} checkpoint(s) of its own in {self.root} (of an earlier notebook "
                 f"at that path), so the checkpoints of {old!r} were not moved over them: they stay under {old!r} "

@@ -277,3 +277,50 @@ def test_a_kernel_moves_only_what_it_saved_under_its_old_name(tmp_path, monkeypa
     assert [c["id"] for c in kernel_state.list_checkpoints(root=root)] == [straggler["id"], mine["id"]]
     assert [c["id"] for c in kernel_state.list_checkpoints(notebook="old.ipynb", root=root)] == [other["id"]]
     assert kernel_state.save({"x": 4}, root=root)["notebook"] == "new.ipynb"
+
+
+def rename_told(old: str, new: str, order: float, root: str) -> dict:
+    """What the server's rename call does in the kernel (kernel_state.api "rename")."""
+    answer = json.loads(api.call({"op": "rename", "old": old, "new": new, "order": order, "root": root}))
+    assert answer["ok"], answer
+    return answer["result"]
+
+
+def test_renames_a_kernel_hears_of_late_leave_the_history_under_the_final_name(tmp_path, monkeypatch):
+    """a -> b -> a, and then c -> d -> e, while a cell ran: the server moved the checkpoints at each rename,
+    and the kernel heard of both once its cell ended. It moved all of them to the middle name (b, d), a file
+    that no longer exists, where a new notebook would have been offered them."""
+    root = str(tmp_path / "ckpt")
+    store = Store(root)
+    monkeypatch.setattr(config, "_renames", [])
+    for first, middle, last in (("ra.ipynb", "rb.ipynb", "ra.ipynb"), ("rc.ipynb", "rd.ipynb", "re.ipynb")):
+        monkeypatch.setenv("JPY_SESSION_NAME", first)
+        monkeypatch.setattr(config, "_renames", [])
+        mine = kernel_state.save({"x": 1}, root=root)
+        store.move_notebook(first, middle)  # the server, at each rename
+        store.move_notebook(middle, last)
+        rename_told(first, middle, 1.0, root)
+        rename_told(middle, last, 2.0, root)
+        assert [c["id"] for c in store.list(last)] == [mine["id"]], (first, middle, last)
+        assert store.list(middle) == [] and (last == first or store.list(first) == [])
+        assert kernel_state.save({"x": 2}, root=root)["notebook"] == last
+
+
+def test_a_kernel_never_moves_its_history_into_a_deleted_notebook_s(tmp_path, monkeypatch):
+    """Renamed onto the path of a deleted notebook that left checkpoints: the server refuses to mix the two
+    histories, and so must the kernel (it moved its own in, so that restore brought back the deleted
+    notebook's variables and retention removed the renamed notebook's own checkpoints)."""
+    root = str(tmp_path / "ckpt")
+    store = Store(root)
+    monkeypatch.setattr(config, "_renames", [])
+    with monkeypatch.context() as m:  # the deleted notebook's kernel: another process
+        m.setattr(importlib.import_module("kernel_state.identity"), "TOKEN", "another process")
+        theirs = kernel_state.save({"old": 1}, notebook="gone.ipynb", root=root)
+    monkeypatch.setenv("JPY_SESSION_NAME", "mine.ipynb")
+    mine = kernel_state.save({"x": 1}, root=root)
+    with pytest.raises(HistoryExists):
+        store.move_notebook("mine.ipynb", "gone.ipynb")  # the server, at the rename
+    told = rename_told("mine.ipynb", "gone.ipynb", 1.0, root)
+    assert told["moved"] == [] and "stay there" in told["error"], told
+    assert [c["id"] for c in store.list("mine.ipynb")] == [mine["id"]]
+    assert [c["id"] for c in store.list("gone.ipynb")] == [theirs["id"]]
