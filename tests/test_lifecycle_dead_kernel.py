@@ -72,3 +72,23 @@ async def test_resuming_again_right_after_the_kernel_died_in_a_resume_restores_i
     [nb] = resumed["notebooks"]
     assert nb["verdict"] == "restored-from-checkpoint" and "x" in nb["restored"], nb
     assert "42" in await run_cell(jp_serverapp, a, "print(x + 1)")
+
+
+async def test_a_rename_during_the_resume_s_restore_ends_it_as_usual(jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    """The resume kept its held kernels by notebook path: a rename while it restored failed it with
+    KeyError: 'c.ipynb', after the restore had worked, and never let the kernel go."""
+    gate = tmp_path / "gate"
+    a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, a, "x = 41\n" + SLOW_RESTORE.format(gate=str(gate)))
+    assert (await post(jp_fetch, "pause")).code == 202
+    assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
+    assert (await post(jp_fetch, "resume")).code == 202
+    await phase(jp_fetch, "verifying")
+    await wait_kernel_state(jp_serverapp, a, "busy")  # restoring: held by the slow variable
+    await jp_fetch("api", "contents", "a.ipynb", method="PATCH", body=json.dumps({"path": "c.ipynb"}))
+    gate.touch()
+    resumed = await wait_for(jp_fetch, ("active", "failed"), timeout=120)
+    assert resumed["state"] == "active", resumed["message"]
+    [nb] = resumed["notebooks"]
+    assert (nb["path"], nb["verdict"]) == ("c.ipynb", "restored-from-checkpoint"), nb
+    assert "42" in await run_cell(jp_serverapp, a, "print(x + 1)")

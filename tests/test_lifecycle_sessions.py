@@ -88,3 +88,56 @@ async def test_a_pause_from_paused_that_checkpoints_nothing_leaves_the_others_pa
     assert resumed["state"] == "active", resumed["message"]
     assert "42" in await run_cell(jp_serverapp, a, "print(x + 1)")
     assert "1" in await run_cell(jp_serverapp, b, "print(y)")
+
+
+async def rename(jp_fetch, old: str, new: str) -> None:
+    """What JupyterLab does: the file, then its session (if it has one)."""
+    await jp_fetch("api", "contents", old, method="PATCH", body=json.dumps({"path": new}))
+    for s in await sessions(jp_fetch):
+        if s["path"] == old:
+            await jp_fetch("api", "sessions", s["id"], method="PATCH",
+                           body=json.dumps({"path": new, "name": new.rsplit("/", 1)[-1]}))
+
+
+async def test_a_notebook_renamed_onto_a_deleted_paused_one_s_path_gets_only_its_own_state(
+        jp_fetch, jp_serverapp, jp_root_dir):
+    """b.ipynb was deleted while paused and a.ipynb renamed to b.ipynb: the resume restored both notebooks'
+    variables into the one kernel at b.ipynb and called both restored."""
+    a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    b = (await open_notebook(jp_fetch, jp_root_dir, "b.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, a, "va = 1")
+    await run_cell(jp_serverapp, b, "vb = 2")
+    assert (await post(jp_fetch, "pause")).code == 202
+    assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
+    await jp_fetch("api", "contents", "b.ipynb", method="DELETE")
+    await rename(jp_fetch, "a.ipynb", "b.ipynb")
+
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["state"] == "active", resumed["message"]
+    by_kernel = {nb["kernel_id"]: nb for nb in resumed["notebooks"]}
+    assert by_kernel[a]["verdict"] == "restored-from-checkpoint" and by_kernel[a]["path"] == "b.ipynb"
+    assert by_kernel[b]["status"] == "lost" and "was deleted while paused" in by_kernel[b]["error"], by_kernel[b]
+    assert "restore --notebook b.ipynb --checkpoint" in by_kernel[b]["next_step"]
+    [session] = await sessions(jp_fetch)
+    assert (session["path"], session["kernel"]["id"]) == ("b.ipynb", a)
+    assert (await run_cell(jp_serverapp, a, "print(sorted(k for k in ('va', 'vb') if k in globals()))")).strip() \
+        == "['va']"
+
+
+async def test_a_second_notebook_on_the_kernel_renamed_while_paused_comes_back_at_its_new_path(
+        jp_fetch, jp_serverapp, jp_root_dir):
+    first = await open_notebook(jp_fetch, jp_root_dir, "n1.ipynb")
+    kid = first["kernel"]["id"]
+    (jp_root_dir / "n2.ipynb").write_text((jp_root_dir / "n1.ipynb").read_text())
+    await jp_fetch("api", "sessions", method="POST", body=json.dumps(
+        {"path": "n2.ipynb", "name": "n2.ipynb", "type": "notebook", "kernel": {"id": kid}}))
+    await run_cell(jp_serverapp, kid, "x = 41")
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert [c["path"] for c in paused["notebooks"][0]["companions"]] == ["n2.ipynb"]
+    await rename(jp_fetch, "n2.ipynb", "n3.ipynb")
+    assert (await post(jp_fetch, "resume")).code == 202
+    assert (await wait_for(jp_fetch, ("active", "failed")))["state"] == "active"
+    assert sorted((s["path"], s["kernel"]["id"]) for s in await sessions(jp_fetch)) == [
+        ("n1.ipynb", kid), ("n3.ipynb", kid)]

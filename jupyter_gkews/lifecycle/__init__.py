@@ -21,13 +21,13 @@ from ..claim import Claim
 # LifecycleError and NotFound: re-exported for callers that still import them from here
 from ..errors import LifecycleError, NotFound  # noqa: F401
 from ..state import StateStore, initial_state
-from ..states import Event
+from ..states import Event, awaiting_resume
 from .holds import Holds
 from .paths import clean_notebook_paths  # noqa: F401  (notebook_actions, handlers)
 from .pause import Pause
 from .persistence import Persistence, pinned_checkpoints  # noqa: F401  (handlers)
 from .recovery import Recovery
-from .resume import Resume
+from .resume import Resume, mark_lost
 
 
 class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
@@ -87,14 +87,23 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
         state (paused, pausing, or still to resume after a resume): it resumes at its new path, from the
         checkpoint taken under its old name (`saved_as`)."""
         moved = []
+        inside = lambda path: path == old or path.startswith(old.rstrip("/") + "/")  # noqa: E731
         for nb in self.state["notebooks"]:
-            if not (nb["path"] == old or nb["path"].startswith(old.rstrip("/") + "/")):
+            for companion in nb.get("companions", []):  # a second notebook on its kernel
+                if inside(companion["path"]):
+                    companion["path"] = new + companion["path"][len(old):]
+                    companion["name"] = posixpath.basename(companion["path"])
+                    moved.append(companion["path"])
+            if not inside(nb["path"]):
                 continue
             if nb.get("checkpoint"):
                 nb.setdefault("saved_as", nb["path"])
             nb["path"] = new + nb["path"][len(old):]
             nb["name"] = posixpath.basename(nb["path"])
             moved.append(nb["path"])
+            for other in self.state["notebooks"]:  # the rename went onto its path: its file was deleted
+                if other is not nb and other["path"] == nb["path"] and awaiting_resume(other):
+                    mark_lost(other, f"and {old} was renamed to its path since: no kernel will be started for it")
         if moved:
             await self._persist(Event.NOTEBOOK_RENAMED, old=old, new=new, notebooks=moved)
 

@@ -82,8 +82,9 @@ class Pause:
             return targets
         still = [p for p in wanted if p in waiting]
         if still:
-            raise Conflict(f"{', '.join(map(repr, still))} is still to be resumed from its checkpoint (a resume "
-                           f"left it behind); resume it first, or leave it out")
+            why = "is paused already" if self.state["state"] == State.PAUSED else "is still to be resumed from its " \
+                "checkpoint (a resume left it behind)"
+            raise Conflict(f"{', '.join(map(repr, still))} {why}; resume it first, or leave it out")
         found = {p: t for t in targets for p in [t["path"]] + [c["path"] for c in t.get("companions", [])]}
         missing = [p for p in wanted if p not in found]
         if missing:

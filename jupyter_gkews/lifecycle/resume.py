@@ -56,17 +56,12 @@ class Resume:
                 self.state["timeline"]["capacity_obtained"] = now()
                 await self._enter(State.RESUMING, Phase.RESTORING, f"restoring {len(notebooks)} notebook(s)",
                                   Event.RESTORING)
-            held = {nb["path"]: nb["kernel_id"] for nb in notebooks}  # a kernel that lived on is still held
+            # a kernel that lived on is still held; by entry, not by path: a rename during the resume moves the path
+            held = {id(nb): nb["kernel_id"] for nb in notebooks}
             for nb in notebooks:
                 nb.update(verdict=None, error=None)
                 if await self._deleted_while_paused(nb):
-                    checkpoint = nb["checkpoint"]
-                    nb.update(status=NotebookStatus.LOST, verdict=Verdict.FAILED,
-                              error=f"the notebook file {nb['path']} was deleted while paused, so no kernel was "
-                                    f"started for it",
-                              next_step=f"its checkpoint {checkpoint} stays in the store: in another notebook run "
-                                        f"%gkews_checkpoint restore --notebook {nb.get('saved_as') or nb['path']} "
-                                        f"--checkpoint {checkpoint}")
+                    mark_lost(nb, "so no kernel was started for it")
                     continue
                 try:
                     nb["kernel_id"] = await self.backend.start_kernel(nb)
@@ -79,8 +74,8 @@ class Resume:
 
             async def resume_one(nb):  # kernels are separate processes: restore them side by side
                 if nb.get("verdict") != Verdict.FAILED:
-                    await self._verify_or_restore(nb, self._hold_file(held[nb["path"]]))
-                await self._let_go(*{held[nb["path"]], nb["kernel_id"]})  # the cells sent while paused run now
+                    await self._verify_or_restore(nb, self._hold_file(held[id(nb)]))
+                await self._let_go(*{held[id(nb)], nb["kernel_id"]})  # the cells sent while paused run now
                 self.state["progress"]["notebooks_done"] += 1
                 await self._persist(Event.NOTEBOOK_RESUMED, path=nb["path"], verdict=nb["verdict"],
                                     why=nb.get("why_restored") or nb.get("error"))
@@ -212,3 +207,13 @@ class Resume:
         if self._restore_watch:
             self._restore_watch.cancel()
         self._restore_watch = asyncio.create_task(watch())
+
+
+def mark_lost(nb: dict, why: str) -> None:
+    """A paused notebook whose file was deleted: no kernel for it, and where its checkpoint is."""
+    checkpoint = nb["checkpoint"]
+    nb.update(status=NotebookStatus.LOST, verdict=Verdict.FAILED,
+              error=f"the notebook file {nb['path']} was deleted while paused, {why}",
+              next_step=f"its checkpoint {checkpoint} stays in the store: in another notebook run "
+                        f"%gkews_checkpoint restore --notebook {nb.get('saved_as') or nb['path']} "
+                        f"--checkpoint {checkpoint}")
