@@ -45,6 +45,18 @@ slow = SlowRestore()
 '''
 
 
+async def resuming_into_a_slow_restore(jp_fetch, jp_serverapp, jp_root_dir, gate) -> str:
+    """a.ipynb (x = 41) paused, and its resume restoring into its kernel until the gate opens; its kernel id."""
+    a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, a, "x = 41\n" + SLOW_RESTORE.format(gate=str(gate)))
+    assert (await post(jp_fetch, "pause")).code == 202
+    assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
+    assert (await post(jp_fetch, "resume")).code == 202
+    await phase(jp_fetch, "verifying")
+    await wait_kernel_state(jp_serverapp, a, "busy")  # restoring: held by the slow variable
+    return a
+
+
 async def test_resuming_again_right_after_the_kernel_died_in_a_resume_restores_it(
         jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
     """The kernel was killed while the resume restored into it: that resume failed, rightly. Resume at once
@@ -52,14 +64,8 @@ async def test_resuming_again_right_after_the_kernel_died_in_a_resume_restores_i
     the same way, until a resume some seconds later. (The restarter is slowed here so that the second
     resume always finds the kernel dead.)"""
     gate = tmp_path / "gate"
-    a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
-    await run_cell(jp_serverapp, a, "x = 41\n" + SLOW_RESTORE.format(gate=str(gate)))
-    assert (await post(jp_fetch, "pause")).code == 202
-    assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
-    assert (await post(jp_fetch, "resume")).code == 202
-    await phase(jp_fetch, "verifying")
+    a = await resuming_into_a_slow_restore(jp_fetch, jp_serverapp, jp_root_dir, gate)
     km = jp_serverapp.kernel_manager
-    await wait_kernel_state(jp_serverapp, a, "busy")  # restoring: held by the slow variable
     os.kill(kernel_pid(km.get_kernel(a)), signal.SIGKILL)
     after = await wait_for(jp_fetch, ("active", "failed"), timeout=60)
     [nb] = after["notebooks"]  # failed, and still to resume
@@ -78,13 +84,7 @@ async def test_a_rename_during_the_resume_s_restore_ends_it_as_usual(jp_fetch, j
     """The resume kept its held kernels by notebook path: a rename while it restored failed it with
     KeyError: 'c.ipynb', after the restore had worked, and never let the kernel go."""
     gate = tmp_path / "gate"
-    a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
-    await run_cell(jp_serverapp, a, "x = 41\n" + SLOW_RESTORE.format(gate=str(gate)))
-    assert (await post(jp_fetch, "pause")).code == 202
-    assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
-    assert (await post(jp_fetch, "resume")).code == 202
-    await phase(jp_fetch, "verifying")
-    await wait_kernel_state(jp_serverapp, a, "busy")  # restoring: held by the slow variable
+    a = await resuming_into_a_slow_restore(jp_fetch, jp_serverapp, jp_root_dir, gate)
     await jp_fetch("api", "contents", "a.ipynb", method="PATCH", body=json.dumps({"path": "c.ipynb"}))
     gate.touch()
     resumed = await wait_for(jp_fetch, ("active", "failed"), timeout=120)
