@@ -22,15 +22,7 @@ from kernel_state.store import Store
 
 from .bridge import hold_file
 from .errors import KernelCallError, KernelStateMissing
-
-
-def under(path: str, base: str) -> bool:
-    """path is base, or inside the folder base."""
-    return path == base or path.startswith(base.rstrip("/") + "/")
-
-
-def moved_path(path: str, old: str, new: str) -> str:
-    return new + path[len(old):]
+from .lifecycle.paths import moved_path, under
 
 
 def move_checkpoints(root: str, old: str, new: str, timeout: float, log=None) -> dict[str, list[str]]:

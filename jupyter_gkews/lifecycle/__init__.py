@@ -23,7 +23,7 @@ from ..errors import LifecycleError, NotFound  # noqa: F401
 from ..state import StateStore, initial_state
 from ..states import Event, awaiting_resume
 from .holds import Holds
-from .paths import clean_notebook_paths  # noqa: F401  (notebook_actions, handlers)
+from .paths import clean_notebook_paths, moved_path, under  # noqa: F401  (notebook_actions, handlers)
 from .pause import Pause
 from .persistence import Persistence, pinned_checkpoints  # noqa: F401  (handlers)
 from .recovery import Recovery
@@ -87,18 +87,17 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
         state (paused, pausing, or still to resume after a resume): it resumes at its new path, from the
         checkpoint taken under its old name (`saved_as`)."""
         moved = []
-        inside = lambda path: path == old or path.startswith(old.rstrip("/") + "/")  # noqa: E731
         for nb in self.state["notebooks"]:
             for companion in nb.get("companions", []):  # a second notebook on its kernel
-                if inside(companion["path"]):
-                    companion["path"] = new + companion["path"][len(old):]
+                if under(companion["path"], old):
+                    companion["path"] = moved_path(companion["path"], old, new)
                     companion["name"] = posixpath.basename(companion["path"])
                     moved.append(companion["path"])
-            if not inside(nb["path"]):
+            if not under(nb["path"], old):
                 continue
             if nb.get("checkpoint"):
                 nb.setdefault("saved_as", nb["path"])
-            nb["path"] = new + nb["path"][len(old):]
+            nb["path"] = moved_path(nb["path"], old, new)
             nb["name"] = posixpath.basename(nb["path"])
             moved.append(nb["path"])
             for other in self.state["notebooks"]:  # the rename went onto its path: its file was deleted

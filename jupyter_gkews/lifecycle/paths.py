@@ -26,3 +26,13 @@ def clean_notebook_paths(paths) -> list[str] | None:
         if norm not in out:  # a notebook named twice is paused (and resumed) once
             out.append(norm)
     return out
+
+
+def under(path: str, base: str) -> bool:
+    """path is base, or inside the folder base (a rename of base moves it)."""
+    return path == base or path.startswith(base.rstrip("/") + "/")
+
+
+def moved_path(path: str, old: str, new: str) -> str:
+    """Where path (under old) is once old is renamed new."""
+    return new + path[len(old):]
