@@ -32,6 +32,7 @@ import dill
 from . import byvalue, cuda_io, pending_names
 from .alignment import array_from_layout, small_root, view_of
 from .dirty_pages import PAGE, TRACKER
+from .dtype_json import dtype_to_json
 from .errors import CheckpointWriteError
 from .resources import refuse
 from .fingerprint import cpu_fingerprint, memory_view, storage_fingerprint
@@ -551,8 +552,11 @@ class Capture:
 
     # -- numpy --------------------------------------------------------------------------------------
     def _array(self, arr, memmap: bool = False) -> str | None:
-        if not memmap and (arr.dtype.hasobject or arr.dtype.fields is not None or not arr.dtype.isnative):
+        if arr.dtype.hasobject and not memmap:
             return None
+        if not memmap and (arr.dtype.fields is not None or not arr.dtype.isnative) and \
+                not (self.copies_of and self._copy_of(_carrier(_root_of(arr)))):
+            return None  # pickled inline, unless verify asks whether it copies a checkpoint's memmap
         key = self._array_keys.get(id(arr))
         if key is not None:
             self._use(self.arrays[key]["buffer"])
@@ -567,6 +571,8 @@ class Capture:
         skey = self._buffer(carrier)
         record = {"buffer": skey, "offset": arr.ctypes.data - carrier.ctypes.data,
                   "shape": list(arr.shape), "strides": list(arr.strides), "dtype": arr.dtype.str}
+        if arr.dtype.fields is not None:  # a structured memmap: '|V16' alone would lose its fields
+            record["dtype_fields"] = dtype_to_json(arr.dtype)
         if not arr.flags.writeable:
             record["writeable"] = False
         if memmap and isinstance(root, np.memmap) and isinstance(root.filename, str):
@@ -587,6 +593,8 @@ class Capture:
         data = memory_view(root.ctypes.data, root.nbytes)
         record = {"kind": "numpy", "nbytes": root.nbytes, "dtype": dtype, "shape": shape,
                   "numpy_dtype": root.dtype.str, "numpy_shape": list(root.shape)}
+        if root.dtype.fields is not None:
+            record["numpy_dtype_fields"] = dtype_to_json(root.dtype)
         # no version counter in numpy: the hash decides what changed
         if root.nbytes >= CHUNKED:
             pieces = [data[i:i + CHUNK] for i in range(0, root.nbytes, CHUNK)]

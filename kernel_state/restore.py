@@ -18,6 +18,7 @@ import dill
 
 from . import byvalue, cuda_io
 from .alignment import address, aligned_copy, is_aligned
+from .dtype_json import array_dtype
 from .errors import CheckpointError, CorruptBlob
 from .safetensors_io import read_blob
 
@@ -301,7 +302,7 @@ class Restorer:
         arr = self._file_backed(record, source) if source else None
         if arr is None:
             root = self._numpy_root(record["buffer"])
-            arr = np.ndarray(tuple(record["shape"]), dtype=np.dtype(record["dtype"]), buffer=root,
+            arr = np.ndarray(tuple(record["shape"]), dtype=array_dtype(record, "dtype"), buffer=root,
                              offset=record["offset"], strides=tuple(record["strides"]))
             if record.get("writeable") is False:
                 arr.flags.writeable = False
@@ -315,7 +316,7 @@ class Restorer:
         if why is None:
             mode = {"w+": "r+"}.get(source["mode"], source["mode"])  # never create or truncate the file
             try:  # the memmap's own array (C-ordered, as stored); every view is made of it
-                return np.memmap(path, dtype=np.dtype(carrier["numpy_dtype"]), mode=mode,
+                return np.memmap(path, dtype=array_dtype(carrier, "numpy_dtype"), mode=mode,
                                  offset=source["file_offset"], shape=tuple(carrier["numpy_shape"]))
             except (OSError, ValueError) as exc:
                 why = f"the file cannot be mapped in mode {mode!r} ({getattr(exc, 'strerror', None) or exc})"
@@ -330,7 +331,7 @@ class Restorer:
             if not is_aligned(address(view)):
                 view = aligned_copy(view)
             if "numpy_shape" in srec:
-                root = np.ndarray(tuple(srec["numpy_shape"]), dtype=np.dtype(srec["numpy_dtype"]), buffer=view)
+                root = np.ndarray(tuple(srec["numpy_shape"]), dtype=array_dtype(srec, "numpy_dtype"), buffer=view)
             else:  # written before numpy_shape was recorded
                 root = np.frombuffer(view, dtype=np.uint8)
             self._storages[skey] = root
@@ -348,7 +349,7 @@ class Restorer:
         base = self._mapped[skey]
         if base is None:
             return None
-        arr = np.ndarray.__new__(np.memmap, tuple(record["shape"]), dtype=np.dtype(record["dtype"]), buffer=base,
+        arr = np.ndarray.__new__(np.memmap, tuple(record["shape"]), dtype=array_dtype(record, "dtype"), buffer=base,
                                  offset=record["offset"], strides=tuple(record["strides"]))
         arr._mmap, arr.filename, arr.mode = base._mmap, base.filename, base.mode
         arr.offset = source["file_offset"] + record["offset"]
