@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import dill
 
-from . import byvalue, cuda_io, pending_names
+from . import byvalue, cuda_io, pending_names, shared_memory
 from .alignment import array_from_layout, small_root, view_of
 from .dirty_pages import PAGE, TRACKER
 from .dtype_json import dtype_to_json
@@ -176,6 +176,7 @@ class Capture:
         # verify, saying why a variable changed: buffer fingerprint -> the checkpoint's np.memmap source
         # that an in-memory array with those bytes is digested as (checkpoint.verify, _memmap_copies)
         self.copies_of: dict[str, dict] = {}
+        self._torch_memory = shared_memory.Spans()  # CPU torch storages: a small array on them is not inlined
 
     # -- per variable -------------------------------------------------------------------------------
     def name_variable(self, name: str, value) -> None:
@@ -183,6 +184,13 @@ class Capture:
         if id(value) not in self.var_ids:
             self.var_ids[id(value)] = name
             self.var_values[name] = value
+        torch = _torch()
+        if torch is not None and isinstance(value, torch.Tensor) and value.device.type == "cpu":
+            try:  # before any array is added: `t = torch.from_numpy(small)` may follow `small`
+                ust = value.untyped_storage()
+                self._torch_memory.add(ust.data_ptr(), ust.nbytes())
+            except (RuntimeError, NotImplementedError):  # meta, sparse, quantized: no plain storage
+                pass
 
     def add_variable(self, name: str, value, picklers=("pickle", "dill")) -> dict:
         self._current = name
@@ -468,6 +476,8 @@ class Capture:
                 record["file"] = ust.filename
             self._storage_keys[ident] = skey
             self.storages[skey] = record
+            if ident[0] == "cpu":
+                self._torch_memory.add(ident[1], ident[2])
             self._seen[skey] = []
             if t is not None:
                 self._seen[skey].append((t, t._version))
@@ -562,7 +572,8 @@ class Capture:
             self._use(self.arrays[key]["buffer"])
             return key
         root = _root_of(arr)
-        if root.nbytes < SMALL_ARRAY and not memmap and not (self.copies_of and self._copy_of(_carrier(root))):
+        if root.nbytes < SMALL_ARRAY and not memmap and not (self.copies_of and self._copy_of(_carrier(root))) \
+                and not self._on_torch_memory(root):
             return None  # small and not a view of anything large: inline
         carrier = _carrier(root)
         key = f"a{len(self._array_keys)}"
@@ -613,6 +624,25 @@ class Capture:
         self.storages[skey] = record
         self._use(skey)
         return skey
+
+    def _on_torch_memory(self, root) -> bool:
+        """Whether an array's memory is a CPU tensor's (`t.numpy()`, `torch.from_numpy`): then it goes in the
+        array table, where link_shared_memory can tie the two together."""
+        torch = _torch()
+        if torch is None or not (self._torch_memory or isinstance(root.base, torch.Tensor)):
+            return False
+        return isinstance(root.base, torch.Tensor) or self._torch_memory.hold(root.ctypes.data, root.nbytes)
+
+    def link_shared_memory(self) -> None:
+        """After every variable: numpy buffers and CPU torch storages over one memory are restored so
+        (shared_memory.py)."""
+        spans = {"numpy": {}, "cpu": {}}
+        for (kind, address, nbytes), skey in self._storage_keys.items():
+            if kind in spans:
+                spans[kind][skey] = (address, nbytes)
+        if spans["numpy"] and spans["cpu"]:
+            for skey, link in shared_memory.links(spans["numpy"], spans["cpu"]).items():
+                self.storages[skey]["view_of"] = link
 
     def _copy_of(self, carrier) -> dict | None:
         """The checkpoint's memmap whose bytes a small in-memory buffer holds (see copies_of)."""

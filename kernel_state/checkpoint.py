@@ -139,6 +139,7 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
     for name, value in list(deferred):  # after every variable they may refer to
         add(name, value, defer=False)
     capture.flush_pack()
+    capture.link_shared_memory()
     saved_random = None
     if generators is not None:
         digest, size, new = store.put_bytes(randomstate.dumps(generators))

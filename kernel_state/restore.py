@@ -21,6 +21,7 @@ from .alignment import address, aligned_copy, is_aligned
 from .dtype_json import array_dtype
 from .errors import CheckpointError, CorruptBlob
 from .safetensors_io import read_blob
+from .shared_memory import tensor_memory
 
 try:
     import numpy as np
@@ -149,7 +150,8 @@ class Restorer:
         self._loading.add(name)
         try:
             streamed = [k for k in record.get("storages", []) if self._streamed(k)]
-            storages = [self.manifest["storages"][k] for k in record.get("storages", []) if k not in streamed]
+            storages = [self.manifest["storages"][k] for k in record.get("storages", []) if k not in streamed
+                        and "view_of" not in self.manifest["storages"][k]]  # built on another's memory
             digests = [s["blob"] for s in storages if "chunks" not in s]
             self.prefetch(digests)
             for digest in digests:  # every blob checked against its hash before anything is unpickled
@@ -237,6 +239,13 @@ class Restorer:
         if self._streamed(skey):
             record = self.manifest["storages"][skey]
             ust = self._storages[skey] = cuda_io.load_storage(self.store, record, self._target(record["device"], torch))
+            return ust
+        link = self.manifest["storages"][skey].get("view_of")
+        if link is not None:  # torch.from_numpy: the tensor's memory is the array's (shared_memory.py)
+            root = self._numpy_root(link["storage"])
+            n = self.manifest["storages"][skey]["nbytes"]
+            ust = self._storages[skey] = torch.frombuffer(root, dtype=torch.uint8, offset=link["offset"],
+                                                          count=n).untyped_storage()
             return ust
         record, buf, begin, end = self._raw(skey)
         if end > begin:
@@ -326,6 +335,11 @@ class Restorer:
     def _numpy_root(self, skey: str):
         """The stored buffer as the C-contiguous array it was saved from, on memory of its own."""
         if skey not in self._storages:
+            srec, link = self.manifest["storages"][skey], self.manifest["storages"][skey].get("view_of")
+            if link is not None and "numpy_shape" in srec:  # t.numpy(): the tensor's memory (shared_memory.py)
+                self._storages[skey] = tensor_memory(self._storage(link["storage"]), link["offset"],
+                                                     array_dtype(srec, "numpy_dtype"), srec["numpy_shape"])
+                return self._storages[skey]
             srec, buf, begin, end = self._raw(skey)
             view = memoryview(buf)[begin:end]
             if not is_aligned(address(view)):
