@@ -11,6 +11,14 @@
  * that failed) got the cell's request and runs it itself once let go: it is
  * not sent twice. If the kernel did not come back, the cells are released
  * with a message that they did not run.
+ *
+ * Once JupyterLab has dropped the released kernel's session, a run asks the
+ * session context to start a kernel before the cell is scheduled: JupyterLab
+ * would offer its kernel dialog (one per cell for Run All), and choosing
+ * "No Kernel" there clears each cell's outputs. guard() makes that request
+ * wait, the cell untouched, until the notebook is back; the cell then runs on
+ * the restored kernel. A restart asked while paused is refused with a message:
+ * there is no kernel to restart.
  */
 import { Notification } from '@jupyterlab/apputils';
 import { PathExt } from '@jupyterlab/coreutils';
@@ -29,6 +37,38 @@ export class HeldCells {
     NotebookActions.executionScheduled.connect(this.onScheduled, this);
     NotebookActions.executed.connect(this.onExecuted, this);
     model.changed.connect(this.onChanged, this);
+  }
+
+  /** Hold a panel's kernel start and restart while its notebook is paused or coming back (see above). */
+  guard(panel: NotebookPanel): void {
+    const sc = panel.sessionContext;
+    const start = sc.startKernel.bind(sc);
+    const restart = sc.restartKernel.bind(sc);
+    sc.startKernel = () => {
+      const why = holdReason(this.model, panel);
+      if (!why) {
+        return start();
+      }
+      this.announce(panel, why);
+      // resolved by onChanged once the notebook is back: false, its kernel runs the cell;
+      // true (JupyterLab then offers its kernel dialog) when it came back without one
+      return new Promise<boolean>(resolve => {
+        const waiting = this.waiting.get(panel) ?? [];
+        waiting.push(resolve);
+        this.waiting.set(panel, waiting);
+      });
+    };
+    sc.restartKernel = async () => {
+      const why = holdReason(this.model, panel);
+      if (!why) {
+        return restart();
+      }
+      Notification.warning(
+        `${PathExt.basename(panel.context.path)} ${why}: its kernel was released, so there is none to restart. ` +
+          'Resume brings it back with its variables; restart it after that to clear them.',
+        { autoClose: 10000 }
+      );
+    };
   }
 
   /** Cells held, in all panels (for the tests and the details). */
@@ -60,16 +100,9 @@ export class HeldCells {
   }
 
   private hold(panel: NotebookPanel, cells: Cell[], why: string): void {
-    let held = this.held.get(panel);
-    if (!held) {
-      held = [];
-      this.held.set(panel, held);
-      const state = this.model.status?.state;
-      const after = state === 'paused' || state === 'pausing' ? 'after Resume, once it is ready' : 'once it is ready';
-      Notification.info(`${PathExt.basename(panel.context.path)} ${why}: the cell will run ${after}.`, {
-        autoClose: 8000
-      });
-    }
+    this.announce(panel, why);
+    const held = this.held.get(panel) ?? [];
+    this.held.set(panel, held);
     for (const cell of cells) {
       if (!held.includes(cell)) {
         held.push(cell);
@@ -77,7 +110,26 @@ export class HeldCells {
     }
   }
 
+  /** Says once per pause of a panel that its cells wait. */
+  private announce(panel: NotebookPanel, why: string): void {
+    if (this.held.has(panel) || this.waiting.has(panel)) {
+      return;
+    }
+    const state = this.model.status?.state;
+    const after = state === 'paused' || state === 'pausing' ? 'after Resume, once it is ready' : 'once it is ready';
+    Notification.info(`${PathExt.basename(panel.context.path)} ${why}: the cell will run ${after}.`, {
+      autoClose: 8000
+    });
+  }
+
   private onChanged(): void {
+    for (const [panel, waiting] of [...this.waiting]) {
+      if (panel.isDisposed || !holdReason(this.model, panel)) {
+        this.waiting.delete(panel);
+        const noKernel = panel.isDisposed || !panel.sessionContext.session?.kernel;
+        waiting.forEach(resolve => resolve(noKernel));
+      }
+    }
     // a pause this page saw late: the cells sent just before it still wait for their answer
     for (const [panel, cells] of [...this.pending]) {
       // (a cell whose request was cancelled, its kernel gone, gets no "executed": it is idle again)
@@ -139,6 +191,8 @@ export class HeldCells {
   }
 
   private held = new Map<NotebookPanel, Cell[]>();
+  /** Kernel starts waiting for the notebook to be back (guard), per panel. */
+  private waiting = new Map<NotebookPanel, ((askForKernel: boolean) => void)[]>();
   /** Cells sent to a kernel that have not finished yet, per panel. */
   private pending = new Map<NotebookPanel, Set<Cell>>();
 }

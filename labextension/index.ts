@@ -43,7 +43,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     // First, before any view: "ready" waits for the open notebooks to be reconnected.
     const readiness = new Readiness(model, () => tracker.filter(() => true), app.serviceManager.sessions, app.restored);
     // After it: a cell run while its notebook is paused or coming back waits for "ready", then runs.
-    new HeldCells(model, () => tracker.filter(() => true));
+    const heldCells = new HeldCells(model, () => tracker.filter(() => true));
     if (settingRegistry) {
       void settingRegistry.load(PLUGIN_ID).then(
         settings => {
@@ -58,6 +58,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     // notebook must not start a fresh kernel (see reattach.ts).
     await model.refresh();
     const watch = (panel: NotebookPanel) => {
+      heldCells.guard(panel);
       holdKernelStart(panel, model.status);
       rememberSession(panel);
     };

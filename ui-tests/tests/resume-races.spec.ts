@@ -8,7 +8,15 @@
 import { expect, test } from '@jupyterlab/galata';
 import type { Page } from '@playwright/test';
 
-import { newNotebook, notification, shutDownEverything, statusItem, typeAndRun, typeAndSchedule } from './helpers';
+import {
+  newNotebook,
+  notification,
+  serverKernels,
+  shutDownEverything,
+  statusItem,
+  typeAndRun,
+  typeAndSchedule
+} from './helpers';
 
 // the server's own sessions API: Galata's mock shows a page only the sessions it created, not the restored ones
 test.use({ autoGoto: true, viewport: { width: 1280, height: 720 }, sessions: null as any, kernels: null as any });
@@ -157,6 +165,52 @@ test('cells run while paused and while resuming wait, then run in order once rea
   await expect(whileResuming.locator('.jp-InputPrompt')).toHaveText('[3]:');
   const { prompt } = await typeAndRun(page, 'print(w + 2)', '43\n');
   expect(prompt).toBe('[4]:');
+});
+
+test('Run All once the paused notebook lost its session: no kernel dialog, outputs kept, the cells run after Resume', async ({
+  page,
+  tmpPath
+}) => {
+  await openAndRun(page, tmpPath, ['runall.ipynb'], ['w = 41', 'print("b", w)', 'print("c", w)']);
+  const before = await serverKernels(page);
+  await pauseButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  // JupyterLab's session poll (every 10 s) drops the released kernel's session: the notebook has "No Kernel"
+  await page.waitForFunction(() => (window as any).jupyterapp.shell.currentWidget.sessionContext.hasNoKernel, null, {
+    timeout: 60_000
+  });
+  await page.menu.clickMenuItem('Run>Run All Cells');
+  await expect(
+    notification(page, 'runall.ipynb is paused: the cell will run after Resume, once it is ready.')
+  ).toHaveCount(1);
+  await expect(page.locator('.jp-Dialog')).toHaveCount(0); // it offered "Select Kernel", once per cell
+  const cells = page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell');
+  await expect(cells.nth(1).locator('.jp-OutputArea-output')).toHaveText('b 41\n'); // "No Kernel" cleared it
+  expect(await serverKernels(page)).toEqual([]); // accepting the dialog started a fresh kernel while paused
+  await resumeButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  await expect(cells.nth(2).locator('.jp-InputPrompt')).toHaveText('[6]:');
+  await expect(cells.nth(2).locator('.jp-OutputArea-output')).toHaveText('c 41\n');
+  expect(await serverKernels(page)).toEqual(before);
+});
+
+test('Restart Kernel while paused is refused, saying why; Resume brings the variables back', async ({
+  page,
+  tmpPath
+}) => {
+  await openAndRun(page, tmpPath, ['restart.ipynb']);
+  await pauseButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  await page.menu.clickMenuItem('Kernel>Restart Kernel…');
+  await page.locator('.jp-Dialog').getByRole('button', { name: 'Confirm Kernel Restart' }).click();
+  await expect(
+    notification(page, 'restart.ipynb is paused: its kernel was released, so there is none to restart.')
+  ).toHaveCount(1);
+  expect(await serverKernels(page)).toEqual([]);
+  await resumeButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  const { prompt } = await typeAndRun(page, 'print(w + 1)', '42\n');
+  expect(prompt).toBe('[2]:');
 });
 
 test('a cell run while the pause is still checkpointing waits, then runs after Resume', async ({ page, tmpPath }) => {
