@@ -19,6 +19,11 @@
  * wait, the cell untouched, until the notebook is back; the cell then runs on
  * the restored kernel. A restart asked while paused is refused with a message:
  * there is no kernel to restart.
+ *
+ * Held cells outlive a page reload: their ids are kept in the tab's
+ * sessionStorage (another tab must not run them too), by notebook path and
+ * pause cycle, and the reloaded page holds them again (a cell the notebook was
+ * not saved with is gone, as it would be).
  */
 import { Notification } from '@jupyterlab/apputils';
 import { PathExt } from '@jupyterlab/coreutils';
@@ -108,6 +113,41 @@ export class HeldCells {
         held.push(cell);
       }
     }
+    this.remember(panel.context.path, held);
+  }
+
+  /** Keep (or, with no cells, forget) a panel's held cells for a reloaded page. */
+  private remember(path: string, cells: Cell[]): void {
+    const saved = readSaved();
+    if (cells.length && this.model.status) {
+      saved[path] = { cycle: this.model.status.cycle, ids: cells.map(c => c.model.id) };
+    } else {
+      delete saved[path];
+    }
+    try {
+      window.sessionStorage.setItem(SAVED_KEY, JSON.stringify(saved));
+    } catch {
+      // storage full or turned off: the cells are still held on this page
+    }
+  }
+
+  /** A reloaded page holds again the cells the page before it held, in this pause cycle. */
+  private adoptSaved(): void {
+    const saved = readSaved();
+    for (const panel of this.panels()) {
+      const entry = saved[panel.context.path];
+      if (!entry || this.held.has(panel) || panel.isDisposed || !panel.context.isReady) {
+        continue;
+      }
+      const byId = new Map(panel.content.widgets.map(c => [c.model.id, c]));
+      const cells = entry.ids.map(id => byId.get(id)).filter((c): c is Cell => !!c && executionCount(c) === null);
+      if (entry.cycle === this.model.status?.cycle && cells.length) {
+        this.held.set(panel, cells);
+        cells.forEach(c => c.setPrompt('*'));
+      } else {
+        this.remember(panel.context.path, []);
+      }
+    }
   }
 
   /** Says once per pause of a panel that its cells wait. */
@@ -123,6 +163,7 @@ export class HeldCells {
   }
 
   private onChanged(): void {
+    this.adoptSaved();
     for (const [panel, waiting] of [...this.waiting]) {
       if (panel.isDisposed || !holdReason(this.model, panel)) {
         this.waiting.delete(panel);
@@ -148,6 +189,7 @@ export class HeldCells {
     for (const [panel, held] of [...this.held]) {
       if (panel.isDisposed) {
         this.held.delete(panel);
+        this.remember(panel.context.path, []);
         continue;
       }
       const nb = status?.notebooks.find(n => belongsTo(panel, n));
@@ -157,6 +199,7 @@ export class HeldCells {
         continue;
       }
       this.held.delete(panel);
+      this.remember(panel.context.path, []);
       // a cell the request reached after all has a count: it ran, once
       const cells = held.filter(c => !c.isDisposed && c.model.type === 'code' && executionCount(c) === null);
       if (!cells.length || leftRunning || kernelLivedOn(nb, failed)) {
@@ -195,6 +238,18 @@ export class HeldCells {
   private waiting = new Map<NotebookPanel, ((askForKernel: boolean) => void)[]>();
   /** Cells sent to a kernel that have not finished yet, per panel. */
   private pending = new Map<NotebookPanel, Set<Cell>>();
+}
+
+const SAVED_KEY = 'jupyter-gkews:held-cells';
+
+/** The held cells a page kept: notebook path -> the pause cycle and the cells' ids. */
+function readSaved(): Record<string, { cycle: number; ids: string[] }> {
+  try {
+    const saved = JSON.parse(window.sessionStorage.getItem(SAVED_KEY) ?? '{}');
+    return saved && typeof saved === 'object' ? saved : {};
+  } catch {
+    return {};
+  }
 }
 
 function executionCount(cell: Cell): number | null {

@@ -167,6 +167,30 @@ test('cells run while paused and while resuming wait, then run in order once rea
   expect(prompt).toBe('[4]:');
 });
 
+test('a cell held while paused still runs after Resume when the page was reloaded in between', async ({
+  page,
+  tmpPath
+}) => {
+  await openAndRun(page, tmpPath, ['heldreload.ipynb']);
+  await pauseButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  await typeAndSchedule(page, 'print("held", w)');
+  await expect(
+    notification(page, 'heldreload.ipynb is paused: the cell will run after Resume, once it is ready.')
+  ).toHaveCount(1);
+  await page.keyboard.press('Control+s');
+  await expect(page.locator('.jp-NotebookPanel:visible .jp-mod-dirty')).toHaveCount(0);
+  // (Galata's own wait is for a Launcher tab, and this page restores only the notebook)
+  await page.reload({ waitForIsReady: false });
+  const held = page.locator('.jp-NotebookPanel:visible .jp-Notebook .jp-Cell').nth(1);
+  await expect(held).toContainText('print("held", w)');
+  await expect(statusItem(page)).toHaveText('GPU session: paused');
+  await resumeButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  await expect(held.locator('.jp-OutputArea-output')).toHaveText('held 41\n'); // the reload dropped it
+  await expect(held.locator('.jp-InputPrompt')).toHaveText('[2]:');
+});
+
 test('Run All once the paused notebook lost its session: no kernel dialog, outputs kept, the cells run after Resume', async ({
   page,
   tmpPath
