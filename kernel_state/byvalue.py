@@ -104,6 +104,18 @@ def restore_hash(cls, hash_):
     return cls
 
 
+# -- a class whose base is a typing.Generic subclass (torch's Dataset, Sampler, a notebook Base[T]) --
+def lost_bases(cls):
+    """The bases dill would lose, or None. dill rebuilds a class that has `__orig_bases__` from those
+    (dill/_dill.py, save_type), and finds the attribute inherited from a generic base: `class DS(Dataset)`
+    came back as `class DS(Generic)`, no longer a Dataset and without its methods (and `__bases__` cannot
+    be set back afterwards: Generic's layout differs). DillPickler gives such a class its own
+    `__orig_bases__`, its `__bases__`, while it is pickled."""
+    if "__orig_bases__" in cls.__dict__ or not hasattr(cls, "__orig_bases__"):
+        return None
+    return cls.__bases__
+
+
 # -- Enum classes: dill cannot pickle them by value (it recurses through the members) --------------
 def is_enum_class(obj) -> bool:
     return isinstance(obj, enum.EnumMeta)

@@ -105,10 +105,21 @@ class DillPickler(_Hooks, dill.Pickler):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._rehashed: set[int] = set()
+        self._based: list[type] = []
+
+    def dump(self, obj):
+        try:
+            return super().dump(obj)
+        finally:
+            for cls in self._based:  # the user's class as it was
+                del cls.__orig_bases__
 
     def reducer_override(self, obj):
         t = type(obj)
         if isinstance(obj, type) and id(obj) not in self._rehashed and defined_interactively(obj):
+            if byvalue.lost_bases(obj) is not None:  # until this pickle is done: see byvalue.lost_bases
+                obj.__orig_bases__ = obj.__bases__
+                self._based.append(obj)
             hash_ = byvalue.dropped_hash(obj)
             if hash_ is not None:  # the class itself, inside the arguments, goes by dill's own code
                 self._rehashed.add(id(obj))
@@ -628,10 +639,9 @@ class Capture:
     def _on_torch_memory(self, root) -> bool:
         """Whether an array's memory is a CPU tensor's (`t.numpy()`, `torch.from_numpy`): then it goes in the
         array table, where link_shared_memory can tie the two together."""
-        torch = _torch()
-        if torch is None or not (self._torch_memory or isinstance(root.base, torch.Tensor)):
-            return False
-        return isinstance(root.base, torch.Tensor) or self._torch_memory.hold(root.ctypes.data, root.nbytes)
+        # Only tensors this save holds count: an array from a tensor no variable keeps (`torch.randn(3).numpy()`)
+        # comes back inline, and verify then has to find it inline again, as it was saved.
+        return bool(self._torch_memory) and self._torch_memory.hold(root.ctypes.data, root.nbytes)
 
     def link_shared_memory(self) -> None:
         """After every variable: numpy buffers and CPU torch storages over one memory are restored so

@@ -133,6 +133,30 @@ def test_a_notebook_class_derived_from_another_keeps_its_base_after_a_restore(tm
         assert all(v["verdict"] == "match" for v in verdicts.values()), verdicts
 
 
+def test_a_class_over_a_generic_base_keeps_its_bases(tmp_path):
+    """dill rebuilt a class from the `__orig_bases__` it inherited: `class DS(Dataset)` (torch's Dataset
+    is a typing.Generic) came back as `class DS(Generic)`, no longer a Dataset and without its methods,
+    and the child of a notebook `Base(Generic[T])` lost Base. The classes keep their bases, and the user's
+    class is left as it was."""
+    with Kernel(tmp_path) as first:
+        first.run("import typing, torch\nfrom torch.utils.data import Dataset, DataLoader\n"
+                  "class Base(typing.Generic[typing.AnyStr]):\n    def hello(self): return 'hi'\n"
+                  "class Child(Base):\n    pass\n"
+                  "class DS(Dataset):\n    def __len__(self): return 3\n    def __getitem__(self, i): return i\n"
+                  "c, ds = Child(), DS()")
+        first.run("%gkews_checkpoint save")
+        assert first.value("['__orig_bases__' in Child.__dict__, '__orig_bases__' in DS.__dict__]") == [False, False]
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out, out
+        seen = fresh.value("[[k.__name__ for k in DS.__mro__], [k.__name__ for k in Child.__mro__], c.hello(), "
+                           "isinstance(ds, Dataset), type(ds + ds).__name__, [b.tolist() for b in DataLoader(ds)]]")
+        assert seen == [["DS", "Dataset", "Generic", "object"], ["Child", "Base", "Generic", "object"], "hi", True,
+                        "ConcatDataset", [[0], [1], [2]]]
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert all(v["verdict"] == "match" for v in verdicts.values()), verdicts
+
+
 def test_definitions_refer_to_the_variables_they_hold(tmp_path):
     """A function's default, a class attribute and a nested class are the kernel's own objects after a
     restore, not copies: `predict` uses the restored `model`, `Trainer.cfg is config`, and an instance of

@@ -167,13 +167,14 @@ def test_tensors_and_arrays_over_one_memory_share_it_again(tmp_path):
                   "window = torch.from_numpy(arr[1000:2000])\n"  # a tensor over part of the array
                   "w = torch.arange(50_000.)\nwn = w.numpy()\n"
                   "big = np.ones(10_000_000, np.float32)\ntbig = torch.from_numpy(big)\n"  # 40 MB: chunks
-                  "pair = (arr, t)")
+                  "pair = (arr, t)\n"
+                  "loose = torch.arange(12.).reshape(3, 4).numpy()")  # no variable holds its tensor: inline
         first.run("%gkews_checkpoint save")
     writes = ("small[0] = arr[0] = arr[1500] = big[-1] = -1; w[0] = -1\n"
               "print([float(x) for x in (ts[0], t[0], window[500], wn[0], tbig[-1], pair[1][0])])")
     with Kernel(tmp_path) as fresh:
         fresh.run("%gkews_checkpoint restore")
-        assert "12/12 variables bit-identical" in fresh.run("%gkews_checkpoint verify")  # with np, torch
+        assert "13/13 variables bit-identical" in fresh.run("%gkews_checkpoint verify")  # with np, torch
         assert fresh.run(writes).strip() == str([-1.0] * 6)
         assert fresh.value("[float(x) for x in (small[1], arr[7], window[1], wn[3], tbig[0])]") == \
             [1.0, 7.0, 1001.0, 3.0, 1.0]
