@@ -41,7 +41,10 @@ async function askAboutRunningCells(tracker: INotebookTracker, notebooks?: strin
     title: 'A cell is still running',
     body:
       `${names(busy)} ${busy.length === 1 ? 'is' : 'are'} still running a cell. The pause can wait for ` +
-      `${busy.length === 1 ? 'it' : 'them'} to finish, or interrupt ${busy.length === 1 ? 'it' : 'them'} and checkpoint what is there.`,
+      `${busy.length === 1 ? 'it' : 'them'} to finish, or interrupt ${busy.length === 1 ? 'it' : 'them'} and checkpoint what is there. ` +
+      // the server's wait is bounded (GkewsApp.busy_timeout): say what happens after it
+      "It waits up to the server's busy timeout (GkewsApp.busy_timeout, 60 s by default); a cell still running " +
+      'then keeps its notebook running, not paused.',
     buttons: [
       Dialog.cancelButton(),
       Dialog.okButton({ label: 'Wait and pause', accept: true, actions: ['wait'] }),

@@ -5,6 +5,9 @@
 import type { IAttachment } from './model';
 import { INotebookStatus, IProgress, ISkipped, IStatus } from './types';
 
+/** What a pause left running: not checkpointed (it failed, or a cell kept it busy), so never released. */
+export const LEFT_RUNNING = ['not-checkpointed', 'busy'];
+
 /** The things the status item says, plus failed and offline. */
 export type Display =
   | 'active'
@@ -113,7 +116,11 @@ export function statusLabel(status: IStatus | null, connected: boolean, extras: 
   }
   const detail = [status.state === 'pausing' ? status.phase : null, progressText(status.progress)].filter(Boolean);
   const queued = extras.resumeQueued && status.state === 'pausing' ? '; resume queued' : '';
-  return `GPU session: ${what}${detail.length ? ` (${detail.join(', ')})` : ''}${queued}`;
+  // a pause that left a busy notebook's kernel running did not release everything: say which
+  const running =
+    status.state === 'paused' ? status.notebooks.filter(nb => LEFT_RUNNING.includes(nb.status)).map(nb => nb.path) : [];
+  const left = running.length ? `; ${names(running)} still running` : '';
+  return `GPU session: ${what}${detail.length ? ` (${detail.join(', ')})` : ''}${queued}${left}`;
 }
 
 function describeSkipped(name: string, skipped: ISkipped): string {

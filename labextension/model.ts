@@ -1,8 +1,10 @@
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { display, Display, statusLabel } from './describe';
+import { display, Display, LEFT_RUNNING, statusLabel } from './describe';
 import { GkewsError, IGkewsApi, INotebookStatus, IStatus } from './types';
+
+export { LEFT_RUNNING };
 
 /** A pause or resume that finished, a failure, or the server coming back. */
 export interface ITransition {
@@ -24,9 +26,6 @@ export interface IModelOptions {
 
 /** The notebook statuses of one still to be brought back by a resume (states.AWAITING_STATUSES). */
 const AWAITING = ['released', 'failed', 'suspended', 'kept-running'];
-
-/** What a pause left running: not checkpointed (it failed, or a cell kept it busy), so never released. */
-export const LEFT_RUNNING = ['not-checkpointed', 'busy'];
 
 export const DEFAULT_TIMINGS: Required<IModelOptions> = {
   idleInterval: 2000,

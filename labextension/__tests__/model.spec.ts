@@ -193,6 +193,19 @@ describe('GkewsModel', () => {
     expect(statusLabel(s, true)).toBe('GPU session: pausing (checkpointing, notebook 1/2, 3/14 variables, 13 MB)');
   });
 
+  it('says which notebooks a pause left running, since their GPUs were not released', () => {
+    const nb = (path: string, st: string): INotebookStatus => ({ path, kernel_id: path, status: st });
+    const s = status({
+      state: 'paused',
+      cycle: 1,
+      notebooks: [nb('a.ipynb', 'released'), nb('work/train.ipynb', 'busy'), nb('c.ipynb', 'not-checkpointed')]
+    });
+    expect(statusLabel(s, true)).toBe('GPU session: paused; train.ipynb and c.ipynb still running');
+    expect(statusLabel(status({ state: 'paused', cycle: 1, notebooks: [nb('a.ipynb', 'released')] }), true)).toBe(
+      'GPU session: paused'
+    );
+  });
+
   it('announces a failure with its next step', async () => {
     await model.refresh();
     server.answer = status({
