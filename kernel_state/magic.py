@@ -30,6 +30,29 @@ def _skipped_lines(skipped: dict) -> list[str]:
     return lines
 
 
+def _verify_conclusion(result: dict) -> str:
+    """The last line of verify: the verdict, and what it does not cover or why it failed."""
+    skipped = result.get("skipped_at_save") or {}
+    if result["verified"]:
+        line = "Verified: the live state is the checkpointed state."
+        if skipped:  # never saved, so never compared: "verified" must not read as covering them
+            line += f" Not covered (never saved): {', '.join(sorted(skipped))}."
+        return line
+    reasons = []
+    if not result["same_process"]:
+        saved = result.get("saved_identity") or {}
+        reasons.append(f"this kernel (pid {result['identity']['pid']}) is not the process that took the "
+                       f"checkpoint (pid {saved.get('pid', '?')}): after a restart or a restore, matching "
+                       "values say only what came back, not that this is the same live state")
+    differ = [n for n, v in result["variables"].items() if v["verdict"] != "match"]
+    if differ:
+        reasons.append(f"{len(differ)} variable(s) differ or are missing: {', '.join(differ)}")
+    probes = [p["expr"] for p in result["probes"] if p["verdict"] != "match"]
+    if probes:
+        reasons.append(f"{len(probes)} probe(s) differ: {', '.join(probes)}")
+    return "Not verified: " + "; ".join(reasons) + "."
+
+
 class _ProgressLine:
     """One output line, updated in place, once a save has run for a while (GKEWS_PROGRESS_AFTER seconds)."""
 
@@ -151,8 +174,7 @@ class CheckpointMagics(Magics):
                 print(f"  {name}: {v['verdict']}" + (f" ({v['detail']})" if v.get("detail") else ""))
         for p in result["probes"]:
             print(f"  probe {p['expr']}: {p['verdict']}" + (f" ({p['detail']})" if p.get("detail") else ""))
-        print("Verified: the live state is the checkpointed state." if result["verified"]
-              else "Not verified.")
+        print(_verify_conclusion(result))
 
     def _status(self, args):
         s = checkpoint.status(notebook=args.notebook)

@@ -111,6 +111,24 @@ def test_magic_is_loaded_without_load_ext_and_explains_itself(store):
         k.close()
 
 
+def test_verify_says_why_not_and_what_it_does_not_cover(store):
+    """A fresh kernel whose restored values all match is still not the live state: verify says why; a verified
+    state names the variables the save never held (a generator), which no verify can cover."""
+    with Kernel(store) as k:
+        k.run("import numpy as np; a = np.arange(10); gen = (i for i in range(3))")
+        k.run("%gkews_checkpoint save")
+        out = k.run("%gkews_checkpoint verify")
+        assert "Verified: the live state is the checkpointed state. Not covered (never saved): gen." in out
+        pid = k.value("__import__('os').getpid()")
+    with Kernel(store) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        out = fresh.run("%gkews_checkpoint verify")
+        assert "2/2 variables bit-identical" in out  # a, and the module np
+        fresh_pid = fresh.value("__import__('os').getpid()")
+        assert f"Not verified: this kernel (pid {fresh_pid}) is not the process that took the checkpoint " \
+               f"(pid {pid})" in out
+
+
 def test_list_verify_probe_delete(store):
     k = Kernel(store)
     try:
@@ -127,7 +145,8 @@ def test_list_verify_probe_delete(store):
         k.run("with torch.no_grad(): net.weight[0, 0] += 1")
         out = k.run("%gkews_checkpoint verify")
         assert "net: changed (1 of 2 tensors/arrays differ)" in out
-        assert "probe net(x).sum().item(): differs" in out and "Not verified" in out
+        assert "probe net(x).sum().item(): differs" in out
+        assert "Not verified: 1 variable(s) differ or are missing: net; 1 probe(s) differ: net(x).sum().item()." in out
         newest = listing[1].split()[0]
         assert f"Deleted checkpoint {newest}" in k.run(f"%gkews_checkpoint delete {newest}")
         assert len(k.run("%gkews_checkpoint list").splitlines()) == 2
