@@ -10,7 +10,8 @@ import math
 import time
 
 from .cycles import build_cycles, gpu_hours_released, released_hours
-from .states import OK_VERDICTS, Verdict
+from .lifecycle.paths import moved_path, under
+from .states import OK_VERDICTS, Event, Verdict
 
 DAY = 86400.0
 
@@ -78,8 +79,28 @@ def week(events: list[dict], cycles: list[dict], end: float) -> dict:
             "observed_hours": round(allocated + released, 3)}
 
 
+def follow_renames(events: list[dict]) -> list[dict]:
+    """The events with each notebook path as it is after the renames logged later: a notebook renamed
+    (or moved with its folder) while paused is one notebook, under its latest path."""
+    later: list[tuple[str, str]] = []  # the renames after the event at hand, in order
+    out = []
+    for e in reversed(events):
+        if e.get("event") == Event.NOTEBOOK_RENAMED and e.get("old") and e.get("new"):
+            later.insert(0, (e["old"], e["new"]))
+        elif e.get("path") and later:
+            path = e["path"]
+            for old, new in later:
+                if under(path, old):
+                    path = moved_path(path, old, new)
+            e = {**e, "path": path}
+        out.append(e)
+    return out[::-1]
+
+
 def build_report(events: list[dict], until: float | None = None) -> dict:
+    """The report of the events up to `until` (default now); later ones are left out."""
     until = time.time() if until is None else until
+    events = follow_renames([e for e in events if e.get("time", 0) <= until])
     cycles = build_cycles(events)
     rows = []
     for c in cycles:
@@ -164,9 +185,12 @@ def text(report: dict) -> str:
         f"pauses: {t['paused']} of {t['cycles']} cycle(s), {t['by_idle_policy']} by the idle policy; "
         f"idle time before the pauses: {t['idle_hours_before_pause']:.2f} h",
         f"released: {t['released_hours']:.2f} h, {t['gpu_hours_released']:.2f} GPU hours",
-        f"kept: checkpoints {_mib(t['checkpoint_bytes'])} MiB, snapshots {_mib(t['snapshot_bytes'])} MiB"
-        + (f"; the checkpoint store holds {_mib(t['checkpoint_bytes_on_disk'])} MiB now"
-           if "checkpoint_bytes_on_disk" in t else ""),
+        f"written by the pauses: checkpoints {_mib(t['checkpoint_bytes'])} MiB (a blob several of them share "
+        f"counts in each), snapshots {_mib(t['snapshot_bytes'])} MiB",
+    ]
+    if "checkpoint_bytes_on_disk" in t:
+        out.append(f"kept: the checkpoint store holds {_mib(t['checkpoint_bytes_on_disk'])} MiB now")
+    out += [
         f"resumes: {t['notebooks_resumed']} notebook resume(s), success {rate} ("
         + (", ".join(f"{n} {v}" for v, n in sorted(t["verdicts"].items())) or "none") + ")",
         f"time to a usable kernel (resume requested -> ready): p50 {_fmt(t['ready_seconds_p50'], '.1f', ' s')}, "

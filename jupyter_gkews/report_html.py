@@ -42,14 +42,17 @@ def week_svg(week: dict) -> str:
 
 def page(report: dict) -> str:
     t, w = report["totals"], report["week"]
+    if any(c["gpus"] for c in report["cycles"]):
+        title, released = "GPU hours given back", f"{t['gpu_hours_released']:.2f} GPU hours released"
+    else:  # no pause recorded a GPU (c.GkewsApp.gpu_count 0): say what was released, not "0 GPU hours"
+        title, released = "Hours the environment was released", f"{t['released_hours']:.2f} h released"
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>jupyter-gkews report</title>
+<html lang="en"><head><meta charset="utf-8"><title>jupyter-gkews report: {title}</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:70em}}pre{{background:#f6f6f6;padding:1em;overflow-x:auto}}</style>
 </head><body>
-<h1>GPU hours given back</h1>
+<h1>{title}</h1>
 <p>Week from {html.escape(w["start"])} (UTC): {w["allocated_hours"]:.1f} h allocated, {w["released_hours"]:.1f} h
-released of {w["observed_hours"]:.1f} h observed; {t["gpu_hours_released"]:.2f} GPU hours released in all
-{t["cycles"]} cycle(s).</p>
+released of {w["observed_hours"]:.1f} h observed; {released} in all {t["cycles"]} cycle(s).</p>
 {week_svg(w)}
 <h2>Cycles</h2>
 <pre>{html.escape(text(report))}</pre>

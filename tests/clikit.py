@@ -11,8 +11,8 @@ def jupyter_gkews(*args: str, home: Path, timeout: float = 600, env: dict | None
     """The command's exit code and output; its config and data directories are under home (never ~/.jupyter)."""
     for d in ("config", "data", "runtime"):
         (home / d).mkdir(parents=True, exist_ok=True)
-    full_env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_DATA_DIR=str(home / "data"),
+    full_env = {k: v for k, v in os.environ.items() if k != "GKEWS_CHECKPOINT_ROOT"}  # only the test's own
+    full_env.update(JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_DATA_DIR=str(home / "data"),
                     JUPYTER_RUNTIME_DIR=str(home / "runtime"), **(env or {}))
-    full_env.pop("GKEWS_CHECKPOINT_ROOT", None)
     exe = str(Path(sys.executable).with_name("jupyter-gkews"))
     return subprocess.run([exe, *args], env=full_env, capture_output=True, text=True, timeout=timeout)

@@ -122,7 +122,9 @@ def test_the_save_says_what_retention_removed(tmp_path):
 
 def test_bad_settings_and_a_missing_store_are_named(tmp_path):
     r = jupyter_gkews("cleanup", f"--checkpoint-root={tmp_path / 'none'}", home=tmp_path)
-    assert r.returncode == 0 and f"no checkpoint store at {tmp_path / 'none'}; nothing to clean" in r.stdout
+    assert r.returncode == 2, r.stdout + r.stderr  # a mistyped root is not "nothing to clean"
+    assert (f"no checkpoint store at {tmp_path / 'none'}: that directory does not exist" in r.stderr
+            and "--checkpoint-root=DIR" in r.stderr and "$GKEWS_CHECKPOINT_ROOT" in r.stderr), r.stderr
     fill(tmp_path / "ckpt", saves=1)
     r = jupyter_gkews("cleanup", f"--checkpoint-root={tmp_path / 'ckpt'}", "--keep-last=0", home=tmp_path)
     assert r.returncode == 2
@@ -136,6 +138,21 @@ def test_bad_settings_and_a_missing_store_are_named(tmp_path):
     assert sorted(p.name for p in (tmp_path / "three").rglob("*.json")) == before  # a negative age deleted nothing
     with pytest.raises(ValueError, match="max_age_days must be 0"):
         Store(str(tmp_path / "three")).enforce_retention(["n.ipynb"], max_age=-86400)
+
+
+def test_the_store_of_a_server_started_with_gkews_checkpoint_root_is_the_one_cleaned(tmp_path):
+    """The server prefers $GKEWS_CHECKPOINT_ROOT over c.GkewsApp.checkpoint_root: so does cleanup, unless told
+    --checkpoint-root, or it would clean (or say there is no) store the server never used."""
+    ids = fill(tmp_path / "env-root", saves=2)
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "jupyter_server_config.py").write_text(
+        f"c.GkewsApp.checkpoint_root = {str(tmp_path / 'configured')!r}\n")
+    env = {"GKEWS_CHECKPOINT_ROOT": str(tmp_path / "env-root")}
+    dry = jupyter_gkews("cleanup", "--keep-last=1", "--dry-run", "--json", home=tmp_path, env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout)["deleted"] == {A: ids[A][1:], B: ids[B][1:]}
+    given = jupyter_gkews("cleanup", f"--checkpoint-root={tmp_path / 'elsewhere'}", home=tmp_path, env=env)
+    assert given.returncode == 2 and f"no checkpoint store at {tmp_path / 'elsewhere'}" in given.stderr
 
 
 class SnapshotsBackend(LocalBackend):

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import calendar
 import json
+import os
 import re
 import time
 
+import numpy as np
 import pytest
 
+import kernel_state
 from clikit import jupyter_gkews
 from jupyter_gkews.report import build_report, percentile
 from jupyter_gkews.state import StateStore
@@ -75,13 +78,20 @@ def workstation_week() -> list[dict]:
     return events
 
 
+def report_of(tmp_path, events: list[dict], *args: str):
+    """`jupyter gkews report` of these events, with a checkpoint store (tmp_path/ckpt) as the server's."""
+    store = StateStore(str(tmp_path / "state"))
+    if not os.path.exists(store.events_path):
+        for e in events:
+            store.append_event(e)
+    (tmp_path / "ckpt").mkdir(exist_ok=True)
+    return jupyter_gkews("report", f"--state-dir={tmp_path / 'state'}", f"--checkpoint-root={tmp_path / 'ckpt'}",
+                         *args, home=tmp_path)
+
+
 def test_a_week_of_a_workstation_used_40_of_168_hours(tmp_path):
-    state = tmp_path / "state"
-    store = StateStore(str(state))
-    for e in workstation_week():
-        store.append_event(e)
     html = tmp_path / "week.html"
-    r = jupyter_gkews("report", f"--state-dir={state}", "--until=2026-11-29", "--json", f"--html={html}", home=tmp_path)
+    r = report_of(tmp_path, workstation_week(), "--until=2026-11-29", "--json", f"--html={html}")
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
     week = report["week"]
@@ -108,17 +118,79 @@ def test_a_week_of_a_workstation_used_40_of_168_hours(tmp_path):
     assert "<script" not in page and not re.search(r'(src|href)="', page)  # nothing fetched
     assert page.count('class="allocated"') == 7 and page.count('class="released"') == 7
     assert "allocated 40 h" in page and "released 128 h of 168 h observed" in page
+    assert "<h1>GPU hours given back</h1>" in page
 
-    text = jupyter_gkews("report", f"--state-dir={state}", "--until=2026-11-29", home=tmp_path).stdout
+    text = report_of(tmp_path, [], "--until=2026-11-29").stdout
     assert "released: 135.00 h, 270.00 GPU hours" in text
     assert "success 80% (1 failed, 3 live-verified, 1 restored-from-checkpoint)" in text
     assert "p50 70.0 s, p95 630.0 s" in text
     assert "1 x a new process: the live state did not survive" in text
     assert "week from 2026-11-23: 168.0 h observed, 40.0 h allocated, 128.0 h released" in text
-    r = jupyter_gkews("report", f"--state-dir={state}", f"--html={tmp_path / 'no' / 'such' / 'x.html'}", home=tmp_path)
+    r = report_of(tmp_path, [], f"--html={tmp_path / 'no' / 'such' / 'x.html'}")
     assert r.returncode == 2 and "cannot write the HTML report" in r.stderr and "Traceback" not in r.stderr
     assert re.search(r"^6 +2026-11-27 16:59 +idle policy +59\.0 min +55\.00 +110\.00 +100\.0 +2048\.0 +still paused",
                      text, re.M), text
+
+
+def test_until_leaves_out_what_came_after_it(tmp_path):
+    """--until=2026-11-25 counted Thursday's and Friday's pauses and resumes too."""
+    r = report_of(tmp_path, workstation_week(), "--until=2026-11-25", "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    t = report["totals"]
+    assert t["cycles"] == 4 and t["verdicts"] == {"live-verified": 2, "restored-from-checkpoint": 1}
+    last = report["cycles"][-1]
+    assert last["still_paused"] and last["released_hours"] == 7  # Wednesday 17:00 to midnight, not to Thursday 9:00
+    assert last["verdicts"] == {} and last["ready_seconds"] is None
+
+
+def test_kept_is_what_the_checkpoint_store_holds_now(tmp_path):
+    """Three pauses of one unchanged notebook share its blob: "kept: checkpoints 300.0 MiB" was the sum the
+    pauses wrote, not the store's size."""
+    events = []
+    for cycle in (1, 2, 3):
+        events += pause_events(cycle, MONDAY + cycle * 24 * H, last_activity=MONDAY + cycle * 24 * H - H)
+    for _ in range(3):
+        kernel_state.save({"w": np.ones(125_000)}, notebook="train.ipynb", root=tmp_path / "ckpt")
+    r = report_of(tmp_path, events, f"--until={NEXT_MONDAY}")
+    assert r.returncode == 0, r.stderr
+    on_disk = sum(p.stat().st_size for p in (tmp_path / "ckpt").rglob("*") if p.is_file())
+    assert 1_000_000 < on_disk < 2_000_000  # one 1 MB blob, not three
+    assert f"kept: the checkpoint store holds {on_disk / MIB:.1f} MiB now" in r.stdout, r.stdout
+    assert "written by the pauses: checkpoints 300.0 MiB" in r.stdout
+    totals = json.loads(report_of(tmp_path, [], f"--until={NEXT_MONDAY}", "--json").stdout)["totals"]
+    assert totals["checkpoint_bytes_on_disk"] == on_disk and totals["checkpoint_bytes"] == 300 * MIB
+
+
+def test_a_notebook_renamed_while_paused_is_one_notebook(tmp_path):
+    """Moved into a folder, then the folder renamed, while paused: the report showed train.ipynb with its
+    checkpoint and archive/train.ipynb with its verdict, as two notebooks."""
+    events = pause_events(1, MONDAY, last_activity=MONDAY - H)
+    events += [ev(MONDAY + H, "notebook-renamed", 1, "paused", old="train.ipynb", new="runs/train.ipynb",
+                  notebooks=["runs/train.ipynb"]),
+               ev(MONDAY + 2 * H, "notebook-renamed", 1, "paused", old="runs", new="archive",
+                  notebooks=["archive/train.ipynb"])]
+    events += [{**e, "path": "archive/train.ipynb"} if "path" in e else e
+               for e in resume_events(1, MONDAY + 3 * H, 20, "live-verified")]
+    r = report_of(tmp_path, events, f"--until={NEXT_MONDAY}", "--json")
+    assert r.returncode == 0, r.stderr
+    [cycle] = json.loads(r.stdout)["cycles"]
+    assert list(cycle["notebooks"]) == ["archive/train.ipynb"]
+    nb = cycle["notebooks"]["archive/train.ipynb"]
+    assert nb["bytes"] == 100 * MIB and nb["verdict"] == "live-verified"
+
+
+def test_the_html_page_without_gpus_speaks_of_hours_released(tmp_path):
+    """With c.GkewsApp.gpu_count 0 the page was titled "GPU hours given back" over 0.00 GPU hours."""
+    events = pause_events(1, MONDAY + 17 * H, last_activity=MONDAY + 16 * H, gpus=0)
+    events += resume_events(1, MONDAY + 33 * H, 20, "live-verified")
+    html = tmp_path / "week.html"
+    r = report_of(tmp_path, events, "--until=2026-11-29", f"--html={html}")
+    assert r.returncode == 0, r.stderr
+    page = html.read_text()
+    assert re.search(r"<h1>(.*)</h1>", page).group(1) == "Hours the environment was released"
+    assert "GPU hours given back" not in page
+    assert "16.00 h released in all 1 cycle(s)" in page
 
 
 def test_percentiles_are_nearest_rank():
@@ -176,6 +248,15 @@ def test_bad_report_options_name_the_fix(tmp_path):
     assert r.returncode == 2 and "--until='yesterday' is not a date: give YYYY-MM-DD" in r.stderr
     r = jupyter_gkews("report", f"--state-dir={tmp_path / 's'}", home=tmp_path)
     assert r.returncode == 0 and "(no pause in the event log yet)" in r.stdout
+    # the pauses wrote checkpoints, but not where --checkpoint-root says: it said "holds 0.0 MiB now"
+    week = StateStore(str(tmp_path / "week"))
+    for e in workstation_week():
+        week.append_event(e)
+    r = jupyter_gkews("report", f"--state-dir={tmp_path / 'week'}", f"--checkpoint-root={tmp_path / 'nonexistent'}",
+                      home=tmp_path)
+    assert r.returncode == 2 and "MiB now" not in r.stdout
+    assert (f"no checkpoint store at {tmp_path / 'nonexistent'}, yet the event log says the pauses wrote 600.0 MiB"
+            in r.stderr and "--checkpoint-root=DIR" in r.stderr), r.stderr
 
 
 def test_the_state_dir_defaults_to_the_servers(tmp_path):

@@ -73,6 +73,14 @@ def test_a_wrong_token_is_named(server, tmp_path):
     assert r.returncode == 2 and "refused the token: give the right one with --token" in r.stderr
 
 
+def test_no_token_is_named(server, tmp_path):
+    """No --token and no $JUPYTER_TOKEN: it said the server "refused the token"."""
+    r = jupyter_gkews("resume-test", f"--url={server.url}", home=tmp_path, timeout=120, env={"JUPYTER_TOKEN": ""})
+    assert r.returncode == 2 and "refused the token" not in r.stderr
+    assert f"the server at {server.url} asks for a token and none was given: give it with --token=TOKEN or in " \
+           f"$JUPYTER_TOKEN" in r.stderr, r.stderr
+
+
 BEFORE = {"pid": 10, "live_secret": "s3", "secret": "s3", "weights": "w", "output": "o", "model": "torch"}
 RESULT = '{"weights": "w"}'
 

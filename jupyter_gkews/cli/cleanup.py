@@ -11,7 +11,7 @@ from traitlets import Bool
 from kernel_state.errors import CheckpointError
 
 from ..cleanup import describe, run_cleanup
-from .serverconfig import ServerConfigApp
+from .serverconfig import ROOT_FIX, ServerConfigApp
 
 
 class CleanupApp(ServerConfigApp):
@@ -28,11 +28,10 @@ class CleanupApp(ServerConfigApp):
 
     def start(self) -> None:
         settings = self.server_settings()
-        root = os.path.abspath(os.path.expanduser(settings.checkpoint_root))
+        root = self.checkpoint_root(settings)
         if not os.path.isdir(root):
-            print(f"no checkpoint store at {root}; nothing to clean. Give the server's with "
-                  f"--checkpoint-root=DIR (c.GkewsApp.checkpoint_root).")
-            return
+            print(f"no checkpoint store at {root}: that directory does not exist; {ROOT_FIX}", file=sys.stderr)
+            self.exit(2)
         try:
             backend = settings.backend_class(parent=settings)  # not bound: cleanup needs no running server
             report = asyncio.run(run_cleanup(root, backend, keep_last=settings.keep_last,

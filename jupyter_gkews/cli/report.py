@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 
 from kernel_state.timestamps import utc_epoch
@@ -11,7 +12,7 @@ from traitlets import Bool, Unicode
 from ..report import build_report, text
 from ..report_html import page
 from ..state import StateStore
-from .serverconfig import ServerConfigApp
+from .serverconfig import ROOT_FIX, ServerConfigApp
 
 
 def parse_until(value: str) -> float:
@@ -29,22 +30,26 @@ def parse_until(value: str) -> float:
 
 
 def disk_usage(root: str) -> int:
-    """Bytes the checkpoint store holds now (blobs, manifests, leftovers)."""
-    total = 0
+    """Bytes the checkpoint store holds now (blobs, manifests, leftovers): each file once, however many
+    checkpoints share it or names it has; links are not followed."""
+    seen: dict[tuple[int, int], int] = {}
     for folder, _, names in os.walk(root):
         for name in names:
             try:
-                total += os.path.getsize(os.path.join(folder, name))
+                st = os.lstat(os.path.join(folder, name))
             except OSError:
-                pass
-    return total
+                continue
+            if stat.S_ISREG(st.st_mode):
+                seen[(st.st_dev, st.st_ino)] = st.st_size
+    return sum(seen.values())
 
 
 class ReportApp(ServerConfigApp):
     name = "jupyter-gkews-report"
     description = ("Per pause cycle and in total: idle time before the pause, GPU hours released, checkpoint "
-                   "and snapshot bytes kept, resume verdicts and success rate, time to a usable kernel "
-                   "(p50/p95), fallbacks and their causes; and a week of hours allocated vs released.")
+                   "and snapshot bytes written and what the checkpoint store holds now, resume verdicts and "
+                   "success rate, time to a usable kernel (p50/p95), fallbacks and their causes; and a week of "
+                   "hours allocated vs released.")
     as_json = Bool(False, config=True, help="Print the report as JSON.")
     html = Unicode("", config=True, help="Also write the report as a self-contained HTML page to this file.")
     until = Unicode("", config=True, help="End of the report (UTC date YYYY-MM-DD, YYYY-MM-DDTHH:MM, or epoch "
@@ -67,7 +72,13 @@ class ReportApp(ServerConfigApp):
             self.exit(2)
         report = build_report(store.events(limit=10**9), until)
         report["state_dir"] = store.directory
-        report["totals"]["checkpoint_bytes_on_disk"] = disk_usage(os.path.expanduser(settings.checkpoint_root))
+        totals, root = report["totals"], self.checkpoint_root(settings)
+        if os.path.isdir(root):
+            totals["checkpoint_bytes_on_disk"] = disk_usage(root)
+        elif totals["checkpoint_bytes"]:  # the pauses wrote checkpoints, but not here: the wrong root
+            print(f"no checkpoint store at {root}, yet the event log says the pauses wrote "
+                  f"{totals['checkpoint_bytes'] / 2**20:.1f} MiB of checkpoints; {ROOT_FIX}", file=sys.stderr)
+            self.exit(2)
         if self.html:
             try:
                 with open(self.html, "w") as f:

@@ -81,7 +81,10 @@ class ResumeTestApp(JupyterApp):
 
     def _run(self, client) -> int:
         code, _ = client.request("GET", "gkews/status")
-        if code == 403:
+        if code in (401, 403) and not client.token:
+            self._usage(f"the server at {client.url} asks for a token and none was given: give it with "
+                        f"--token=TOKEN or in $JUPYTER_TOKEN")
+        if code in (401, 403):
             self._usage(f"the server at {client.url} refused the token: give the right one with --token")
         if code == 404:
             self._usage(f"the server at {client.url} has no jupyter_gkews extension: install and enable it")

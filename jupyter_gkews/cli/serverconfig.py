@@ -6,12 +6,17 @@ command line overrides it. Defaults come from the GkewsApp traits themselves, ne
 """
 from __future__ import annotations
 
+import os
 import sys
 
 from jupyter_core.application import JupyterApp
 from traitlets import TraitError
 
-from ..app import GkewsApp
+from ..app import CHECKPOINT_ROOT_ENV, GkewsApp
+
+#: how to name the store, in the messages of a command that found none
+ROOT_FIX = (f"give the server's with --checkpoint-root=DIR (the server uses ${CHECKPOINT_ROOT_ENV} when it was "
+            f"started with it, else c.GkewsApp.checkpoint_root)")
 
 
 class ServerConfigApp(JupyterApp):
@@ -27,3 +32,10 @@ class ServerConfigApp(JupyterApp):
             print(f"jupyter gkews {self.name.split('-')[-1]}: {str(exc).rstrip('.')}; fix it on the command line or in "
                   f"jupyter_server_config.py", file=sys.stderr)
             self.exit(2)
+
+    def checkpoint_root(self, settings: GkewsApp) -> str:
+        """The store the server uses: --checkpoint-root given to this command, else $GKEWS_CHECKPOINT_ROOT
+        (which the server prefers over its configuration, app.py), else c.GkewsApp.checkpoint_root."""
+        given = self.cli_config.get("GkewsApp", {}).get("checkpoint_root")
+        root = given or os.environ.get(CHECKPOINT_ROOT_ENV) or settings.checkpoint_root
+        return os.path.abspath(os.path.expanduser(root))
