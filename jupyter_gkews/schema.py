@@ -76,7 +76,7 @@ def validate_request(request: str, body) -> dict:
 
 
 # -- answers --------------------------------------------------------------------------------------------
-SKIPPED = _obj({"reason": _STR, "cell": {"type": ["integer", "null"]}, "source": _STR},
+SKIPPED = _obj({"reason": _STR, "cell": {"type": ["integer", "null"]}, "source": _STR, "line": _INT, "lines": _INT},
                description="a variable a save left out, and the cell that defined it")
 _SKIPPED_MAP = {"type": "object", "additionalProperties": SKIPPED}
 

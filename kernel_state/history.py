@@ -18,7 +18,9 @@ def _assigning_line(tree: ast.AST, name: str) -> int | None:
 
 
 def defining_cell(shell, name: str) -> dict | None:
-    """{"cell": execution count, "source": first line} of the newest cell that assigns `name`."""
+    """{"cell": execution count, "source": the line that assigns `name`, "line": its number, "lines": the
+    cell's line count} of the newest cell that assigns `name`: a hint that quotes one line of a longer cell
+    must say so, or the user re-runs that line alone without what it needs."""
     if shell is None:
         return None
     cells = getattr(getattr(shell, "history_manager", None), "input_hist_parsed", None) or []
@@ -30,5 +32,6 @@ def defining_cell(shell, name: str) -> dict | None:
             continue
         line = _assigning_line(tree, name)
         if line is not None:
-            return {"cell": count, "source": source.splitlines()[line - 1].strip()[:120]}
+            lines = source.splitlines()
+            return {"cell": count, "source": lines[line - 1].strip()[:120], "line": line, "lines": len(lines)}
     return None

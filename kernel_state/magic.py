@@ -25,7 +25,11 @@ def human_bytes(n: float) -> str:
 def _skipped_lines(skipped: dict) -> list[str]:
     lines = []
     for name, info in skipped.items():
-        where = f"; re-run cell [{info['cell']}]: {info['source']}" if info.get("cell") else ""
+        where = ""
+        if info.get("cell"):
+            length = info.get("lines") or 1  # older checkpoints did not record the cell's length
+            at = f" (line {info['line']} of its {length}: re-run the whole cell)" if length > 1 else ""
+            where = f"; re-run cell [{info['cell']}]: {info['source']}{at}"
         lines.append(f"  {name}: {info['reason']}{where}")
     return lines
 

@@ -18,6 +18,8 @@ export interface ISkipped {
   reason?: string;
   cell?: number | null;
   source?: string;
+  line?: number;
+  lines?: number;
 }
 
 export interface INotebookStatus {

@@ -56,7 +56,10 @@ def test_round_trip_in_a_fresh_kernel(store):
         out = first.run("%gkews_checkpoint save")
         assert "Saved checkpoint" in out
         assert "gen: TypeError: cannot pickle 'generator' object" in out
-        assert "re-run cell [1]: gen = (i * i for i in range(10))" in out
+        lines = len(BUILD.strip("\n").splitlines())
+        gen_line = BUILD.strip("\n").splitlines().index("gen = (i * i for i in range(10))") + 1
+        assert f"re-run cell [1]: gen = (i * i for i in range(10)) (line {gen_line} of its {lines}: re-run the " \
+               "whole cell)" in out
         assert "sock: TypeError: cannot pickle 'socket' object" in out
         assert "db: TypeError: cannot pickle 'sqlite3.Connection' object" in out
         assert "worker: TypeError: cannot pickle a running thread" in out
