@@ -8,6 +8,7 @@ being discovered at restore.
 from __future__ import annotations
 
 import collections
+import contextlib
 import contextvars
 import enum
 import functools
@@ -83,6 +84,50 @@ def load_function(data: bytes, qualname: str):
     function = loads(data)
     function.__qualname__ = qualname
     return function
+
+
+# -- a class's hooks: its class statement ran them; what they did is in the saved state -------------
+_NO_HOOK = {"__init_subclass__": classmethod(lambda cls, **kwargs: None),
+            "__set_name__": lambda self, owner, name: None}
+
+
+def create_type(meta, name, bases, namespace):
+    """dill's _create_type, `meta(name, bases, namespace)`, without running the notebook's hooks again
+    (restore.DillUnpickler uses it): a notebook base's `__init_subclass__` would register the class a
+    second time (a registry doubles) or fail on a notebook global not restored yet, and a notebook
+    descriptor's `__set_name__` would repeat its side effects. The saved class dict and the restored
+    registries already hold what they did. Hooks of imported classes still run: what they write (a
+    library's registry) is no part of the checkpoint."""
+    with _hooks_silenced(bases, namespace.values()):
+        return meta(name, bases, namespace)
+
+
+def new_class(name, bases=(), kwds=None, exec_body=None):
+    """types.new_class, which dill uses for a class with `__orig_bases__`, hooks silenced as above."""
+    namespace = {}
+    if exec_body is not None:
+        exec_body(namespace)
+    with _hooks_silenced(types.resolve_bases(bases), namespace.values()):
+        return types.new_class(name, bases, kwds, lambda ns: ns.update(namespace))
+
+
+@contextlib.contextmanager
+def _hooks_silenced(bases, values):
+    """type.__new__ calls the hooks itself: the notebook classes that define them get a no-op meanwhile."""
+    silenced = {}
+    for hook, classes in (("__init_subclass__", [c for base in bases for c in getattr(base, "__mro__", ())]),
+                          ("__set_name__", [c for value in values for c in type(value).__mro__])):
+        for owner in classes:
+            if hook in owner.__dict__ and owner.__module__ == "__main__":
+                silenced[hook, id(owner)] = (owner, hook, owner.__dict__[hook])
+    silenced = list(silenced.values())
+    for owner, hook, _ in silenced:
+        type.__setattr__(owner, hook, _NO_HOOK[hook])
+    try:
+        yield
+    finally:
+        for owner, hook, original in silenced:
+            type.__setattr__(owner, hook, original)
 
 
 # -- __hash__ = object.__hash__ (or = Base.__hash__) in a class with __eq__ -------------------------

@@ -48,7 +48,12 @@ class FastUnpickler(_Hooks, pickle.Unpickler):
 
 
 class DillUnpickler(_Hooks, dill.Unpickler):
-    pass
+    def find_class(self, module, name):
+        return _REBUILT.get((module, name)) or super().find_class(module, name)
+
+
+# a notebook class is rebuilt without running its notebook hooks again (byvalue.create_type)
+_REBUILT = {("dill._dill", "_create_type"): byvalue.create_type, ("types", "new_class"): byvalue.new_class}
 
 
 UNPICKLERS = {"pickle": FastUnpickler, "dill": DillUnpickler}

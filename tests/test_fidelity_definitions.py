@@ -243,3 +243,51 @@ def test_a_class_whose_hash_is_its_bases_stays_hashable_after_a_restore(tmp_path
         assert fresh.value(check) == [1, 2, 7, True, [3]]
         verdicts = fresh.call({"op": "verify"})["result"]["variables"]
         assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts
+
+
+def test_restoring_a_subclass_does_not_run_the_notebook_class_hooks_again(tmp_path):
+    """A class comes back with the state its class statement left: its base's `__init_subclass__` ran
+    again on restore (a registry kept as a class attribute doubled to ['A', 'B', 'A', 'B']; a hook writing
+    a notebook global restored before it failed with NameError and the class was lost), and so did a
+    descriptor's `__set_name__`."""
+    build = """
+class Base:
+    registry = []
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        Base.registry.append(cls.__name__)
+class A(Base):
+    pass
+class B(Base):
+    pass
+plugins = {}
+class Plugin:
+    def __init_subclass__(cls, **kwargs):
+        plugins[cls.__name__] = cls
+class Csv(Plugin):
+    pass
+names = []
+class Field:
+    def __set_name__(self, owner, name):
+        self.name = name
+        names.append(name)
+class Row:
+    x = Field()
+"""
+    check = ("[Base.registry, issubclass(B, Base), sorted(plugins), plugins.get('Csv') is Csv, names, Row.x.name, "
+             "type(Row.x) is Field]")
+    expected = [["A", "B"], True, ["Csv"], True, ["x"], "x", True]
+    with Kernel(tmp_path) as first:
+        first.run(build)
+        assert "Skipped" not in first.run("%gkews_checkpoint save")
+        out = first.run("%gkews_checkpoint restore")  # the same kernel: its hooks must not run either
+        assert "Not restored" not in out and "Warning" not in out, out
+        assert first.value(check) == expected
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out and "Warning" not in out, out
+        assert fresh.value(check) == expected
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts
+        fresh.run("class C(Base):\n    pass")  # the restored hook still works for new classes
+        assert fresh.value("Base.registry") == ["A", "B", "C"]
