@@ -82,3 +82,10 @@ def view_of(carrier, dtype, shape, offset, strides, writeable=True):
 def array_from_layout(data, carrier_dtype, carrier_shape, dtype, shape, offset, strides, writeable=True):
     """Unpickling a small array of a checkpoint written before roots were shared: a root of its own."""
     return view_of(small_root(data, carrier_dtype, carrier_shape), dtype, shape, offset, strides, writeable)
+
+
+def view_of_bytearray(owner, dtype, shape, offset, strides, writeable=True):
+    """Unpickling an array over a bytearray (`np.frombuffer(buf)`): a view of the restored bytearray
+    again, so writes through one show in the other (its memory is the bytearray's, not aligned)."""
+    import numpy as np
+    return view_of(np.frombuffer(owner, dtype=np.uint8), dtype, shape, offset, strides, writeable)

@@ -9,6 +9,8 @@ nothing else. Some objects never enter a pickle; the pickle holds a reference in
 - a value that is itself another saved variable: ("var", name), and an object an earlier variable's
   pickle already holds: ("memo", name, index), so that identities between variables survive;
 - a live resource (open file, socket, lock, child process...): never; the variable is skipped.
+A method bound to an imported module's own object (`random.random`) and a logger are saved as references
+to the module's object (module_objects.py).
 Functions, classes, enums and cached functions defined in the notebook go by value (byvalue.py);
 everything else through the standard pickler, falling back to dill for what only dill can handle. Each
 object's __reduce__ runs once per save, whichever pickler ends up saving it.
@@ -29,8 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import dill
 
-from . import byvalue, cuda_io, pending_names, shared_memory
-from .alignment import array_from_layout, small_root, view_of
+from . import byvalue, cuda_io, module_objects, pending_names, shared_memory
+from .alignment import array_from_layout, small_root, view_of, view_of_bytearray
 from .dirty_pages import PAGE, TRACKER
 from .dtype_json import dtype_to_json
 from .errors import CheckpointWriteError
@@ -125,7 +127,8 @@ class DillPickler(_Hooks, dill.Pickler):
                 self._rehashed.add(id(obj))
                 return byvalue.restore_hash, (obj, hash_)
         if (t in _BASIC or t in dill.Pickler.dispatch) and not (
-                byvalue.is_namedtuple_class(obj) and defined_interactively(obj)):  # dill drops its methods
+                byvalue.is_namedtuple_class(obj) and defined_interactively(obj)  # dill drops its methods
+                or module_objects.owner_of(obj)):  # bound to random's own generator: by reference
             return NotImplemented
         return self.capture.reduce(obj, dill_pickler=True)
 
@@ -392,11 +395,14 @@ class Capture:
             return byvalue.load_function, (self._by_value(obj), obj.__qualname__)
         if byvalue.is_cached_function(obj) and defined_interactively(obj.__wrapped__):
             return byvalue.reduce_cached(obj)
+        owner = module_objects.owner_of(obj)
+        if owner is not None:  # `random.random`: the module's own generator, not a copy of it
+            return module_objects.bound_method, owner + (obj.__name__,)
         if t in copyreg.dispatch_table or isinstance(obj, (types.ModuleType, types.BuiltinFunctionType)):
             return NotImplemented
         cached = self._reductions.get(id(obj))
         if cached is None:
-            rv = obj.__reduce_ex__(PROTOCOL)
+            rv = module_objects.reduce_logger(obj) or obj.__reduce_ex__(PROTOCOL)
             if not isinstance(rv, str):
                 rv = tuple(rv)
                 rv = rv[:3] + tuple(None if items is None else list(items) for items in rv[3:5]) + rv[5:]
@@ -432,6 +438,11 @@ class Capture:
             return array_from_layout, (b"", arr.dtype, tuple(arr.shape), arr.dtype, tuple(arr.shape), 0,
                                        tuple(np.empty(arr.shape, arr.dtype).strides), bool(arr.flags.writeable))
         root = _root_of(arr)
+        owner = _bytearray_of(root)
+        if owner is not None:  # pickled with its bytearray, through the memo: still a view of it after a restore
+            start = np.frombuffer(owner, dtype=np.uint8).ctypes.data
+            return view_of_bytearray, (owner, arr.dtype, tuple(arr.shape), arr.ctypes.data - start,
+                                       tuple(arr.strides), bool(arr.flags.writeable))
         held = self._small_roots.get(id(root))
         if held is None:
             held = self._small_roots[id(root)] = _SmallRoot(root)
@@ -490,10 +501,8 @@ class Capture:
             if ident[0] == "cpu":
                 self._torch_memory.add(ident[1], ident[2])
             self._seen[skey] = []
-            if t is not None:
-                self._seen[skey].append((t, t._version))
-        elif t is not None:
-            self._seen[skey].append((t, t._version))
+        if t is not None and not t.is_inference():  # an inference tensor has no version counter: its
+            self._seen[skey].append((t, t._version))  # storage is hashed again at every save instead
         self._use(skey)
         return skey
 
@@ -583,6 +592,8 @@ class Capture:
             self._use(self.arrays[key]["buffer"])
             return key
         root = _root_of(arr)
+        if _bytearray_of(root) is not None:
+            return None  # inline, with its bytearray: see _small_array
         if root.nbytes < SMALL_ARRAY and not memmap and not (self.copies_of and self._copy_of(_carrier(root))) \
                 and not self._on_torch_memory(root):
             return None  # small and not a view of anything large: inline
@@ -783,6 +794,12 @@ def _root_of(arr):
                 return root
             base = inner
         root = base
+
+
+def _bytearray_of(root):
+    """The bytearray whose memory an outermost array is (`np.frombuffer(bytearray)`), or None."""
+    base = root.base
+    return base.obj if isinstance(base, memoryview) and type(base.obj) is bytearray else None
 
 
 def _carrier(root):

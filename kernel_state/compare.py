@@ -12,7 +12,8 @@ with what makes two values equal:
   subclass also its class and instance __dict__;
 - numpy arrays pickled inline: dtype (a structured one with its fields), shape and the bytes in C order;
   object arrays element by element;
-- builtin methods: name, and the object they are bound to;
+- builtin methods: name, and the object they are bound to; a method bound to an imported module's own
+  object (`random.random`): that module and attribute, not the object's state;
 - tensors and arrays in the checkpoint's tables: dtype, shape, strides, offset, requires_grad and which
   of the variable's storages they view; the storages' bytes are compared by their fingerprints;
 - functions defined in the notebook: qualified name, code (bytecode, constants, names, argument
@@ -33,6 +34,7 @@ import struct
 import sys
 import types
 
+from . import module_objects
 from .hashing import new_hasher
 
 _SCALARS = (int, float, str, bytes, bool, type(None))
@@ -145,6 +147,10 @@ class _Digest:
             return
         if t is types.CodeType:
             self._code(obj)
+            return
+        owner = module_objects.owner_of(obj)
+        if owner is not None:  # bound to a module's own object (`random.random`): which one, not its state
+            self.emit("module-object-method", *owner, obj.__name__)
             return
         if t is types.MethodType:
             self.emit("method")

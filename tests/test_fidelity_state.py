@@ -351,3 +351,110 @@ def test_a_large_as_strided_view_still_shares_memory_with_its_base(tmp_path):
         fresh.run("base[50] = -1.0")
         assert fresh.value("[bool(np.shares_memory(frames, base)), float(frames[1, 0]), frames.strides]") == \
             [True, -1.0, [400, 8]]
+
+
+def test_tensors_made_under_inference_mode_are_saved_and_verify_bit_identical(tmp_path):
+    """A tensor made under torch.inference_mode() has no version counter: reading it (to find an unchanged
+    storage) failed, and every variable holding one, a model with such a buffer included, was skipped
+    ("Inference tensors do not track version counter"). Saved twice (the second save reuses the first's
+    blobs), restored in a fresh kernel as ordinary tensors with the same bytes and views."""
+    build = """
+import torch
+torch.manual_seed(0)
+net = torch.nn.Linear(4, 3)
+with torch.inference_mode():
+    out = net(torch.randn(5, 4))
+    stats = torch.arange(6.0)
+    tail = stats[2:]
+    table = torch.randn(512, 1024)  # 2 MiB: a blob of its own
+    net.register_buffer("seen", torch.ones(3))
+"""
+    check = "[out.tolist(), tail.tolist(), net.seen.tolist(), table.sum().item(), net.weight.sum().item()]"
+    with Kernel(tmp_path) as first:
+        first.run(build)
+        for _ in range(2):
+            out = first.run("%gkews_checkpoint save")
+            assert "Skipped" not in out and "skipped" not in out, out
+        expected = first.value(check)
+        assert first.value("out.is_inference()") is True
+        verdicts = first.call({"op": "verify"})["result"]["variables"]
+        assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out and "Warning" not in out, out
+        assert fresh.value(check) == expected
+        assert fresh.value("[out.is_inference(), tail.untyped_storage().data_ptr() == "
+                           "stats.untyped_storage().data_ptr(), tail.storage_offset()]") == [False, True, 2]
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts
+        fresh.run("table[7, 7] += 1")
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert sorted(n for n, v in verdicts.items() if v["verdict"] != "match") == ["table"], verdicts
+
+
+def test_methods_of_the_global_generators_stay_bound_to_them(tmp_path):
+    """`rnd = random.random` and `from numpy.random import randn` are methods of the modules' own
+    generators: they came back bound to private copies, so `random.seed(0)` no longer reached them, and
+    verify said match. They come back bound to the modules' generators, and verify tells a copy apart."""
+    with Kernel(tmp_path) as first:
+        first.run("import random, copy\nimport numpy as np\nfrom numpy.random import randn\n"
+                  "rnd = random.random\nkit = {'uniform': random.uniform, 'rand': np.random.rand}\n"
+                  "def noisy(x, draw=random.gauss): return x + draw(0, 1)")
+        assert "Skipped" not in first.run("%gkews_checkpoint save")
+        first.run("rnd(); randn()")  # drawing moves the generators' state, not what the variables are
+        verdicts = first.call({"op": "verify"})["result"]["variables"]
+        assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts
+    bound = ("[rnd.__self__ is random._inst, randn.__self__ is np.random.mtrand._rand, "
+             "kit['uniform'].__self__ is random._inst, kit['rand'].__self__ is np.random.mtrand._rand, "
+             "noisy.__defaults__[0].__self__ is random._inst]")
+    seeded = ("[(random.seed(0), rnd())[1] == (random.seed(0), random.random())[1], "
+              "(np.random.seed(0), randn())[1] == (np.random.seed(0), np.random.randn())[1]]")
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out, out
+        assert fresh.value(bound) == [True] * 5
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts
+        fresh.run("rnd = copy.deepcopy(random._inst).random")  # the same state, but a generator of its own
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert sorted(n for n, v in verdicts.items() if v["verdict"] != "match") == ["rnd"], verdicts
+        fresh.run("rnd = random.random")
+        assert fresh.value(seeded) == [True, True]
+
+
+def test_a_logger_comes_back_with_its_level(tmp_path):
+    """A logger pickles as `logging.getLogger(name)`: the same object after a restore, but the level the
+    notebook set was lost in a fresh kernel, and verify did not see a change to it."""
+    with Kernel(tmp_path) as first:
+        first.run("import logging\nlog = logging.getLogger('gkews.test.train')\nlog.setLevel(logging.DEBUG)\n"
+                  "root = logging.getLogger()\nroot.setLevel(logging.ERROR)")
+        assert "Skipped" not in first.run("%gkews_checkpoint save")
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out, out
+        assert fresh.value("[log is logging.getLogger('gkews.test.train'), log.level, root is logging.root, "
+                           "root.level]") == [True, 10, True, 40]
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts
+        fresh.run("log.setLevel(logging.WARNING)")
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert sorted(n for n, v in verdicts.items() if v["verdict"] != "match") == ["log"], verdicts
+
+
+def test_arrays_over_a_bytearray_still_share_its_memory(tmp_path):
+    """`np.frombuffer(buf)` views the bytearray's memory: after a restore the array was a copy, so a write
+    through one no longer showed in the other. Small and large, held by variables or inside a container."""
+    with Kernel(tmp_path) as first:
+        first.run("import numpy as np\nbuf = bytearray(range(32))\nraw = np.frombuffer(buf, dtype=np.uint8)\n"
+                  "words = np.frombuffer(buf, dtype='<u4')[2:6]\n"
+                  "big = bytearray(200_000)\nheld = {'wide': np.frombuffer(big, dtype=np.float32)[10:]}")
+        assert "Skipped" not in first.run("%gkews_checkpoint save")
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out, out
+        fresh.run("raw[0] = 99; buf[8] = 7; held['wide'][0] = 1.5")
+        assert fresh.value("[buf[0], hex(words[0]), bytes(big[40:44]) == np.float32(1.5).tobytes(), "
+                           "raw.flags.writeable, hex(words[3])]") == [99, "0xb0a0907", True, True, "0x17161514"]
+        fresh.run("raw[0] = 0; buf[8] = 8; held['wide'][0] = 0")
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts
