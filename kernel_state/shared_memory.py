@@ -17,54 +17,55 @@ def links(numpy_spans: dict, torch_spans: dict) -> dict:
     storage and every torch storage strictly inside a numpy buffer. Spans are {key: (address, nbytes)}."""
     out = {}
     for inner, outer, strict in ((numpy_spans, torch_spans, False), (torch_spans, numpy_spans, True)):
-        starts = sorted((address, n, key) for key, (address, n) in outer.items() if n)
-        reach, furthest = [], 0  # reach[i]: the highest end among starts[:i + 1]
-        for begin, size, _key in starts:
-            furthest = max(furthest, begin + size)
-            reach.append(furthest)
+        holders = Spans()
+        for key, (address, n) in outer.items():
+            holders.add(address, n, key)
         for key, (address, n) in inner.items():
-            if not n or key in out:
-                continue
-            # a holder starts at or before it; walking back stops where none before can reach its end
-            i = bisect.bisect_right(starts, (address, float("inf"), "")) - 1
-            while i >= 0 and reach[i] >= address + n:
-                begin, size, holder = starts[i]
-                if address + n <= begin + size and (size > n or not strict):
-                    out[key] = {"storage": holder, "offset": address - begin}
-                    break
-                i -= 1
+            found = None if key in out else holders.holder(address, n, strict)
+            if found is not None:
+                begin, holder = found
+                out[key] = {"storage": holder, "offset": address - begin}
     return out
 
 
 class Spans:
-    """Memory spans, asked whether one holds a given range (bisect over those sorted by start)."""
+    """Memory spans, asked which one holds a given range (bisect over those sorted by start)."""
 
     def __init__(self):
-        self._spans: list[tuple[int, int]] = []
-        self._sorted: list[tuple[int, int]] | None = None
-        self._reach: list[int] = []
+        self._spans: list[tuple[int, int, int]] = []  # (address, nbytes, index into _keys)
+        self._keys: list = []
+        self._sorted: list[tuple[int, int, int]] | None = None
+        self._reach: list[int] = []  # _reach[i]: the highest end among _sorted[:i + 1]
 
-    def add(self, address: int, nbytes: int) -> None:
+    def add(self, address: int, nbytes: int, key=None) -> None:
         if nbytes:
-            self._spans.append((address, nbytes))
+            self._spans.append((address, nbytes, len(self._keys)))
+            self._keys.append(key)
             self._sorted = None
 
     def __bool__(self) -> bool:
         return bool(self._spans)
 
     def hold(self, address: int, nbytes: int) -> bool:
+        return self.holder(address, nbytes) is not None
+
+    def holder(self, address: int, nbytes: int, strict: bool = False) -> tuple[int, object] | None:
+        """(start, key) of a span holding [address, address + nbytes) (with strict, a larger one), or None."""
+        if not nbytes:
+            return None
         if self._sorted is None:
             self._sorted, furthest, self._reach = sorted(self._spans), 0, []
-            for begin, size in self._sorted:
+            for begin, size, _ in self._sorted:
                 furthest = max(furthest, begin + size)
                 self._reach.append(furthest)
-        i = bisect.bisect_right(self._sorted, (address, float("inf"))) - 1
+        # a holder starts at or before it; walking back stops where none before can reach its end
+        i = bisect.bisect_right(self._sorted, (address, math.inf, math.inf)) - 1
         while i >= 0 and self._reach[i] >= address + nbytes:
-            begin, size = self._sorted[i]
-            if address + nbytes <= begin + size:
-                return True
+            begin, size, index = self._sorted[i]
+            if address + nbytes <= begin + size and (size > nbytes or not strict):
+                return begin, self._keys[index]
             i -= 1
-        return False
+        return None
 
 
 class _TensorMemory:
