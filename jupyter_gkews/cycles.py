@@ -7,6 +7,10 @@ each notebook resumed (verdict and why), resumed, kernel usable.
 
 The report reads a whole log (build_cycles); the Prometheus metrics feed the same reducer one event at a
 time as the server writes them (Cycles.add). GPU hours released are computed here only (released_hours).
+
+A resume retried in the same cycle (a notebook failed) adds only the times the cycle lacks: its resume
+requested, capacity obtained and ready stay as the first resume set them, so the GPU hours (the GPUs came
+back at the first capacity obtained) and the ready time never change afterwards.
 """
 from __future__ import annotations
 
@@ -17,7 +21,12 @@ from .states import Event
 
 def new_cycle(number: int) -> dict:
     return {"cycle": number, "reason": None, "gpus": 0, "notebooks": {}, "result": None, "snapshot_bytes": 0,
-            "resume_failed": None, "pause_failed": None, "timeline": {}}
+            "resume_failed": None, "pause_failed": None, "released_all": True, "kept": (), "timeline": {}}
+
+
+def _merge(c: dict, times: dict | None) -> None:
+    """The times of a step, but those an earlier resume of the cycle set (`kept`)."""
+    c["timeline"].update({k: v for k, v in (times or {}).items() if v is not None and k not in c["kept"]})
 
 
 class Cycles:
@@ -45,10 +54,12 @@ class Cycles:
         elif kind == Event.RELEASING:
             c["snapshot_bytes"] = int(((e.get("snapshot") or {}).get("bytes")) or 0)
         elif kind in (Event.PAUSED, Event.RESUMED):
-            t.update({k: v for k, v in (e.get("timeline") or {}).items() if v is not None})
+            _merge(c, e.get("timeline"))
             if kind == Event.PAUSED:
                 t.setdefault("environment_stopped", e["time"])
                 c["result"] = "paused"
+                # False: a kernel the pause left running kept the GPUs (older logs: every GPU was released)
+                c["released_all"] = e.get("environment_released", True)
             else:
                 t.setdefault("restore_done", e["time"])
                 c["result"] = "resumed"
@@ -56,7 +67,10 @@ class Cycles:
             t.setdefault("environment_stopped", e["time"])
             c["result"] = "paused"
         elif kind == Event.RESUME_REQUESTED:
-            t["resume_requested"] = e["time"]
+            if "resume_requested" in t:  # a retry: what the first resume timed stays
+                c["kept"] = tuple(t)
+            else:
+                t["resume_requested"] = e["time"]
         elif kind in (Event.RESTORING, Event.RESTORED_DETECTED):
             t.setdefault("capacity_obtained", e["time"])
         elif kind == Event.NOTEBOOK_RESUMED:
@@ -71,8 +85,7 @@ class Cycles:
             c[key] = e.get("reason") or e.get("message")
             if key == "pause_failed":
                 c["result"] = "pause failed"
-        if timeline:
-            t.update({k: v for k, v in timeline.items() if v is not None})
+        _merge(c, timeline)
         return c
 
     def list(self) -> list[dict]:
@@ -89,10 +102,11 @@ def build_cycles(events: list[dict]) -> list[dict]:
 
 def released_hours(cycle: dict, until: float, start: float = -math.inf, end: float = math.inf) -> float:
     """Hours the cycle's environment had released its GPUs: from the environment stopping to capacity being
-    obtained again (or `until`, while still paused), counted inside [start, end)."""
+    obtained again (or `until`, while still paused), counted inside [start, end). None at all when the pause left
+    a kernel running: it kept the GPUs (a local pause of some notebooks)."""
     t = cycle["timeline"]
     stopped = t.get("environment_stopped")
-    if not stopped:
+    if not stopped or not cycle.get("released_all", True):
         return 0.0
     back = min(t.get("capacity_obtained") or until, end)
     return max(0.0, back - max(stopped, start)) / 3600

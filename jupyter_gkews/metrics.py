@@ -9,19 +9,20 @@ from __future__ import annotations
 from prometheus_client import Counter, Enum, Gauge
 
 from .cycles import Cycles, gpu_hours_released
-from .states import Event, State, Verdict
+from .states import Event, NotebookStatus, State, Verdict
 
 SESSION_STATE = Enum("gkews_session_state", "The session's lifecycle state.", states=[s.value for s in State])
 PAUSES = Counter("gkews_pauses", "Pauses that finished, by who asked (user or idle policy) and result "
                  "(paused or failed).", ["reason", "result"])
 RESUMES = Counter("gkews_resumes", "Notebooks resumed, by verdict (live-verified, restored-from-checkpoint, "
-                  "failed).", ["verdict"])
+                  "partially-restored, failed).", ["verdict"])
 CHECKPOINT_SECONDS = Gauge("gkews_last_checkpoint_seconds", "Seconds the last pause took to checkpoint its "
                            "notebooks (pause requested to checkpoints done).")
 CHECKPOINT_BYTES = Gauge("gkews_last_checkpoint_bytes", "Bytes of the checkpoints the last pause kept "
                          "(all its notebooks).")
 GPU_HOURS_RELEASED = Counter("gkews_gpu_hours_released", "GPU hours released: from the environment stopping "
-                             "to capacity being obtained again, times the session's GPU count.")
+                             "to capacity being obtained again, times the session's GPU count; none for a pause "
+                             "that left a kernel running.")
 GPUS = Gauge("gkews_gpus", "GPUs this session holds while it runs (c.GkewsApp.gpu_count).")
 
 
@@ -36,8 +37,23 @@ class MetricsRecorder:
         self.gpu_count = gpu_count
         self.cycles = Cycles()
         self._resuming: set[str] = set()
+        self._started = False
+
+    def _last_checkpoint(self, state: dict) -> None:
+        """A server that starts on an earlier pause's state (restarted while paused): the gauges show that
+        pause, as its PAUSED event did, from what the state keeps of it."""
+        t = state.get("timeline") or {}
+        if not t.get("environment_stopped"):
+            return
+        CHECKPOINT_BYTES.set(sum(nb.get("bytes") or 0 for nb in state["notebooks"]
+                                 if nb.get("checkpoint") and nb.get("status") != NotebookStatus.LOST))
+        if t.get("checkpoint_done") and t.get("pause_requested"):
+            CHECKPOINT_SECONDS.set(t["checkpoint_done"] - t["pause_requested"])
 
     def __call__(self, record: dict, state: dict) -> None:
+        if not self._started:  # the first event this process writes: its starting state
+            self._started = True
+            self._last_checkpoint(state)
         SESSION_STATE.state(str(state["state"]))
         timeline = state.get("timeline") if state.get("cycle") == record.get("cycle") else None
         cycle = self.cycles.add(record, timeline)

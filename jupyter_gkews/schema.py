@@ -99,6 +99,9 @@ NOTEBOOK = _obj({
     "skipped_at_save": _SKIPPED_MAP, "warnings": _STR_LIST, "same_process": _BOOL,
     "message": _STR, "gpu": {"type": ["object", "null"], "description": "local GPU suspend: what was suspended"},
     "saved_as": _STR, "reopened": _BOOL,
+    "unrestored": {"type": "object", "additionalProperties": _STR,
+                   "description": "variables a resume could not restore (why), until a pause saves them again"},
+    "unrestored_checkpoints": {**_STR_LIST, "description": "the earlier checkpoints that hold them (pinned)"},
     "companions": {"type": "array", "description": "the other sessions on its kernel (a console for the notebook)",
                    "items": _obj({"path": _STR, "name": _STR, "type": _STR, "session_id": _STR})},
 }, required=["path", "kernel_id", "status"], description="one notebook of the session")

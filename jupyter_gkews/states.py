@@ -53,10 +53,11 @@ class Verdict(Name):
     """How a notebook came back from a resume."""
     LIVE_VERIFIED = "live-verified"
     RESTORED_FROM_CHECKPOINT = "restored-from-checkpoint"
+    PARTIALLY_RESTORED = "partially-restored"  # restored, but some variables failed (the notebook's `failed`)
     FAILED = "failed"
 
 
-#: the verdicts that count as a successful resume (the report's success rate)
+#: the verdicts that count as a successful resume (the report's success rate): a partial restore is not one
 OK_VERDICTS = (Verdict.LIVE_VERIFIED, Verdict.RESTORED_FROM_CHECKPOINT)
 
 

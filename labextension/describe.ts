@@ -138,7 +138,7 @@ export function verdictText(nb: INotebookStatus): string {
   if (nb.verdict === 'failed' || nb.status === 'failed') {
     return `not restored: ${nb.error ?? 'unknown error'}`;
   }
-  if (nb.verdict !== 'restored-from-checkpoint') {
+  if (nb.verdict !== 'restored-from-checkpoint' && nb.verdict !== 'partially-restored') {
     return nb.status;
   }
   const restored = nb.restored ?? [];
@@ -159,7 +159,8 @@ export function nextStep(status: IStatus): string | null {
   if (status.error?.next_step) {
     return status.error.next_step;
   }
-  const broken = status.notebooks.filter(nb => nb.verdict === 'failed');
+  // partially-restored: its next_step says how to get back what did not come back
+  const broken = status.notebooks.filter(nb => nb.verdict === 'failed' || nb.verdict === 'partially-restored');
   if (broken.length) {
     return broken.map(nb => `${nb.path}: ${nb.next_step ?? 'resume again, or re-run its cells'}`).join('; ');
   }
@@ -177,7 +178,7 @@ export function resumedSentence(nb: INotebookStatus): string {
   if (nb.verdict === 'live-verified') {
     return `Resumed ${name}; its live model was verified.`;
   }
-  if (nb.verdict !== 'restored-from-checkpoint') {
+  if (nb.verdict !== 'restored-from-checkpoint' && nb.verdict !== 'partially-restored') {
     return `${name} was not restored: ${nb.error ?? 'unknown error'}.`;
   }
   const parts = [`Resumed ${name} from its checkpoint: ${plural((nb.restored ?? []).length, 'variable')} restored`];

@@ -39,7 +39,7 @@ export interface INotebookStatus {
   interrupted?: boolean;
   error?: string | null;
   next_step?: string;
-  verdict?: 'live-verified' | 'restored-from-checkpoint' | 'failed' | null;
+  verdict?: 'live-verified' | 'restored-from-checkpoint' | 'partially-restored' | 'failed' | null;
   why_restored?: string;
   restore_seconds?: number;
   restored?: string[];
@@ -51,6 +51,9 @@ export interface INotebookStatus {
   gpu?: Record<string, unknown> | null;
   saved_as?: string;
   reopened?: boolean;
+  /** Variables a resume could not restore (name: why), and the checkpoints kept because they hold them. */
+  unrestored?: Record<string, string>;
+  unrestored_checkpoints?: string[];
   companions?: { path?: string; name?: string; type?: string; session_id?: string }[];
 }
 

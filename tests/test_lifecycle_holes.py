@@ -383,6 +383,23 @@ async def test_notebooks_a_resume_left_behind_stay_resumable_and_are_never_overw
     assert (await post(jp_fetch, "resume")).code == 409  # nothing is left to resume
 
 
+# -- a newline in a notebook's file name (legal on POSIX) never breaks the one-line status message ---------
+async def test_a_newline_in_a_notebook_name_stays_inside_one_line_of_status(jp_fetch, jp_serverapp, jp_root_dir, gate):
+    odd = "two\nlines.ipynb"
+    a = (await open_notebook(jp_fetch, jp_root_dir, odd))["kernel"]["id"]
+    client, msg_id = await start_cell(jp_serverapp, a, WAIT_FOR_GATE.format(gate=str(gate), ignore_sigint=False))
+    await wait_kernel_state(jp_serverapp, a, "busy")
+    assert (await post(jp_fetch, "pause")).code == 202
+    failed = await wait_for(jp_fetch, ("paused", "failed"), timeout=60)  # busy_timeout 2 s: nothing paused
+    assert failed["state"] == "failed" and "two\\nlines.ipynb" in failed["message"], failed["message"]
+    assert "\n" not in failed["message"]
+    assert [e["message"] for e in await events(jp_fetch) if e["event"] == "failed"] == [failed["message"]]
+    assert failed["notebooks"][0]["path"] == odd  # the path itself is the file's name, as the contents API has it
+    gate.touch()
+    await printed(client, msg_id, until_idle=True)
+    client.stop_channels()
+
+
 # -- problem 16: a notebook a pause left running (busy) can be paused later, as its message says -----------
 async def test_a_notebook_left_running_by_a_pause_is_paused_by_the_next_one(jp_fetch, jp_serverapp, jp_root_dir, gate):
     a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]

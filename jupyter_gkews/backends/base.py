@@ -24,6 +24,9 @@ class Backend(LoggingConfigurable):
     name = "base"
     #: a failed snapshot fails the pause (nothing released) instead of pausing on the checkpoint alone
     abort_on_snapshot_failure = False
+    #: its release stops every kernel of the server, paused or not (GKE releases the Pod); otherwise a kernel
+    #: the pause did not release keeps its GPU, and the GPU hours of that pause are none
+    releases_environment = False
 
     def bind(self, server_app) -> None:
         """Called once, with the running ServerApp (kernel and session managers)."""

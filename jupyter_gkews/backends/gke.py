@@ -46,6 +46,7 @@ class GkeBackend(LocalBackend):
     was not restored (select with c.GkewsApp.backend_class = "jupyter_gkews.backends.gke.GkeBackend")."""
 
     name = "gke"
+    releases_environment = True  # the Pod goes, with every kernel in it
 
     snapshot_mode = CaselessStrEnum(
         ("auto", "trigger", "workspace"), "auto", config=True,

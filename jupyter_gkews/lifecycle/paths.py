@@ -6,6 +6,14 @@ import posixpath
 from ..errors import BadRequest
 
 
+def one_line(message: str) -> str:
+    """A status message is one line: a control character a notebook's name brought in (a newline in a file
+    name is legal) is written as its escape, so the message can neither break nor forge a line."""
+    if message.isprintable():
+        return message
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in message)
+
+
 def clean_notebook_paths(paths) -> list[str] | None:
     """Paths relative to the contents root, normalised; anything that could leave the root is refused."""
     if paths is None:

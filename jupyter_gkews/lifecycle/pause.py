@@ -33,6 +33,9 @@ class Pause:
                           if wanted and nb["path"] in wanted and nb.get("status") == NotebookStatus.FAILED}
             waiting = [nb for nb in waiting if nb["path"] not in superseded]
             targets = await self._running_notebooks(wanted, {nb["path"] for nb in waiting})
+            for nb in targets:  # variables a resume could not restore stay missing until a checkpoint holds them
+                nb.update({k: v for old in self.state["notebooks"] if old["path"] == nb["path"]
+                           for k, v in old.items() if k in ("unrestored", "unrestored_checkpoints")})
             if not targets:
                 failed = [nb["path"] for nb in waiting if nb.get("status") == NotebookStatus.FAILED]
                 raise Conflict("nothing to pause: no notebook has a running kernel" + (
@@ -118,7 +121,8 @@ class Pause:
                 await self._checkpoint(nb, interrupt)
                 await self._persist(Event.NOTEBOOK_CHECKPOINTED if nb["status"] == NotebookStatus.CHECKPOINTED
                                     else Event.NOTEBOOK_NOT_CHECKPOINTED, path=nb["path"], error=nb.get("error"),
-                                    bytes=nb.get("bytes"), seconds=nb.get("seconds"))
+                                    bytes=nb.get("bytes"), seconds=nb.get("seconds"),
+                                    **({"missing": _missing(nb)} if _missing(nb) else {}))
             self.state["progress"] = None
             await self._renew_broken_holds(notebooks, interrupt)
             self.state["timeline"]["checkpoint_done"] = now()
@@ -129,7 +133,7 @@ class Pause:
                 if carried:  # a pause from paused: what the earlier one released stays paused
                     await self._enter(State.PAUSED, None, f"nothing more was paused: {reasons}; still paused: "
                                       f"{', '.join(carried)}", Event.PAUSED, final=True,
-                                      timeline=dict(self.state["timeline"]))
+                                      timeline=dict(self.state["timeline"]), environment_released=self._released_all())
                     self._watch_for_restore()
                     return
                 await self._fail(f"No notebook could be checkpointed, so nothing was released: {reasons}.",
@@ -176,8 +180,12 @@ class Pause:
                 message += "; " + "; ".join(f"{nb['path']}: {nb['message']}" for nb in done)
             if left:
                 message += "; still running, not paused: " + "; ".join(f"{nb['path']} ({_reason(nb)})" for nb in left)
+            for nb in done:
+                if _missing(nb):
+                    message += f"; the checkpoint of {nb['path']} lacks {', '.join(_missing(nb))} (not restored " \
+                               "at the last resume)"
             await self._enter(State.PAUSED, None, message, Event.PAUSED, final=True,
-                              timeline=dict(self.state["timeline"]))
+                              timeline=dict(self.state["timeline"]), environment_released=self._released_all())
             self._watch_for_restore()
         except Exception as exc:  # an unexpected failure must still leave a state a person can act on
             if self.log:
@@ -245,8 +253,33 @@ class Pause:
                        seconds=result["seconds"])
         if nb["path"] != request["notebook"]:  # renamed while it was being saved
             changes["saved_as"] = request["notebook"]
+        if nb.get("unrestored"):  # a resume left variables behind: is this checkpoint without them?
+            still = {k: v for k, v in nb["unrestored"].items() if k not in result["saved"]}
+            kept = nb.get("unrestored_checkpoints", [])
+            if still:
+                changes.update(unrestored=still, warnings=[
+                    f"this checkpoint lacks {', '.join(sorted(still))}, not restored at the last resume; "
+                    + (f"kept in checkpoint {', '.join(kept)}" if kept else "no checkpoint holds them")])
+            else:  # saved again: the older checkpoints need no pin for them any more
+                nb.pop("unrestored")
+                nb.pop("unrestored_checkpoints", None)
         await self._pin_before(nb, changes)
         nb.update(changes)
+
+    def _released_all(self) -> bool:
+        """Did the pause leave the session holding no GPU? A kernel that was not paused (a notebook not named,
+        busy, or not checkpointed) keeps its GPU; one that lives on suspended or without a CUDA context holds
+        none. A backend that stops the whole environment (GKE pauses the Pod) releases every GPU."""
+        if self.backend.releases_environment:
+            return True
+        live = {nb["kernel_id"] for nb in self.state["notebooks"] if nb.get("status") in LIVE_STATUSES}
+        return all(kid in live for kid in self.serverapp.kernel_manager.list_kernel_ids())
+
+
+def _missing(nb: dict) -> list[str]:
+    """The variables its checkpoint lacks because a resume could not restore them (_checkpoint keeps
+    `unrestored` only while they are missing)."""
+    return sorted(nb["unrestored"]) if nb.get("unrestored") and nb.get("checkpoint") else []
 
 
 def _reason(nb: dict) -> str:

@@ -12,15 +12,25 @@ from ..errors import StateNotWritable
 from ..journal import event_record
 from ..state import now
 from ..states import Event, NotebookStatus, Phase, State, awaiting_resume, check_transition
+from .paths import one_line
 
 
 def pinned_checkpoints(state: dict) -> dict:
     """checkpoint id -> notebook path: what a notebook of this state would resume from (once active, only
-    the notebooks a resume left behind)."""
+    the notebooks a resume left behind), and in any state the checkpoints that hold variables a resume
+    could not restore (until a pause saves them again)."""
+    kept = {cid: nb["path"] for nb in state["notebooks"] for cid in nb.get("unrestored_checkpoints", [])}
     if state["state"] == State.ACTIVE:
-        return {nb["checkpoint"]: nb["path"] for nb in state["notebooks"] if awaiting_resume(nb)}
-    return {nb["checkpoint"]: nb["path"] for nb in state["notebooks"]
-            if nb.get("checkpoint") and nb.get("status") != NotebookStatus.RESUMED}
+        return {**kept, **{nb["checkpoint"]: nb["path"] for nb in state["notebooks"] if awaiting_resume(nb)}}
+    return {**kept, **{nb["checkpoint"]: nb["path"] for nb in state["notebooks"]
+                       if nb.get("checkpoint") and nb.get("status") != NotebookStatus.RESUMED}}
+
+
+def _one_line(state: dict, details: dict) -> None:
+    """The state's message and the event's, each one line (paths.one_line)."""
+    state["message"] = one_line(state.get("message") or "")
+    if isinstance(details.get("message"), str):
+        details["message"] = one_line(details["message"])
 
 
 class Persistence:
@@ -28,6 +38,7 @@ class Persistence:
 
     async def _persist(self, event: Event, **details) -> None:
         self.state["updated"] = now()
+        _one_line(self.state, details)
         snapshot = copy.deepcopy(self.state)
         record = event_record(snapshot, event, **details)
         async with self._write_lock:
@@ -41,11 +52,12 @@ class Persistence:
         if (pending["state"], pending["phase"]) != (self.state["state"], self.state["phase"]):
             check_transition(self.state["state"], pending["state"], pending["phase"])
         pending["updated"] = now()
+        _one_line(pending, details)
         record = event_record(pending, event, **details)
         async with self._write_lock:
             await asyncio.to_thread(self._write, pending, record)
         apply(self.state)
-        self.state["updated"] = pending["updated"]
+        self.state.update(updated=pending["updated"], message=pending["message"])
 
     async def _pin_before(self, nb: dict, changes: dict) -> None:
         """A notebook's new checkpoint is pinned on disk before the status shows it: whoever reads the id

@@ -7,7 +7,7 @@ import asyncio
 from jupyter_core.utils import ensure_async
 
 from ..claim import Claim
-from ..errors import BadRequest, Conflict, KernelCallError
+from ..errors import KERNEL_NOT_FOUND, BadRequest, Conflict, KernelCallError
 from ..state import now
 from ..states import RESUME_FROM, Event, NotebookStatus, Phase, State, Verdict, awaiting_resume
 from .paths import clean_notebook_paths
@@ -59,7 +59,7 @@ class Resume:
             # a kernel that lived on is still held; by entry, not by path: a rename during the resume moves the path
             held = {id(nb): nb["kernel_id"] for nb in notebooks}
             for nb in notebooks:
-                nb.update(verdict=None, error=None)
+                nb.update(verdict=None, error=None, failed={})
                 if await self._deleted_while_paused(nb):
                     mark_lost(nb, "so no kernel was started for it")
                     continue
@@ -78,7 +78,7 @@ class Resume:
                 await self._let_go(*{held[id(nb)], nb["kernel_id"]})  # the cells sent while paused run now
                 self.state["progress"]["notebooks_done"] += 1
                 await self._persist(Event.NOTEBOOK_RESUMED, path=nb["path"], verdict=nb["verdict"],
-                                    why=nb.get("why_restored") or nb.get("error"))
+                                    why=nb.get("why_restored") or nb.get("error"), failed=nb["failed"])
             await asyncio.gather(*(resume_one(nb) for nb in notebooks))
             self.state["progress"] = None
             self.state["timeline"]["restore_done"] = now()
@@ -87,6 +87,9 @@ class Resume:
                 counts[nb["verdict"]] = counts.get(nb["verdict"], 0) + 1
             self._watch_first_cell(notebooks)  # before the state says active: a user may run a cell at once
             message = (f"{why}; " if why else "") + "resumed: " + ", ".join(f"{n} {v}" for v, n in counts.items())
+            for nb in notebooks:
+                if nb["verdict"] == Verdict.PARTIALLY_RESTORED:
+                    message += f"; not restored in {nb['path']}: {', '.join(sorted(nb['failed']))}"
             waiting = [nb["path"] for nb in self.state["notebooks"] if awaiting_resume(nb)]
             if waiting:  # not named in this resume, or failed in it: a resume brings them back
                 message += f"; still to resume (Resume brings them back): {', '.join(waiting)}"
@@ -136,16 +139,43 @@ class Resume:
             result = await self.bridge.call(nb["kernel_id"], {"op": "restore", **request}, label=nb["path"],
                                             hold_file=hold_file)
         except KernelCallError as exc:
+            if exc.kind in KERNEL_NOT_FOUND:  # its checkpoint is gone: no later resume could restore it
+                nb.update(status=NotebookStatus.LOST, verdict=Verdict.FAILED, error=str(exc),
+                          next_step=f"its checkpoint {nb['checkpoint']} is gone from the store, so its kernel runs "
+                                    "without the saved state: re-run its cells")
+                return
             nb.update(status=NotebookStatus.FAILED, verdict=Verdict.FAILED, error=str(exc),
                       next_step="open the notebook and run %gkews_checkpoint restore, or re-run its cells")
             return
-        nb.update(status=NotebookStatus.RESUMED, verdict=Verdict.RESTORED_FROM_CHECKPOINT, why_restored=reason,
+        nb.update(status=NotebookStatus.RESUMED, verdict=Verdict.PARTIALLY_RESTORED if result["failed"]
+                  else Verdict.RESTORED_FROM_CHECKPOINT, why_restored=reason,
                   restore_seconds=result["seconds"],
                   restored=result["restored"], failed=result["failed"],
                   skipped_at_save=result["skipped_at_save"], warnings=result["warnings"] + (
                       [f"the checkpoint's values replaced the ones this kernel held: {', '.join(replaced)}"]
                       if replaced else []),
                   same_process=verdict["same_process"])  # restored in place, or into a new process
+        if result["failed"]:
+            await self._keep_unrestored(nb, result["failed"])
+        elif nb.get("unrestored"):  # missing since an earlier resume: its checkpoint lacks them too
+            names, kept = ", ".join(sorted(nb["unrestored"])), ", ".join(nb.get("unrestored_checkpoints") or [])
+            nb["warnings"].append(f"not in this checkpoint, as an earlier resume could not restore them: {names}"
+                                  + (f"; checkpoint {kept} holds them" if kept else ""))
+
+    async def _keep_unrestored(self, nb: dict, failed: dict) -> None:
+        """Some variables did not come back: the notebook says which and why, and the earlier checkpoints
+        that hold them are kept (pinned) until a pause saves them again, since the next pause checkpoints
+        the notebook without them and retention would otherwise let those older checkpoints go."""
+        names = sorted(failed)
+        holders = await asyncio.to_thread(checkpoints_holding, self.checkpoint_root,
+                                          nb.get("saved_as") or nb["path"], names, nb["checkpoint"])
+        kept = sorted(set(nb.get("unrestored_checkpoints", [])) | set(holders), reverse=True)  # ids: newest first
+        nb.update(unrestored={**nb.get("unrestored", {}), **failed}, unrestored_checkpoints=kept,
+                  error="not restored: " + "; ".join(f"{n} ({failed[n]})" for n in names),
+                  next_step=f"re-run the cells that define {', '.join(names)}" + (
+                      f", or restore them from an earlier checkpoint (kept until a pause saves them again): "
+                      f"%gkews_checkpoint restore {' '.join(names)} --checkpoint ID, ID one of {', '.join(kept)}"
+                      if kept else " (no earlier checkpoint holds them)"))
 
     def _watch_first_cell(self, notebooks: list[dict]) -> None:
         """Record 'kernel usable': the moment a user's cell first ran in a restored kernel."""
@@ -207,6 +237,21 @@ class Resume:
         if self._restore_watch:
             self._restore_watch.cancel()
         self._restore_watch = asyncio.create_task(watch())
+
+
+def checkpoints_holding(root: str, notebook: str, names: list[str], exclude: str) -> list[str]:
+    """The notebook's checkpoints but `exclude`, newest first, whose manifest lists one of names (reads
+    manifests only, as the server may)."""
+    from kernel_state.store import Store
+    store, found = Store(root), []
+    for cid in store.checkpoint_ids(notebook):
+        try:
+            manifest = store.load_manifest(notebook, cid)
+        except Exception:  # a damaged manifest: nothing can be restored from it
+            continue
+        if cid != exclude and set(names) & (set(manifest["variables"]) | set(manifest["modules"])):
+            found.append(cid)
+    return found
 
 
 def mark_lost(nb: dict, why: str) -> None:

@@ -5,6 +5,7 @@
 import {
   display,
   names,
+  nextStep,
   statusLabel,
   summarySentence,
   timelineRows,
@@ -171,6 +172,22 @@ describe('GkewsModel', () => {
     expect(seen.map(t => t.kind)).toEqual(['resumed']);
     expect(transitionMessage('resumed', seen[0].status)).toBe(
       'Resumed train.ipynb from its checkpoint: 4 variables restored; gen (a generator, re-run cell 7) was not saved.'
+    );
+  });
+
+  it('says what a partial restore left behind, and how to get it back', () => {
+    const partial: INotebookStatus = {
+      ...restoredNotebook,
+      verdict: 'partially-restored',
+      restored: ['model', 'opt'],
+      failed: { t: 'blob 1a2b does not match its hash' },
+      next_step: 're-run the cells that define t, or restore them from an earlier checkpoint'
+    };
+    expect(verdictText(partial)).toContain('restored from checkpoint: 2 variables; 1 failed: t');
+    const s = status({ state: 'active', cycle: 1, notebooks: [partial] });
+    expect(transitionMessage('resumed', s)).toContain('t could not be restored');
+    expect(nextStep(s)).toBe(
+      'work/train.ipynb: re-run the cells that define t, or restore them from an earlier checkpoint'
     );
   });
 

@@ -1,0 +1,186 @@
+"""What a resume counts, and what the report and the metrics make of it: a partial restore, a retried
+resume, a pause of some notebooks, a lost checkpoint, and a server restarted while paused."""
+from __future__ import annotations
+
+import json
+import signal
+import urllib.request
+
+import pytest
+from prometheus_client import REGISTRY
+
+from jupyter_gkews import schema
+from jupyter_gkews.metrics import MetricsRecorder
+from jupyter_gkews.report import build_report
+from kernel_state.store import Store
+from serverkit import events, gkews_server_config, open_notebook, post, run_cell, status, wait_for
+from serverproc import Server
+from test_metrics import delta, scrape
+from test_report import MONDAY, H, pause_events, resume_events
+
+
+@pytest.fixture
+def jp_server_config(tmp_path, monkeypatch):
+    monkeypatch.delenv("GKEWS_CHECKPOINT_ROOT", raising=False)
+    return gkews_server_config(tmp_path, gpu_count=4, keep_last=2)
+
+
+def manifest(root, notebook: str, checkpoint: str) -> dict:
+    return Store(str(root)).load_manifest(notebook, checkpoint)
+
+
+async def test_a_partial_restore_says_what_did_not_come_back_and_keeps_what_holds_it(
+        jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    path, ckpt = "work/partial.ipynb", tmp_path / "ckpt"
+    s = await open_notebook(jp_fetch, jp_root_dir, path)
+    kid = s["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "x = 1; t = {'w': list(range(1000))}")
+    r = await post(jp_fetch, "checkpoints/now", {"notebook": path})
+    assert r.code == 201, r.body
+    earlier = json.loads(r.body)["id"]  # holds t, in a blob of its own
+    await run_cell(jp_serverapp, kid, "t = {'w': list(range(2000))}")
+    before = await scrape(jp_fetch)
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    checkpoint = paused["notebooks"][0]["checkpoint"]
+    blob = ckpt / "blobs" / (manifest(ckpt, path, checkpoint)["variables"]["t"]["pickle"] + ".pkl")
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0x04
+    blob.write_bytes(bytes(data))
+
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    nb = resumed["notebooks"][0]
+    assert nb["verdict"] == "partially-restored", nb
+    assert set(nb["failed"]) == {"t"} and "does not match its hash" in nb["failed"]["t"] and "x" in nb["restored"]
+    assert nb["error"].startswith("not restored: t (") and earlier in nb["next_step"], nb
+    assert nb["unrestored"] == nb["failed"] and nb["unrestored_checkpoints"] == [earlier]
+    schema.validate_response("status", resumed)
+    assert "not restored in work/partial.ipynb: t" in resumed["message"]
+    [event] = [e for e in await events(jp_fetch) if e["event"] == "notebook-resumed"]
+    assert event["verdict"] == "partially-restored" and event["failed"] == nb["failed"]
+    after = await scrape(jp_fetch)
+    assert delta(after, before, "gkews_resumes_total", verdict="partially-restored") == 1
+    assert delta(after, before, "gkews_resumes_total", verdict="restored-from-checkpoint") == 0
+    totals = build_report(await events(jp_fetch))["totals"]
+    assert totals["verdicts"] == {"partially-restored": 1} and totals["success_rate"] == 0
+
+    # the next pause checkpoints the notebook without t: it says so, and the checkpoint holding t stays
+    # although retention (keep_last=2) would let it go
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert "the checkpoint of work/partial.ipynb lacks t (not restored at the last resume)" in paused["message"]
+    assert paused["notebooks"][0]["warnings"] == [
+        f"this checkpoint lacks t, not restored at the last resume; kept in checkpoint {earlier}"]
+    [event] = [e for e in await events(jp_fetch) if e["event"] == "notebook-checkpointed" and e["cycle"] == 2]
+    assert event["missing"] == ["t"]
+    listed = json.loads((await jp_fetch("gkews", "checkpoints")).body)["checkpoints"]
+    assert earlier in [c["id"] for c in listed]
+
+    # the resume after it says t is still missing; restored from the checkpoint named, the next pause has it
+    assert (await post(jp_fetch, "resume")).code == 202
+    nb = (await wait_for(jp_fetch, ("active", "failed")))["notebooks"][0]
+    assert nb["verdict"] == "restored-from-checkpoint" and nb["warnings"] == [
+        f"not in this checkpoint, as an earlier resume could not restore them: t; checkpoint {earlier} holds them"]
+    r = await post(jp_fetch, f"checkpoints/{earlier}/restore", {"notebook": path})
+    assert r.code == 200 and "t" in json.loads(r.body)["restored"], r.body
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert "lacks" not in paused["message"] and "unrestored" not in paused["notebooks"][0], paused
+
+
+async def test_a_resume_retried_in_its_cycle_leaves_the_gpu_hours_and_ready_time_as_they_were():
+    """The first resume brought the GPUs back and ended active with a notebook failed; the retry an hour
+    later must not move the cycle's capacity obtained (GPU hours) or its ready time, and the report must
+    agree with the metric, which counted the hours when the GPUs came back."""
+    first = pause_events(1, MONDAY, last_activity=MONDAY - H, gpus=2) + \
+        resume_events(1, MONDAY + 2 * H, 20, "failed", "kernel k died")
+    retry = resume_events(1, MONDAY + 3 * H, 5, "restored-from-checkpoint", "a new process")
+    [once] = build_report(first, until=MONDAY + 4 * H)["cycles"]
+    [cycle] = build_report(first + retry, until=MONDAY + 4 * H)["cycles"]
+    assert cycle["gpu_hours_released"] == once["gpu_hours_released"] == 2 * 2
+    assert cycle["ready_seconds"] == once["ready_seconds"] == 30 + 20
+
+    recorder, counted = MetricsRecorder(2), REGISTRY.get_sample_value("gkews_gpu_hours_released_total")
+    timeline = {}
+    for e in first + retry:  # the state's timeline, as the lifecycle keeps it: each resume sets its times
+        timeline.update(e.get("timeline") or {})
+        recorder(e, {"state": e["state"], "cycle": e["cycle"], "timeline": dict(timeline)})
+    counted = REGISTRY.get_sample_value("gkews_gpu_hours_released_total") - counted
+    assert counted == pytest.approx(cycle["gpu_hours_released"])
+
+
+async def test_a_pause_of_some_notebooks_releases_no_gpu(jp_fetch, jp_serverapp, jp_root_dir):
+    """Local: the notebook left running keeps the GPUs, so the pause of the other one released none."""
+    a = await open_notebook(jp_fetch, jp_root_dir, "work/a.ipynb")
+    await open_notebook(jp_fetch, jp_root_dir, "work/b.ipynb")
+    await run_cell(jp_serverapp, a["kernel"]["id"], "x = 1")
+    before = await scrape(jp_fetch)
+    assert (await post(jp_fetch, "pause", {"notebooks": ["work/a.ipynb"]})).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused", paused["message"]
+    [event] = [e for e in await events(jp_fetch) if e["event"] == "paused"]
+    assert event["environment_released"] is False
+    assert (await post(jp_fetch, "resume")).code == 202
+    assert (await wait_for(jp_fetch, ("active", "failed")))["state"] == "active"
+    after = await scrape(jp_fetch)
+    assert delta(after, before, "gkews_gpu_hours_released_total") == 0
+    [cycle] = build_report(await events(jp_fetch))["cycles"]
+    assert cycle["gpus"] == 4 and cycle["released_hours"] == 0 and cycle["gpu_hours_released"] == 0
+
+
+async def test_a_lost_checkpoint_fails_once_and_is_not_resumed_again(jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    path = "work/lost.ipynb"
+    s = await open_notebook(jp_fetch, jp_root_dir, path)
+    await run_cell(jp_serverapp, s["kernel"]["id"], "x = 1")
+    before = await scrape(jp_fetch)
+    assert (await post(jp_fetch, "pause")).code == 202
+    checkpoint = (await wait_for(jp_fetch, ("paused", "failed")))["notebooks"][0]["checkpoint"]
+    [gone] = (tmp_path / "ckpt").glob(f"notebooks/*/manifests/{checkpoint}.json")
+    gone.unlink()  # the volume lost it
+
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["notebooks"][0]["verdict"] == "failed"
+    r = await post(jp_fetch, "resume")
+    assert r.code == 409, r.body  # nothing it could ever restore: not tried (and counted failed) again
+    assert "still to resume" not in resumed["message"]
+    nb = (await status(jp_fetch))["notebooks"][0]
+    assert nb["status"] == "lost" and "re-run its cells" in nb["next_step"], nb
+    after = await scrape(jp_fetch)
+    assert delta(after, before, "gkews_resumes_total", verdict="failed") == 1
+    assert build_report(await events(jp_fetch))["totals"]["verdicts"] == {"failed": 1}
+
+
+def metrics_text(server: Server) -> str:
+    request = urllib.request.Request(server.url + "metrics", headers={"Authorization": f"token {server.token}"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return answer.read().decode()
+
+
+def gauge(text: str, name: str) -> float:
+    return next(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " "))
+
+
+@pytest.mark.timeout(600)
+def test_the_last_checkpoint_gauges_survive_a_restart_while_paused(tmp_path):
+    server = Server(tmp_path)
+    try:
+        server.start()
+        kid = server.open_notebook("work/g.ipynb")["kernel"]["id"]
+        server.run_cell(kid, "import numpy as np; table = np.ones((500, 500))")
+        code, _ = server.post("gkews/pause")
+        assert code == 202
+        s = server.wait_for(("paused", "failed"))
+        assert s["state"] == "paused", s["message"]
+        t = s["timeline"]
+        seconds = gauge(metrics_text(server), "gkews_last_checkpoint_seconds")
+        assert seconds == pytest.approx(t["checkpoint_done"] - t["pause_requested"])
+        server.signal(signal.SIGTERM)
+
+        server.start()
+        text = metrics_text(server)
+        assert gauge(text, "gkews_last_checkpoint_bytes") == s["notebooks"][0]["bytes"] >= 2_000_000
+        assert gauge(text, "gkews_last_checkpoint_seconds") == pytest.approx(seconds)
+    finally:
+        server.kill()
