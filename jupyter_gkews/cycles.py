@@ -77,7 +77,8 @@ class Cycles:
             nb = c["notebooks"].setdefault(e["path"], {})
             nb.update(verdict=e.get("verdict"), why=e.get("why"))
             # every resume of it counts, as in the metrics: a failed one retried in the same cycle too
-            nb.setdefault("resumes", []).append({"verdict": e.get("verdict"), "why": e.get("why")})
+            nb.setdefault("resumes", []).append({"verdict": e.get("verdict"), "why": e.get("why"),
+                                                 "failed": e.get("failed") or {}})
         elif kind == Event.KERNEL_USABLE:
             t.setdefault("kernel_usable", e.get("kernel_usable") or e["time"])
         elif kind == Event.FAILED:

@@ -116,9 +116,12 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
             verdicts[v] = verdicts.get(v, 0) + n
         for attempt in resumes(r):
             why = attempt.get("why") or "unknown"
-            if attempt["verdict"] == Verdict.RESTORED_FROM_CHECKPOINT:
+            if attempt["verdict"] in (Verdict.RESTORED_FROM_CHECKPOINT, Verdict.PARTIALLY_RESTORED):
                 fallbacks[why] = fallbacks.get(why, 0) + 1
-            elif attempt["verdict"] == Verdict.FAILED:
+            for name, reason in attempt.get("failed", {}).items():  # a partial restore: each variable it lost
+                key = f"variable not restored ({reason})"
+                failures[key] = failures.get(key, 0) + 1
+            if attempt["verdict"] == Verdict.FAILED:
                 failures[why] = failures.get(why, 0) + 1
         if r["resume_failed"]:
             failures[r["resume_failed"]] = failures.get(r["resume_failed"], 0) + 1

@@ -64,6 +64,8 @@ async def test_a_partial_restore_says_what_did_not_come_back_and_keeps_what_hold
     assert delta(after, before, "gkews_resumes_total", verdict="restored-from-checkpoint") == 0
     totals = build_report(await events(jp_fetch))["totals"]
     assert totals["verdicts"] == {"partially-restored": 1} and totals["success_rate"] == 0
+    assert sum(totals["fallbacks"].values()) == 1  # it came back from its checkpoint, and lost t:
+    assert totals["failures"] == {f"variable not restored ({nb['failed']['t']})": 1}
 
     # the next pause checkpoints the notebook without t: it says so, and the checkpoint holding t stays
     # although retention (keep_last=2) would let it go
