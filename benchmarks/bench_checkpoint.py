@@ -182,6 +182,18 @@ def main() -> None:
         results["pickle protocol 5 + fsync (numpy)"] = timed(pickle5, args.repeat, clean)
         results["kernel_state.save (numpy)"] = timed(
             lambda: kernel_state.save(dict(arrays), notebook="bench", root=target), args.repeat, clean)
+        arrays = None
+
+        # many tiny tensors (a list of per-sample embeddings): the per-tensor cost, not the bytes
+        tiny = [torch.randn(4) for _ in range(2_000 if args.smoke else 20_000)]
+
+        def torch_save_tiny():
+            torch.save(tiny, target)
+            fsync_file(target)
+        results["torch.save + fsync (tiny tensors)"] = timed(torch_save_tiny, args.repeat, clean)
+        results["kernel_state.save (tiny tensors)"] = timed(
+            lambda: kernel_state.save({"tiny": tiny}, notebook="bench", root=target), args.repeat, clean)
+        tiny_count = len(tiny)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -194,7 +206,7 @@ def main() -> None:
     print(f"{'mode':<40} {'median s':>9} {'GB/s':>6}   runs")
     for k, v in results.items():
         size = numpy_bytes if "numpy" in k else model_bytes
-        rate = "" if "unchanged" in k else f"{size / med[k] / 1e9:6.2f}"
+        rate = "" if "unchanged" in k or "tiny" in k else f"{size / med[k] / 1e9:6.2f}"
         print(f"{k:<40} {med[k]:9.3f} {rate:>6}   {', '.join(f'{x:.3f}' for x in v)}")
 
     ours = med["kernel_state.save (full)"]
@@ -210,6 +222,8 @@ def main() -> None:
         ("unchanged re-save / full save", med["kernel_state.save (unchanged re-save)"] / ours, "< 0.05"),
         ("cold restore vs torch.load",
          med["kernel_state.restore cold"] / med["torch.load(weights_only) cold"], "<= 1.3"),
+        (f"{tiny_count} tiny tensors: ours vs torch.save",
+         med["kernel_state.save (tiny tensors)"] / med["torch.save + fsync (tiny tensors)"], "(info)"),
     ]
     print(f"\n{'ratio':<40} {'value':>7}  target   verdict")
     verdicts = {}

@@ -89,3 +89,12 @@ def view_of_bytearray(owner, dtype, shape, offset, strides, writeable=True):
     again, so writes through one show in the other (its memory is the bytearray's, not aligned)."""
     import numpy as np
     return view_of(np.frombuffer(owner, dtype=np.uint8), dtype, shape, offset, strides, writeable)
+
+
+def masked_view(data, state: dict):
+    """A numpy masked array over `data` (an array restored as a view, so it shares memory as before) with
+    its mask, fill value and flags: capture.py's reduction of np.ma.MaskedArray."""
+    import numpy as np
+    masked = data.view(np.ma.MaskedArray)
+    masked.__dict__.update(state)
+    return masked

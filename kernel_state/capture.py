@@ -9,8 +9,9 @@ nothing else. Some objects never enter a pickle; the pickle holds a reference in
 - a value that is itself another saved variable: ("var", name), and an object an earlier variable's
   pickle already holds: ("memo", name, index), so that identities between variables survive;
 - a live resource (open file, socket, lock, child process...): never; the variable is skipped.
-A method bound to an imported module's own object (`random.random`) and a logger are saved as references
-to the module's object (module_objects.py).
+A method bound to an imported module's own object (`random.random`), the process's environment and
+streams (`os.environ`, `sys.stdout`) and a logger are saved as references to the module's object
+(module_objects.py).
 Functions, classes, enums and cached functions defined in the notebook go by value (byvalue.py);
 everything else through the standard pickler, falling back to dill for what only dill can handle. Each
 object's __reduce__ runs once per save, whichever pickler ends up saving it.
@@ -32,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 import dill
 
 from . import byvalue, cuda_io, module_objects, pending_names, shared_memory
-from .alignment import array_from_layout, small_root, view_of, view_of_bytearray
+from .alignment import array_from_layout, masked_view, small_root, view_of, view_of_bytearray
 from .dirty_pages import PAGE, TRACKER
 from .dtype_json import dtype_to_json
 from .errors import CheckpointWriteError
@@ -128,7 +129,8 @@ class DillPickler(_Hooks, dill.Pickler):
                 return byvalue.restore_hash, (obj, hash_)
         if (t in _BASIC or t in dill.Pickler.dispatch) and not (
                 byvalue.is_namedtuple_class(obj) and defined_interactively(obj)  # dill drops its methods
-                or module_objects.owner_of(obj)):  # bound to random's own generator: by reference
+                or module_objects.owner_of(obj)  # bound to random's own generator: by reference
+                or module_objects.process_object(obj)):  # os.environ, sys.stdout: by name
             return NotImplemented
         return self.capture.reduce(obj, dill_pickler=True)
 
@@ -179,7 +181,7 @@ class Capture:
         self._keep: list = []
         self._pack: list = []
         self._current: str | None = None
-        self._var_storages: list[str] = []
+        self._var_storages: dict[str, int] = {}  # the storages this variable's pickle uses -> their order
         self._var_refs: list[tuple] = []  # the tensors and arrays this variable's pickle refers to
         self._var_memo = False  # and whether it refers to an object another variable's pickle holds
         self._var_raw = False  # or to a storage outside the tensor table (torch's own reductions)
@@ -210,7 +212,7 @@ class Capture:
         self._current = name
         errors = []
         for kind in picklers:
-            self._var_storages, self._var_refs, self._var_memo, self._var_raw = [], [], False, False
+            self._var_storages, self._var_refs, self._var_memo, self._var_raw = {}, [], False, False
             self._var_names = set()  # the other variables whose objects this one's pickle refers to
             self._attrs_sent = set()
             self._nested = int(kind == "dill")
@@ -327,6 +329,8 @@ class Capture:
             return ("memo",) + shared
         if type(obj) in _CONTAINERS:  # most of what a model's pickle meets: never a tensor nor a resource
             return None
+        if module_objects.process_object(obj):  # sys.stdout is no resource to refuse: reduce() names it
+            return None
         torch = _torch()
         if torch is not None:
             if isinstance(obj, torch.Tensor):
@@ -398,11 +402,14 @@ class Capture:
         owner = module_objects.owner_of(obj)
         if owner is not None:  # `random.random`: the module's own generator, not a copy of it
             return module_objects.bound_method, owner + (obj.__name__,)
+        named = module_objects.process_object(obj)
+        if named is not None:  # os.environ: the restoring process's own, never a copy written over it
+            return module_objects.module_attribute, named
         if t in copyreg.dispatch_table or isinstance(obj, (types.ModuleType, types.BuiltinFunctionType)):
             return NotImplemented
         cached = self._reductions.get(id(obj))
         if cached is None:
-            rv = module_objects.reduce_logger(obj) or obj.__reduce_ex__(PROTOCOL)
+            rv = module_objects.reduce_logger(obj) or self._reduce_masked(obj) or obj.__reduce_ex__(PROTOCOL)
             if not isinstance(rv, str):
                 rv = tuple(rv)
                 rv = rv[:3] + tuple(None if items is None else list(items) for items in rv[3:5]) + rv[5:]
@@ -415,6 +422,16 @@ class Capture:
                                 f"__main__.{rv}, which a fresh kernel does not have")
             return NotImplemented
         return rv[:3] + tuple(None if items is None else iter(items) for items in rv[3:5]) + rv[5:]
+
+    @staticmethod
+    def _reduce_masked(obj):
+        """A masked array's own reduction pickles its data (and mask) as bytes: a copy, no longer a view of
+        the array it masks, and written again at every save. Its data as a plain view (and its mask, an
+        array in its __dict__) go through the array table instead, like any array."""
+        if np is None or type(obj) is not np.ma.MaskedArray or obj.dtype.hasobject or \
+                obj._baseclass is not np.ndarray:
+            return None
+        return masked_view, (obj.view(np.ndarray), dict(obj.__dict__))
 
     def _by_value(self, obj) -> bytes:
         """dill's by-value pickle of a notebook function or class, inside the standard pickle of the
@@ -456,8 +473,7 @@ class Capture:
         return None if cached is None else cached[1]
 
     def _use(self, skey: str) -> None:
-        if skey not in self._var_storages:
-            self._var_storages.append(skey)
+        self._var_storages.setdefault(skey, len(self._var_storages))  # a dict: a list's `in` was quadratic
 
     # -- torch --------------------------------------------------------------------------------------
     def _tensor(self, t, torch) -> str | None:
@@ -542,6 +558,7 @@ class Capture:
             value = cpu_fingerprint(dtype, shape, data)
             record.update(name=value[:32], fingerprint=fingerprint or {"algorithm": "xxh3-128", "value": value})
             self._pack.append((skey, dtype, shape, data, cpu))
+            self._progress_bytes(nbytes)  # counted when staged: the pack is written at the end, in one go
         return record
 
     def _written_since(self, ident: tuple, ust) -> set | None:
@@ -708,6 +725,7 @@ class Capture:
         else:
             record["name"] = value[:32]
             self._pack.append((skey, dtype, shape, data, root))
+            self._progress_bytes(root.nbytes)  # as for a small torch storage
 
     def _write_chunks(self, record, pieces, ident) -> None:
         """Write the chunks no earlier checkpoint (nor this one) has; account for all of them."""

@@ -9,7 +9,7 @@ import sys
 import time
 import types
 
-from . import config, counter, randomstate
+from . import config, counter, module_objects, randomstate
 from .capture import Capture, Deferred, VariableSkipped, defined_interactively
 from .compare import dtype_key, value_digest as compare_value_digest
 from .errors import CheckpointError, DamagedProbes
@@ -114,6 +114,7 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
     generators = randomstate.capture() if random_state else None  # before anything can draw
     started = time.perf_counter()
     chosen, modules = select_variables(ns, shell, names, exclude)
+    folders = {alias: folder for alias in modules if (folder := module_objects.import_folder(ns[alias]))}
     tracker = tracker or Progress(None, len(chosen), activity=False)
     tracker.total = len(chosen)
     if tracker.activity:
@@ -150,6 +151,7 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "notebook": nb,
         "identity": identity(), "versions": _versions(),
         "variables": capture.variables, "skipped": skipped, "modules": modules,
+        **({"module_folders": folders} if folders else {}),
         "tensors": capture.tensors, "arrays": capture.arrays, "storages": capture.storages,
         "blobs": capture.blobs, "probes": _evaluate_probes(ns, store, nb) if probes else [],
         "execution_count": counter.current(shell),

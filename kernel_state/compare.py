@@ -14,6 +14,7 @@ with what makes two values equal:
   object arrays element by element;
 - builtin methods: name, and the object they are bound to; a method bound to an imported module's own
   object (`random.random`): that module and attribute, not the object's state;
+- the process's environment and streams (`os.environ`, `sys.stdout`): their module and name only;
 - tensors and arrays in the checkpoint's tables: dtype, shape, strides, offset, requires_grad and which
   of the variable's storages they view; the storages' bytes are compared by their fingerprints;
 - functions defined in the notebook: qualified name, code (bytecode, constants, names, argument
@@ -152,6 +153,10 @@ class _Digest:
         if owner is not None:  # bound to a module's own object (`random.random`): which one, not its state
             self.emit("module-object-method", *owner, obj.__name__)
             return
+        named = module_objects.process_object(obj)
+        if named is not None:  # os.environ: the process's own, whatever it holds now
+            self.emit("process-object", *named)
+            return
         if t is types.MethodType:
             self.emit("method")
             self.walk(obj.__func__)
@@ -193,7 +198,8 @@ class _Digest:
             self.emit("ndarray", dtype_key(obj.dtype), obj.shape)
             self.hasher.update(memoryview(data).cast("B") if data.nbytes else b"")
             return
-        if np is not None and type(obj) is np.ma.MaskedArray and not obj.dtype.hasobject:
+        if np is not None and type(obj) is np.ma.MaskedArray and not obj.dtype.hasobject and not (
+                self.capture and self.capture.reduction(obj)):  # saved as its data's view: walked as such
             # data, mask and fill value; an unset fill value is its default (what unpickling sets)
             fill = obj._fill_value if obj._fill_value is not None else np.ma.default_fill_value(obj)
             self.emit("masked", dtype_key(obj.dtype), obj.shape, np.asarray(fill).tobytes())
@@ -254,8 +260,7 @@ class _Digest:
             self.walk(dict(sorted(t.__dict__.items())))
 
     def _storage_index(self, skey: str) -> int:
-        storages = self.capture._var_storages
-        return storages.index(skey) if skey in storages else -1
+        return self.capture._var_storages.get(skey, -1)
 
     def _class(self, cls) -> None:
         if not _defined_here(cls):

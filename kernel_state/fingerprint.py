@@ -18,6 +18,7 @@ see a swap or a rotation by a multiple of 65521 words.
 from __future__ import annotations
 
 import ctypes
+import functools
 
 from .hashing import new_hasher
 from .safetensors_io import build_header
@@ -138,9 +139,14 @@ def mix64(untyped_storage) -> str:
 
 def cpu_fingerprint(dtype: str, shape, data: memoryview) -> str:
     hasher = new_hasher()
-    hasher.update(build_header([("t", dtype, shape, data.nbytes)]))
+    hasher.update(_header(dtype, tuple(shape), data.nbytes))
     hasher.update(data)
     return hasher.hexdigest()
+
+
+@functools.lru_cache(maxsize=4096)  # many small tensors share a layout: one JSON header each, not per tensor
+def _header(dtype: str, shape: tuple, nbytes: int) -> bytes:
+    return build_header([("t", dtype, shape, nbytes)])
 
 
 def memory_view(address: int, nbytes: int) -> memoryview:

@@ -5,6 +5,11 @@ to the module's object, not as a copy of it.
   methods of the module's global generator (`random._inst`, `numpy.random.mtrand._rand`). Bound to a
   copy, they no longer followed `random.seed(0)`; the global random state itself is saved and put back
   on its own (randomstate.py).
+- the process's own state that a module holds: `env = os.environ`, `out = sys.stdout` are the
+  environment child processes get and the kernel's streams, not values the notebook made. Saved as the
+  module's attribute, so a restore gives the restoring kernel's own object (and never writes the saved
+  environment over the real one); verify compares which object it is, not its contents. Only the
+  objects in PROCESS_OBJECTS: any other module attribute is an ordinary value, saved by value.
 - a logger: `logging.getLogger(name)` is one object per name, which pickles as that call. Its level is
   the notebook's setting: saved with the name, set again on restore, and compared by verify. Its
   handlers and filters are not saved (a handler holds a stream or a file).
@@ -12,7 +17,10 @@ to the module's object, not as a copy of it.
 from __future__ import annotations
 
 import importlib
+import os
+import site
 import sys
+import sysconfig
 import types
 
 
@@ -33,6 +41,26 @@ def owner_of(method) -> tuple[str, str] | None:
     return None
 
 
+PROCESS_OBJECTS = (("os", "environ"), ("os", "environb"), ("sys", "stdin"), ("sys", "stdout"), ("sys", "stderr"))
+#: what a pickle meets most, and none of PROCESS_OBJECTS is: answered at once (this runs for every object)
+_PLAIN = frozenset((int, float, complex, bool, str, bytes, bytearray, tuple, list, dict, set, frozenset,
+                    type(None), types.FunctionType, type))
+
+
+def process_object(obj) -> tuple[str, str] | None:
+    """(module, attribute) when `obj` is one of PROCESS_OBJECTS as this process has it now; else None."""
+    if type(obj) in _PLAIN:
+        return None
+    for module, attr in PROCESS_OBJECTS:
+        if getattr(sys.modules.get(module), attr, None) is obj:
+            return module, attr
+    return None
+
+
+def module_attribute(module: str, attr: str):
+    return getattr(importlib.import_module(module), attr)
+
+
 def bound_method(module: str, attr: str, name: str):
     return getattr(getattr(importlib.import_module(module), attr), name)
 
@@ -50,3 +78,19 @@ def logger(name: str | None, level: int):
     found = logging.getLogger(name)
     found.setLevel(level)
     return found
+
+
+def import_folder(module) -> str | None:
+    """The folder on sys.path a module was imported from, when that is not where packages are installed
+    (a `helpers.py` beside the notebook): a fresh kernel finds it only with that folder on sys.path."""
+    top = sys.modules.get(module.__name__.partition(".")[0], module)
+    path = getattr(top, "__file__", None)
+    if not path:  # builtin, frozen, namespace package
+        return None
+    path = os.path.realpath(path)
+    folder = os.path.dirname(os.path.dirname(path) if os.path.basename(path).startswith("__init__.") else path)
+    installed = [p for p in (*sysconfig.get_paths().values(), *site.getsitepackages(), site.getusersitepackages())
+                 if p]
+    if any(folder == os.path.realpath(p) or folder.startswith(os.path.realpath(p) + os.sep) for p in installed):
+        return None
+    return folder

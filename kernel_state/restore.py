@@ -478,7 +478,10 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
             namespace[alias] = importlib.import_module(module)
             restored.append(alias)
         except ImportError as exc:
-            failed[alias] = f"module {module} cannot be imported here ({exc}); install it and restore again"
+            folder = manifest.get("module_folders", {}).get(alias)
+            fix = (f"it was imported from {folder}, not installed: put {folder} on sys.path (or start the "
+                   f"kernel there)" if folder else "install it")
+            failed[alias] = f"module {module} cannot be imported here ({exc}); {fix} and restore again"
     for name in manifest["variables"]:
         if wanted and name not in wanted:
             continue

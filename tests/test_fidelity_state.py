@@ -458,3 +458,51 @@ def test_arrays_over_a_bytearray_still_share_its_memory(tmp_path):
         fresh.run("raw[0] = 0; buf[8] = 8; held['wide'][0] = 0")
         verdicts = fresh.call({"op": "verify"})["result"]["variables"]
         assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts
+
+
+def test_os_environ_and_the_streams_come_back_as_the_kernels_own(tmp_path):
+    """`env = os.environ` came back as a plain copy: writes to it no longer reached child processes, and
+    the saved environment must never be written over the kernel's. It is the process's environment:
+    saved by name, it is the restoring kernel's os.environ, and verify does not call it changed when a
+    variable of the environment changes."""
+    with Kernel(tmp_path) as first:
+        first.run("import os, sys\nenv = os.environ\nkit = {'env': os.environ, 'out': sys.stdout}\n"
+                  "os.environ['GKEWS_SAVED_ONLY'] = '1'")
+        assert "Skipped" not in first.run("%gkews_checkpoint save")
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out, out
+        fresh.run("env['GKEWS_CHILD_SEES'] = 'yes'\nimport subprocess")
+        child = "subprocess.run([sys.executable, '-c', 'import os; print(os.environ.get(\"GKEWS_CHILD_SEES\"))'], " \
+                "capture_output=True, text=True).stdout.strip()"
+        assert fresh.value(f"[env is os.environ, kit['env'] is os.environ, kit['out'] is sys.stdout, "
+                           f"'GKEWS_SAVED_ONLY' in os.environ, {child}]") == [True, True, True, False, "yes"]
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts
+        fresh.run("kit['env'] = dict(os.environ)")  # a copy is not the environment
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert sorted(n for n, v in verdicts.items() if v["verdict"] != "match") == ["kit"], verdicts
+
+
+def test_a_masked_array_still_shares_memory_with_the_array_it_masks(tmp_path):
+    """`np.ma.masked_array(a, mask)` views `a`: it came back as a copy of its own, and its 16 MB of data
+    (and its mask) were pickled again at every save. Its data and mask now go through the array table."""
+    with Kernel(tmp_path) as first:
+        first.run("import numpy as np\na = np.random.default_rng(0).random(2_000_000)\n"
+                  "m = np.ma.masked_array(a, a > 0.5, fill_value=-1.0)\n"
+                  "small = np.ma.masked_array(np.arange(5.0), [0, 1, 0, 0, 1])")
+        assert "Skipped" not in first.run("%gkews_checkpoint save")
+        first.run("m.mask[0] = not m.mask[0]; small[0] = 7")
+        again = first.call({"op": "save", "notebook": "work/experiment.ipynb"})["result"]
+        assert again["bytes_written"] < 4 << 20, again  # the mask's blob (2 MB) and the pickles, not 32 MiB
+        expected = first.value("[float(a.sum()), int(m.mask.sum()), float(m.sum()), str(small)]")
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out, out
+        assert fresh.value("[float(a.sum()), int(m.mask.sum()), float(m.sum()), str(small)]") == expected
+        fresh.run("a[:] = 0.25")
+        assert fresh.value("[np.shares_memory(a, m), float(m.data[1]), float(m.fill_value), "
+                           "type(m).__name__]") == [True, 0.25, -1.0, "MaskedArray"]
+        fresh.run("a[:] = 0")
+        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
+        assert sorted(n for n, v in verdicts.items() if v["verdict"] != "match") == ["a", "m"], verdicts

@@ -97,6 +97,36 @@ def test_long_saves_show_progress(store):
         k.close()
 
 
+def test_many_tiny_tensors_show_progress_as_they_go(store):
+    """20,000 tiny tensors: the progress said 0 B until the end, since small storages, packed into one blob,
+    were never counted (their speed against torch.save is benchmarks/bench_checkpoint.py's "tiny tensors")."""
+    k = Kernel(store, extra_env={"GKEWS_PROGRESS_AFTER": "0"})
+    try:
+        k.run("import torch\nts = [torch.randn(4) for _ in range(20000)]")
+        out = k.run("%gkews_checkpoint save", timeout=300)
+        assert "Saved checkpoint" in out, out
+        assert "saving: 0/1 variables, " in out and "saving: 0/1 variables, 0 B" not in out, out
+    finally:
+        k.close()
+
+
+def test_a_local_module_that_is_gone_says_where_it_came_from(tmp_path):
+    """A module imported from beside the notebook was reported as 'install it': it is no package to
+    install, but a folder to put on sys.path."""
+    here = tmp_path / "project"
+    here.mkdir()
+    (here / "helpers_gkews.py").write_text("SCALE = 3\n")
+    with Kernel(tmp_path / "store", cwd=here) as first:
+        first.run("import helpers_gkews, json")
+        assert "Skipped" not in first.run("%gkews_checkpoint save")
+    with Kernel(tmp_path / "store", cwd=tmp_path) as fresh:
+        failed = fresh.call({"op": "restore", "notebook": "work/experiment.ipynb"})["result"]["failed"]
+        assert list(failed) == ["helpers_gkews"], failed
+        assert f"put {here.resolve()} on sys.path (or start the kernel there)" in failed["helpers_gkews"], failed
+        assert "install it" not in failed["helpers_gkews"], failed
+        assert fresh.value("json.__name__") == "json"
+
+
 def test_magic_is_loaded_without_load_ext_and_explains_itself(store):
     k = Kernel(store)
     try:
