@@ -23,7 +23,8 @@ _OPS = {
         checkpoint.save,
         notebook=req.get("notebook"), root=req.get("root"), names=req.get("names"),
         exclude=req.get("exclude", ()), keep_last=req.get("keep_last"), max_bytes=req.get("max_bytes"),
-        progress=_print_progress if req.get("progress") else None, random_state=req.get("random_state", True)),
+        progress=_print_progress if req.get("progress") else None, random_state=req.get("random_state", True),
+        read_back=bool(req.get("read_back"))),
     "restore": lambda req: _paused(
         checkpoint.restore,
         notebook=req.get("notebook"), root=req.get("root"), checkpoint=req.get("checkpoint"),

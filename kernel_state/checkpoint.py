@@ -9,10 +9,10 @@ import sys
 import time
 import types
 
-from . import config, counter, module_objects, randomstate
+from . import config, counter, module_objects, randomstate, readback
 from .capture import Capture, Deferred, VariableSkipped, defined_interactively
 from .compare import dtype_key, value_digest as compare_value_digest
-from .errors import CheckpointError, DamagedProbes
+from .errors import CheckpointError, CheckpointWriteError, DamagedProbes
 from .fingerprint import cpu_fingerprint, memory_view, storage_fingerprint
 from .fsutil import write_json_durable
 from .hashing import digest_bytes
@@ -165,10 +165,15 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
 
 def save(namespace=None, *, notebook=None, root=None, names=None, exclude=(), progress=None,
          keep_last=None, max_bytes=None, random_state: bool = True, auto_label: dict | None = None,
-         retention: bool = True) -> dict:
+         retention: bool = True, read_back: bool = False) -> dict:
     """Capture and commit a checkpoint. With auto_label it counts as an automatic one (kernel undo): it
     carries the label and only the automatic checkpoints' retention applies to it. retention=False leaves
-    retention to the caller (a rewind: its undo checkpoint must not push out the one it restores)."""
+    retention to the caller (a rewind: its undo checkpoint must not push out the one it restores).
+    read_back (a pause's save, before its kernel is released): the blobs it reuses are read back, and a
+    damaged one is written again from this kernel's memory (readback.py); "repaired" names them."""
+    kwargs = dict(notebook=notebook, root=root, names=names, exclude=exclude, progress=progress,
+                  keep_last=keep_last, max_bytes=max_bytes, random_state=random_state, auto_label=auto_label,
+                  retention=retention)
     ns, shell = _namespace(namespace)
     nb = config.notebook_name(notebook)
     store = Store(root)
@@ -182,6 +187,7 @@ def save(namespace=None, *, notebook=None, root=None, names=None, exclude=(), pr
         with store.lock():
             staged = stage(ns, shell, store, nb, names=names, exclude=exclude, tracker=tracker,
                            random_state=random_state, extra=extra)
+            written = set(store.staged)
             store.commit(nb, staged.manifest)
     except BaseException:
         _activity.update(operation=None)
@@ -191,11 +197,37 @@ def save(namespace=None, *, notebook=None, root=None, names=None, exclude=(), pr
     tracker(force=True)
     capture, manifest = staged.capture, staged.manifest
     capture.remember()
+    if read_back:  # before retention: a save made again must not push out one more older checkpoint
+        damaged = readback.damaged_blobs(store, manifest["blobs"], written)
+        if damaged:
+            return _save_again(namespace, store, nb, manifest["id"], damaged, kwargs)
     retention = store.apply_retention(nb, keep_last, max_bytes, auto=bool(auto_label)) if retention else None
     result = summary(manifest)
     result.update(saved=list(capture.variables) + list(staged.modules), skipped=staged.skipped,
                   bytes_written=capture.bytes_written, seconds=round(time.perf_counter() - staged.started, 4),
                   retention=retention, root=store.root)
+    return result
+
+
+def _save_again(namespace, store: Store, nb: str, checkpoint_id: str, damaged: list[str], kwargs: dict) -> dict:
+    """A save whose reused blobs were damaged on disk: withdraw it, remove them (no save may reuse them
+    meanwhile: the exclusive lock) and save again, which writes them from memory and reuses the blobs
+    just written. Damaged again: the store does not keep what it is given, and nobody should be told
+    this checkpoint is good."""
+    with store.lock(exclusive=True):
+        store.withdraw(nb, checkpoint_id)
+        readback.remove(damaged)
+    result = save(namespace, **kwargs, read_back=False)
+    again = readback.damaged_blobs(store, {os.path.basename(p).split(".")[0]: os.path.getsize(p)
+                                           for p in damaged if os.path.exists(p)}, set())
+    missing = [p for p in damaged if not os.path.exists(p)]
+    if again or missing:
+        raise CheckpointWriteError(
+            f"the checkpoint store at {store.root} does not keep what is written to it: "
+            f"{', '.join(again + missing)} read back damaged after being written again. Check the disk or volume "
+            f"under it (or give another one with GKEWS_CHECKPOINT_ROOT); checkpoint {result['id']} cannot be trusted")
+    result["repaired"] = [f"blob {os.path.basename(p)}: the file was damaged since an earlier save wrote it; "
+                          f"written again from this kernel's memory" for p in damaged]
     return result
 
 

@@ -613,6 +613,14 @@ class Store:
             fsync_dir(os.path.dirname(path))
             self._collect()
 
+    def withdraw(self, notebook: str, checkpoint_id: str) -> None:
+        """Remove the manifest of a checkpoint this process has just committed, keeping its blobs: the save
+        made in its place names them (readback.py). Caller holds the exclusive lock."""
+        path = self._manifest_path(notebook, checkpoint_id)
+        if path is not None:
+            os.unlink(path)
+            fsync_dir(os.path.dirname(path))
+
     # -- retention and garbage collection ---------------------------------------------------------
     def apply_retention(self, notebook: str, keep_last: int | None = None, max_bytes: int | None = None,
                         auto: bool = False) -> dict:

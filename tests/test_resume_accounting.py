@@ -91,6 +91,41 @@ async def test_a_partial_restore_says_what_did_not_come_back_and_keeps_what_hold
     assert "lacks" not in paused["message"] and "unrestored" not in paused["notebooks"][0], paused
 
 
+async def test_a_pause_writes_again_a_blob_damaged_since_an_earlier_save_before_it_releases_the_kernel(
+        jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    """The pause's save reuses the blobs of unchanged values: a blob damaged on disk since then would be
+    named by the new checkpoint too, and the kernel holding the good bytes released. The pause reads them
+    back and writes a damaged one again from the kernel's memory: everything comes back, the older
+    checkpoint included (blobs are named by content)."""
+    path, ckpt = "work/rot.ipynb", tmp_path / "ckpt"
+    kid = (await open_notebook(jp_fetch, jp_root_dir, path))["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "import numpy as np; w = np.arange(300_000, dtype=np.float64); "
+                                      "t = {'w': list(range(1000))}")
+    r = await post(jp_fetch, "checkpoints/now", {"notebook": path})
+    assert r.code == 201, r.body
+    earlier = json.loads(r.body)["id"]
+    saved = manifest(ckpt, path, earlier)
+    blobs = [ckpt / "blobs" / (saved["variables"]["t"]["pickle"] + ".pkl")]
+    blobs += [ckpt / "blobs" / (saved["storages"][s]["blob"] + ".safetensors") for s in saved["storages"]]
+    for blob in blobs:  # bit rot in both, after the save that wrote them
+        data = bytearray(blob.read_bytes())
+        data[len(data) // 2] ^= 0x10
+        blob.write_bytes(bytes(data))
+
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused", paused["message"]
+    warnings = paused["notebooks"][0]["warnings"]
+    assert len(warnings) == len(blobs) and all("written again from this kernel's memory" in w for w in warnings)
+    assert (await post(jp_fetch, "resume")).code == 202
+    nb = (await wait_for(jp_fetch, ("active", "failed")))["notebooks"][0]
+    assert nb["verdict"] == "restored-from-checkpoint" and nb["failed"] == {}, (nb.get("error"), nb.get("next_step"))
+    assert await run_cell(jp_serverapp, nb["kernel_id"], "print(float(w.sum()), sum(t['w']))") == \
+        f"{float(sum(range(300_000)))} {sum(range(1000))}\n"
+    r = await post(jp_fetch, f"checkpoints/{earlier}/restore", {"notebook": path})  # healed too
+    assert r.code == 200 and json.loads(r.body)["failed"] == {}, r.body
+
+
 async def test_a_resume_retried_in_its_cycle_leaves_the_gpu_hours_and_ready_time_as_they_were():
     """The first resume brought the GPUs back and ended active with a notebook failed; the retry an hour
     later must not move the cycle's capacity obtained (GPU hours) or its ready time, and the report must

@@ -239,8 +239,10 @@ class Pause:
         def progress(p):
             if self.state["progress"] is not None:
                 self.state["progress"].update(p)
+        # read_back: the kernel is about to be released, so the blobs this save reuses are checked now,
+        # while its memory can still write a damaged one again (kernel_state/readback.py)
         request = {"op": "save", "notebook": nb["path"], "root": self.checkpoint_root,
-                   "keep_last": self.keep_last, "max_bytes": self.max_bytes, "progress": True}
+                   "keep_last": self.keep_last, "max_bytes": self.max_bytes, "progress": True, "read_back": True}
         try:
             result, hold = await self.bridge.save_and_hold(nb["kernel_id"], request, self._hold_file(nb["kernel_id"]),
                                                            label=nb["path"], on_progress=progress)
@@ -251,15 +253,18 @@ class Pause:
         changes = dict(status=NotebookStatus.CHECKPOINTED, checkpoint=result["id"], bytes=result["bytes"],
                        bytes_written=result["bytes_written"], saved=result["saved"], skipped=result["skipped"],
                        seconds=result["seconds"])
+        if result.get("repaired"):  # damaged blobs of earlier saves, written again before the kernel goes
+            changes["warnings"] = list(result["repaired"])
         if nb["path"] != request["notebook"]:  # renamed while it was being saved
             changes["saved_as"] = request["notebook"]
         if nb.get("unrestored"):  # a resume left variables behind: is this checkpoint without them?
             still = {k: v for k, v in nb["unrestored"].items() if k not in result["saved"]}
             kept = nb.get("unrestored_checkpoints", [])
             if still:
-                changes.update(unrestored=still, warnings=[
+                changes.update(unrestored=still)
+                changes.setdefault("warnings", []).append(
                     f"this checkpoint lacks {', '.join(sorted(still))}, not restored at the last resume; "
-                    + (f"kept in checkpoint {', '.join(kept)}" if kept else "no checkpoint holds them")])
+                    + (f"kept in checkpoint {', '.join(kept)}" if kept else "no checkpoint holds them"))
             else:  # saved again: the older checkpoints need no pin for them any more
                 nb.pop("unrestored")
                 nb.pop("unrestored_checkpoints", None)
