@@ -21,15 +21,19 @@ with what makes two values equal:
   layout; not file names or line numbers), defaults, closure contents and attributes; imported
   functions and classes: module and qualified name;
 - classes defined in the notebook: name, bases and their attributes sorted by name (not the caches
-  `__slotnames__` and `_abc_impl`, nor `__annotations__` and `__orig_bases__`, which dill drops);
+  `__slotnames__` and `_abc_impl`, nor `__annotations__` and `__orig_bases__`, which dill drops; of an
+  enum's own tables their sizes, not the caches `_value2member_map_` and `_unhashable_values_`);
 - any other object: the reduction its pickler used (callable, arguments, state, items), recursively;
 - another saved variable: its name.
 
 Shared objects and cycles are walked once; a second meeting records only that it is the same object.
+Tuples and frozensets of only immutable constants are walked by value each time: whether equal constants
+are one object is the compiler's choice (CPython shares them within a cell, dill does not).
 """
 from __future__ import annotations
 
 import copyreg
+import enum
 import marshal
 import struct
 import sys
@@ -44,6 +48,15 @@ _REPR_LIMIT = 10 ** 4300  # repr() refuses ints from here on (CPython's default 
 # caches, not definitions; and annotations, which dill does not carry for every kind of class
 _SKIP_CLASS_ATTRS = {"__dict__", "__weakref__", "__slotnames__", "_abc_impl", "__annotations__",
                      "__orig_bases__"}
+
+
+def _immutable(obj) -> bool:
+    """A tuple or frozenset of only scalars, complex numbers and such tuples and frozensets."""
+    return all(type(x) in _SCALARS or type(x) is complex or type(x) in (tuple, frozenset) and _immutable(x)
+               for x in obj)
+
+
+_ENUM_CACHES = {"_value2member_map_", "_unhashable_values_"}
 
 
 def _defined_here(obj) -> bool:
@@ -105,6 +118,14 @@ class _Digest:
         if t is complex:
             self.emit("complex", _float(obj.real), _float(obj.imag))
             return
+        if t is tuple and all(type(x) in _SCALARS for x in obj):
+            # by value, not memoized: whether equal constants are one object is the compiler's choice
+            # (CPython merges equal constant tuples of one cell; dill rebuilds each code object's own)
+            self.emit(t.__name__, marshal.dumps(obj, 2))  # marshal v2 has no identity refs
+            return
+        if t in (tuple, frozenset) and _immutable(obj):  # nested constants: the same, walked by value
+            self._plain(obj)
+            return
         seen = self.memo.get(id(obj))
         if seen is not None:
             self.emit("same", seen)
@@ -117,9 +138,7 @@ class _Digest:
             if all(type(x) in _SCALARS for x in obj):  # fast path: marshal v2 has no identity refs
                 self.emit(t.__name__, marshal.dumps(obj, 2))
                 return
-            self.emit(t.__name__, len(obj))
-            for item in obj:
-                self.walk(item)
+            self._plain(obj)
             return
         if t is dict:
             self.emit("dict", len(obj))
@@ -128,7 +147,7 @@ class _Digest:
                 self.walk(value)
             return
         if t in (set, frozenset):
-            self.emit(t.__name__, sorted(self.sub(x) for x in obj))
+            self._plain(obj)
             return
         if isinstance(obj, (set, frozenset)) and not all(type(x) in _UNSALTED for x in obj):
             # a subclass: its reduction lists the elements in iteration order, which follows the per-process
@@ -227,6 +246,16 @@ class _Digest:
             return
         self._reduced(obj)
 
+    def _plain(self, obj) -> None:
+        """A list, tuple, set or frozenset (not the fast path's tuple of scalars): its items."""
+        t = type(obj)
+        if t in (set, frozenset):
+            self.emit(t.__name__, sorted(self.sub(x) for x in obj))
+            return
+        self.emit(t.__name__, len(obj))
+        for item in obj:
+            self.walk(item)
+
     def _reference(self, obj) -> bool:
         """Tensors, arrays and other variables: what the checkpoint's tables hold instead of a pickle."""
         c = self.capture
@@ -273,8 +302,13 @@ class _Digest:
             value = cls.__dict__[key]
             self.emit("attr", key)
             if key.startswith("_") and key.endswith("_") and isinstance(value, (dict, list)) and \
-                    type(cls).__module__ == "enum":
-                self.emit(len(value))  # the enum machinery's own tables: rebuilt from the members
+                    isinstance(cls, enum.EnumMeta):
+                # the enum machinery's own tables, rebuilt from the members: the members as declared
+                # (names and aliases), not the caches of values looked up and of combinations of flags
+                # made since (`Aug.FLIP | Aug.JITTER`), which `_value2member_map_` and
+                # `_unhashable_values_` keep and which a rebuilt class has not met
+                if key not in _ENUM_CACHES:
+                    self.emit(len(value))
                 continue
             self.walk(value)
 

@@ -250,3 +250,54 @@ def test_a_memmap_restored_as_a_copy_says_so_in_verify(tmp_path):
         fresh.run("big[5] = 0")
         assert (f"big: changed (it came back as an in-memory copy of the np.memmap of {tmp_path / 'big.f8'}, and "
                 f"its values differ from the checkpoint's)") in fresh.run("%gkews_checkpoint verify")
+
+
+def test_functions_sharing_equal_constants_match_after_a_restore(tmp_path):
+    """CPython merges the equal constant tuples of one cell's functions; dill gives each restored code
+    object its own: the digest recorded the sharing, and verify called the restored value changed."""
+    with Kernel(tmp_path) as k:
+        k.run("ops = [lambda x: x * x, lambda x: -x]\nby_name = {'a': lambda e: 0.95 ** e, 'b': lambda e: 0.95 ** e}")
+        k.run("%gkews_checkpoint save")
+        k.run("%gkews_checkpoint restore")
+        assert _changed(k.call({"op": "verify"})["result"]) == []
+        k.run("ops[1] = lambda x: x + 1")
+        assert _changed(k.call({"op": "verify"})["result"]) == ["ops"]
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert _changed(fresh.call({"op": "verify"})["result"]) == []
+
+
+def test_combining_flags_of_a_notebook_enum_changes_nothing(tmp_path):
+    """`Aug.FLIP | Aug.JITTER` caches the combination in the class (`_value2member_map_`): verify called
+    the class changed. A member added to the class is still found."""
+    with Kernel(tmp_path) as k:
+        k.run("import enum\nclass Aug(enum.Flag):\n    FLIP = 1\n    CROP = 2\n    JITTER = 4\nenabled = Aug.FLIP")
+        k.run("%gkews_checkpoint save")
+        k.run("both = Aug.FLIP | Aug.JITTER\nAug(3)")
+        assert _changed(k.call({"op": "verify"})["result"]) == []
+        k.run("class Aug(enum.Flag):\n    FLIP = 1\n    CROP = 2\n    JITTER = 4\n    BLUR = 8")
+        # enabled names the class Aug in its digest (another variable), which now is another class
+        assert _changed(k.call({"op": "verify"})["result"]) == ["Aug", "enabled"]
+
+
+def test_a_same_kernel_restore_warns_of_redefinitions_not_of_state_that_moved_on(tmp_path):
+    """A closure's counter, a class attribute counter and a wrapper's call count moved on after the save:
+    the restore said the kernel redefined them (and to re-run their cells, which resets that state)."""
+    with Kernel(tmp_path) as k:
+        k.run("import functools\n"
+              "def make_counter():\n    n = [0]\n    def step():\n        n[0] += 1\n        return n[0]\n"
+              "    return step\nnext_id = make_counter()\n"
+              "class Run:\n    started = 0\n    def __init__(self): Run.started += 1\nr = Run()\n"
+              "def counted(f):\n    @functools.wraps(f)\n    def wrapper(*a):\n        wrapper.calls += 1\n"
+              "        return f(*a)\n    wrapper.calls = 0\n    return wrapper\n"
+              "@counted\ndef double(x): return 2 * x\n"
+              "def scale(v, k=2.0): return v * k")
+        k.run("%gkews_checkpoint save")
+        k.run("next_id(); Run(); double(3)")
+        assert "redefined" not in k.run("%gkews_checkpoint restore")
+        k.run("class Run:\n    started = 0\n    def __init__(self): Run.started += 2\n"
+              "@counted\ndef double(x): return x + x\n"
+              "def scale(v, k=3.0): return v * k")
+        out = k.run("%gkews_checkpoint restore")
+        assert sorted(line.split(": this kernel redefined it")[0].split()[-1] for line in out.splitlines()
+                      if "this kernel redefined it" in line) == ["Run", "double", "scale"], out
