@@ -98,3 +98,30 @@ def masked_view(data, state: dict):
     masked = data.view(np.ma.MaskedArray)
     masked.__dict__.update(state)
     return masked
+
+
+def hook_dict(hooks: list):
+    """A restored dict of hooks (a tensor's `_backward_hooks`, an optimizer's step hooks), keyed by new
+    handle ids: the saved ones would collide with the handles this kernel gives out next, and a hook
+    registered later would replace a restored one."""
+    from collections import OrderedDict
+
+    from torch.utils.hooks import RemovableHandle
+    d: OrderedDict = OrderedDict()
+    for hook in hooks:
+        d[RemovableHandle(d).id] = hook
+    return d
+
+
+def tensor_extras(t, grad, backward_hooks, post_hooks):
+    """A restored tensor with what its table row does not hold: a gradient that is no strided tensor (a
+    sparse one: nn.Embedding(sparse=True)) and its gradient hooks (`p.register_hook(fn)`,
+    `register_post_accumulate_grad_hook`). Every variable that holds the tensor carries them; the first
+    one restored sets them, so a hook never runs twice."""
+    if grad is not None and t.grad is None:
+        t.grad = grad
+    if backward_hooks and not t._backward_hooks:
+        t._backward_hooks = hook_dict(backward_hooks)  # as register_hook does, also where grad is off now
+    if post_hooks and not getattr(t, "_post_accumulate_grad_hooks", None):
+        t._post_accumulate_grad_hooks = hook_dict(post_hooks)
+    return t

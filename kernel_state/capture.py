@@ -3,7 +3,9 @@
 Each variable is pickled on its own, so one that cannot be pickled is skipped with its reason and costs
 nothing else. Some objects never enter a pickle; the pickle holds a reference instead:
 - torch tensors (and Parameters): a row in the checkpoint's tensor table (storage, offset, shape,
-  stride, dtype, requires_grad); storages go to safetensors blobs, so views and tied weights share one;
+  stride, dtype, requires_grad); storages go to safetensors blobs, so views and tied weights share one.
+  What a row cannot hold (a sparse .grad, gradient hooks) goes in the pickle around its reference
+  (alignment.tensor_extras), and an optimizer's hooks into its state (torch's own leaves them out);
 - numpy arrays of 64 KiB or more (and every np.memmap): a row in the array table, as an offset and
   strides into the memory of the outermost array, so a view stays a view of its base;
 - a value that is itself another saved variable: ("var", name), and an object an earlier variable's
@@ -33,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 import dill
 
 from . import byvalue, cuda_io, module_objects, pending_names, shared_memory
-from .alignment import array_from_layout, masked_view, small_root, view_of, view_of_bytearray
+from .alignment import array_from_layout, hook_dict, masked_view, small_root, tensor_extras, view_of, view_of_bytearray
 from .dirty_pages import PAGE, TRACKER
 from .dtype_json import dtype_to_json
 from .errors import CheckpointWriteError
@@ -77,6 +79,10 @@ _edges: dict[tuple, tuple[bytes, bytes]] = {}  # kernel undo: a tracked storage'
 _digests: dict[tuple, tuple[str, str]] = {}
 # a tracked numpy buffer -> its chunks' digests at the last scan of its pages (Capture._chunk_digests)
 _chunks_known: dict[tuple, list[str]] = {}
+# an optimizer's hooks, which torch's Optimizer.__getstate__ leaves out (Capture._optimizer_hooks)
+OPTIMIZER_HOOKS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks", "_optimizer_state_dict_pre_hooks",
+                   "_optimizer_state_dict_post_hooks", "_optimizer_load_state_dict_pre_hooks",
+                   "_optimizer_load_state_dict_post_hooks")
 
 
 def _torch():
@@ -147,6 +153,16 @@ class VariableSkipped(Exception):
     pass
 
 
+class _Hooks_:
+    """An optimizer's dict of hooks in its pickled state: restored as a dict keyed by new handle ids."""
+
+    def __init__(self, hooks: list):
+        self.hooks = hooks
+
+    def __reduce__(self):
+        return hook_dict, (self.hooks,)
+
+
 class Deferred(Exception):
     """A pickle whose memo later variables cannot refer to (a notebook function or class by value, a
     variable only dill can save) met a variable not saved yet (`def predict(x, m=model)`). Saved after the
@@ -189,6 +205,11 @@ class Capture:
         self._reductions: dict[int, tuple] = {}
         self._small_roots: dict[int, _SmallRoot] = {}  # id of a small array's root: its pickled memory
         self._attrs_sent: set[int] = set()  # tensors whose Python attributes this variable's pickle holds
+        self._extras_sent: set[int] = set()  # tensors whose sparse grad and hooks this variable's pickle holds
+        self._extras: dict[int, tuple] = {}  # a tensor's, between reference() and reduce()
+        self._with_hooks = True  # False: this variable is saved again without them (add_variable)
+        self._hooked: list[str] = []  # the hooks this variable's pickle holds
+        self.warnings: list[str] = []
         # verify, saying why a variable changed: buffer fingerprint -> the checkpoint's np.memmap source
         # that an in-memory array with those bytes is digested as (checkpoint.verify, _memmap_copies)
         self.copies_of: dict[str, dict] = {}
@@ -209,12 +230,32 @@ class Capture:
                 pass
 
     def add_variable(self, name: str, value, picklers=("pickle", "dill")) -> dict:
+        """Pickle one variable. Hooks it holds (a tensor's gradient hooks, an optimizer's step hooks) that
+        cannot be pickled are left out, with a warning naming them, and the variable saved without them."""
+        self._hooked, self._with_hooks = [], True
+        try:
+            return self._add_variable(name, value, picklers)
+        except VariableSkipped as exc:
+            if not self._hooked:
+                raise
+            hooked, self._with_hooks = sorted(set(self._hooked)), False
+            try:
+                record = self._add_variable(name, value, picklers)
+            finally:
+                self._with_hooks = True
+            warning = (f"{name}: its hooks {', '.join(hooked)} cannot be saved ({exc}); saved without them, "
+                       f"so after a restore they no longer run")
+            record["hooks_not_saved"] = hooked
+            self.warnings.append(warning)  # the save's result says it (the magic prints it, a pause shows it)
+            return record
+
+    def _add_variable(self, name: str, value, picklers) -> dict:
         self._current = name
         errors = []
         for kind in picklers:
             self._var_storages, self._var_refs, self._var_memo, self._var_raw = {}, [], False, False
             self._var_names = set()  # the other variables whose objects this one's pickle refers to
-            self._attrs_sent = set()
+            self._attrs_sent, self._extras_sent, self._extras = set(), set(), {}
             self._nested = int(kind == "dill")
             buf = io.BytesIO()
             try:
@@ -251,6 +292,10 @@ class Capture:
             except Exception:  # a value the walk cannot read (datetime64 cells, meta or nested tensors):
                 # verify compares its pickle instead, the same way on both sides
                 record["digest"] = f"pickle:{digest}"
+            try:  # the manifest is JSON: a variable it cannot describe is skipped, never the whole save
+                json.dumps(record)
+            except (TypeError, ValueError) as exc:
+                raise VariableSkipped(f"its description cannot be put in the manifest ({exc})") from None
             self.variables[name] = record
             self.saved_vars.add(name)
             if kind == "pickle":  # dill edits its memo as it goes: its indices are not the unpickler's
@@ -293,6 +338,8 @@ class Capture:
         """Objects this variable's pickle holds: a later variable that reaches one refers to it here."""
         self._keep.append(memo)  # temporaries in the memo must not die: their ids would be reused
         for oid, (index, obj) in memo.items():
+            if oid in self._tensor_keys:  # a tensor with extras (reduce): the table shares it, not the memo
+                continue
             if oid not in self._shared and not isinstance(obj, _PLAIN) and not self._by_name(obj):
                 self._shared[oid] = (name, index)
 
@@ -337,6 +384,12 @@ class Capture:
                 key = self._tensor(obj, torch)
                 if key is None:
                     return None
+                if id(obj) not in self._extras_sent:
+                    self._extras_sent.add(id(obj))
+                    extras = self._tensor_extras(obj, key)
+                    if extras is not None:  # reduce() wraps the reference to this tensor in tensor_extras
+                        self._extras[id(obj)] = extras
+                        return None
                 self._var_refs.append(("tensor", key))
                 if obj.__dict__ and id(obj) not in self._attrs_sent:
                     # Python attributes set on a tensor or Parameter (`p.no_decay = True`) travel with its
@@ -385,6 +438,9 @@ class Capture:
         t = type(obj)
         if np is not None and t is np.ndarray and not obj.dtype.hasobject:
             return self._small_array(obj)
+        extras = self._extras.pop(id(obj), None)
+        if extras is not None:  # the tensor inside goes by reference() again, now as its table row
+            return tensor_extras, (obj,) + extras
         if isinstance(obj, type):
             if byvalue.is_enum_class(obj) and defined_interactively(obj):
                 return byvalue.reduce_enum(obj)
@@ -416,12 +472,44 @@ class Capture:
             self._reductions[id(obj)] = (obj, rv)
         else:
             rv = cached[1]
+        torch = _torch()
+        if torch is not None and isinstance(obj, torch.optim.Optimizer) and not isinstance(rv, str):
+            rv = self._optimizer_hooks(obj, rv)
+            self._reductions[id(obj)] = (obj, rv)  # what verify's digest walks too
         if isinstance(rv, str):
             if getattr(obj, "__module__", None) == "__main__":
                 raise TypeError(f"{type(obj).__qualname__} object {rv!r} can only be saved as a reference to "
                                 f"__main__.{rv}, which a fresh kernel does not have")
             return NotImplemented
         return rv[:3] + tuple(None if items is None else iter(items) for items in rv[3:5]) + rv[5:]
+
+    def _optimizer_hooks(self, opt, rv: tuple) -> tuple:
+        """torch's Optimizer.__getstate__ leaves out its hooks (register_step_post_hook and the others) and
+        __setstate__ resets what is missing to empty: the state gets those the optimizer has."""
+        if len(rv) < 3 or not isinstance(rv[2], dict):
+            return rv
+        state = {k: v for k, v in rv[2].items() if k not in OPTIMIZER_HOOKS}
+        if self._with_hooks:
+            for attr in OPTIMIZER_HOOKS:
+                hooks = getattr(opt, attr, None)
+                if hooks:
+                    state[attr] = held = _Hooks_(list(hooks.values()))
+                    self._keep.append(held)
+                    self._hooked.extend(f"{type(opt).__name__}.{attr.lstrip('_')}:{_hook_name(h)}"
+                                        for h in hooks.values())
+        return rv[:2] + (state,) + rv[3:]
+
+    def _tensor_extras(self, t, key: str) -> tuple | None:
+        """What a tensor's table row does not hold: a gradient that is no strided tensor (sparse) and its
+        gradient hooks. None when it has neither."""
+        grad = t.grad if t.is_leaf and "grad" not in self.tensors[key] else None
+        hooks = [list((getattr(t, attr, None) or {}).values()) if self._with_hooks else []
+                 for attr in ("_backward_hooks", "_post_accumulate_grad_hooks")]
+        if grad is None and not any(hooks):
+            return None
+        self._hooked.extend(f"{'Parameter' if isinstance(t, _torch().nn.Parameter) else 'tensor'}"
+                            f"{list(t.shape)}:{_hook_name(h)}" for h in hooks[0] + hooks[1])
+        return (grad,) + tuple(hooks)
 
     @staticmethod
     def _reduce_masked(obj):
@@ -776,6 +864,10 @@ class Capture:
             self.progress(bytes_done=n)
 
 
+def _hook_name(hook) -> str:
+    return getattr(hook, "__qualname__", None) or type(hook).__qualname__
+
+
 def _chunk_digest(piece: memoryview) -> str:
     return cpu_fingerprint("U8", [len(piece)], piece)
 
@@ -907,17 +999,25 @@ def _kind(value) -> str:
 
 
 def _describe(value) -> dict:
-    """What the listing shows of a variable (dtype, shape, device); nothing for a value that cannot say."""
+    """What the listing shows of a variable (dtype, shape, device); nothing for a value that cannot say,
+    and only what the manifest (JSON) can hold."""
     try:
-        return _description(value)
-    except Exception:  # a nested tensor has no single shape
+        description = _description(value)
+        json.dumps(description)
+        return description
+    except Exception:  # a strided nested tensor has no single shape
         return {}
+
+
+def _size(shape) -> list:
+    """A shape for the manifest: a jagged nested tensor's ragged dimension is a SymInt (`j1`), no int."""
+    return [n if isinstance(n, int) else str(n) for n in shape]
 
 
 def _description(value) -> dict:
     torch = _torch()
     if torch is not None and isinstance(value, torch.Tensor):
-        return {"dtype": str(value.dtype)[6:], "shape": list(value.shape), "device": str(value.device)}
+        return {"dtype": str(value.dtype)[6:], "shape": _size(value.shape), "device": str(value.device)}
     if torch is not None and isinstance(value, torch.nn.Module):
         params = list(value.parameters())
         return {"parameters": sum(p.numel() for p in params),

@@ -54,8 +54,10 @@ def select_variables(ns: dict, shell, names=None, exclude=()) -> tuple[list, dic
     for name, value in ns.items():
         if (names and name not in names) or name in exclude:
             continue
-        # IPython's own names (_, _i3, _oh, In...) never; a private _name only when asked for by name
-        if (name.startswith("_") and not names) or name in IPYTHON_NAMES or (name in hidden and hidden[name] is value):
+        # IPython's own names (_, _i3, _oh, In...) never; a private _name only when asked for by name. A
+        # user's own `Out` or `exit` is saved: only IPython's own object under such a name is left out
+        if (name.startswith("_") and not names) or (name in hidden and hidden[name] is value) or \
+                (name in IPYTHON_NAMES and _ipython_object(value)):
             continue
         if isinstance(value, types.ModuleType):
             modules[name] = value.__name__  # saved by reference, re-imported on restore
@@ -65,6 +67,16 @@ def select_variables(ns: dict, shell, names=None, exclude=()) -> tuple[list, dic
     chosen.sort(key=lambda item: rank.get(
         "class" if isinstance(item[1], type) else "function" if isinstance(item[1], types.FunctionType) else "", 2))
     return chosen, modules
+
+
+def _ipython_object(value) -> bool:
+    """Whether a value under one of IPython's names is IPython's own (`exit`, `get_ipython`) when the shell's
+    hidden names do not say so (a namespace other than the shell's): what IPython defined, not the user."""
+    try:
+        modules = (getattr(type(value), "__module__", None), getattr(value, "__module__", None))
+    except Exception:
+        return False
+    return any(isinstance(m, str) and m.split(".")[0] == "IPython" for m in modules)
 
 
 def _versions() -> dict:
@@ -206,6 +218,8 @@ def save(namespace=None, *, notebook=None, root=None, names=None, exclude=(), pr
     result.update(saved=list(capture.variables) + list(staged.modules), skipped=staged.skipped,
                   bytes_written=capture.bytes_written, seconds=round(time.perf_counter() - staged.started, 4),
                   retention=retention, root=store.root)
+    if capture.warnings:  # hooks left out of a variable that was saved (capture.add_variable)
+        result["warnings"] = list(capture.warnings)
     return result
 
 

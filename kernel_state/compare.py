@@ -272,6 +272,14 @@ class _Digest:
                       r["dtype"], r["requires_grad"], r["parameter"])
             if "grad" in r:
                 self.walk(obj.grad)
+            elif obj.is_leaf and obj.grad is not None:  # a grad the table cannot hold (sparse)
+                self.walk(obj.grad)
+            hooks = [list((getattr(obj, a, None) or {}).values())
+                     for a in ("_backward_hooks", "_post_accumulate_grad_hooks")]
+            if any(hooks):  # a gradient hook changes the next backward: part of the value
+                self.emit("hooks", len(hooks[0]), len(hooks[1]))
+                for hook in hooks[0] + hooks[1]:
+                    self.walk(hook)
             self._tensor_attrs(obj)
             return True
         key = c._array_keys.get(id(obj))

@@ -127,6 +127,8 @@ class CheckpointMagics(Magics):
         if result["skipped"]:
             print(f"Skipped {len(result['skipped'])} (not saved):")
             print("\n".join(_skipped_lines(result["skipped"])))
+        for warning in result.get("warnings", []):
+            print(f"Warning: {warning}")
         retention = result["retention"] or {}
         if retention.get("deleted"):
             print(f"Retention removed {len(retention['deleted'])} older checkpoint(s): "

@@ -301,3 +301,20 @@ def test_a_same_kernel_restore_warns_of_redefinitions_not_of_state_that_moved_on
         out = k.run("%gkews_checkpoint restore")
         assert sorted(line.split(": this kernel redefined it")[0].split()[-1] for line in out.splitlines()
                       if "this kernel redefined it" in line) == ["Run", "double", "scale"], out
+
+
+def test_verify_sees_gradient_hooks_and_a_sparse_grad(tmp_path):
+    """A gradient hook changes the next backward, and a sparse grad the next step: both are part of the
+    value. After a fresh restore they match; a hook removed, or the grad cleared, reads as changed."""
+    build = ("import torch\ntorch.manual_seed(0)\nmodel = torch.nn.Linear(3, 1)\n"
+             "handle = model.weight.register_hook(lambda g: g.clamp(-0.01, 0.01))\n"
+             "emb = torch.nn.Embedding(10, 4, sparse=True)\nemb(torch.tensor([1, 2])).sum().backward()")
+    with Kernel(tmp_path) as k:
+        k.run(build)
+        k.run("%gkews_checkpoint save model emb")
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert fresh.value("emb.weight.grad.is_sparse") is True
+        assert _changed(fresh.call({"op": "verify"})["result"]) == []
+        fresh.run("model.weight._backward_hooks.clear()\nemb.weight.grad = None")
+        assert _changed(fresh.call({"op": "verify"})["result"]) == ["emb", "model"]

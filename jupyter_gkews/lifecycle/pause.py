@@ -253,8 +253,10 @@ class Pause:
         changes = dict(status=NotebookStatus.CHECKPOINTED, checkpoint=result["id"], bytes=result["bytes"],
                        bytes_written=result["bytes_written"], saved=result["saved"], skipped=result["skipped"],
                        seconds=result["seconds"])
-        if result.get("repaired"):  # damaged blobs of earlier saves, written again before the kernel goes
-            changes["warnings"] = list(result["repaired"])
+        # what the save left out of a saved variable (a hook it cannot pickle), and damaged blobs of earlier
+        # saves it wrote again before the kernel goes
+        if result.get("warnings") or result.get("repaired"):
+            changes["warnings"] = result.get("warnings", []) + result.get("repaired", [])
         if nb["path"] != request["notebook"]:  # renamed while it was being saved
             changes["saved_as"] = request["notebook"]
         if nb.get("unrestored"):  # a resume left variables behind: is this checkpoint without them?
