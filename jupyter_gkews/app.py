@@ -244,11 +244,16 @@ class GkewsApp(ExtensionApp):
 
     async def _contents_changed(self, logger, schema_id: str, data: dict) -> None:
         """A rename: the notebook's checkpoints, and the name its kernel saves under, follow it (renames.py);
-        a paused notebook resumes at its new path (Lifecycle.notebook_renamed)."""
-        if data.get("action") == "rename" and getattr(self, "lifecycle", None) is not None:
+        a paused notebook resumes at its new path (Lifecycle.notebook_renamed). A delete: a paused notebook
+        is lost, whatever is created at its path later (Lifecycle.notebook_deleted)."""
+        if getattr(self, "lifecycle", None) is None:
+            return
+        if data.get("action") == "rename":
             old, new = data["source_path"].strip("/"), data["path"].strip("/")
             self.renames.renamed(old, new)  # first, before any await: renames are followed in their order
             await self.lifecycle.notebook_renamed(old, new)
+        elif data.get("action") == "delete":
+            await self.lifecycle.notebook_deleted(data["path"].strip("/"))
 
     async def stop_extension(self) -> None:
         self._stop_operations()

@@ -34,6 +34,8 @@ class Cycles:
 
     def __init__(self):
         self.by_number: dict[int, dict] = {}
+        #: cycles the last event ended without a resume of their own (see _close_earlier)
+        self.closed: list[dict] = []
 
     def add(self, e: dict, timeline: dict | None = None) -> dict | None:
         """Fold one event in; the cycle it belongs to (None for events outside any cycle). A live server
@@ -43,7 +45,9 @@ class Cycles:
             return None
         c = self.by_number.setdefault(n, new_cycle(n))
         t, kind = c["timeline"], e.get("event")
+        self.closed = []
         if kind == Event.PAUSE_REQUESTED:
+            self._close_earlier(n, e["time"])
             t["pause_requested"] = e["time"]
             t["last_activity"] = e.get("last_activity")
             c.update(reason=e.get("reason", "user"), gpus=e.get("gpus") or 0)
@@ -62,6 +66,8 @@ class Cycles:
                 c["released_all"] = e.get("environment_released", True)
             else:
                 t.setdefault("restore_done", e["time"])
+                # a resume with nothing to restore (every notebook lost) has no `restoring` step
+                t.setdefault("capacity_obtained", t.get("resume_requested") or e["time"])
                 c["result"] = "resumed"
         elif kind == Event.RECOVERED_INTERRUPTED_PAUSE:
             t.setdefault("environment_stopped", e["time"])
@@ -88,6 +94,17 @@ class Cycles:
                 c["result"] = "pause failed"
         _merge(c, timeline)
         return c
+
+    def _close_earlier(self, number: int, time: float) -> None:
+        """A pause from paused starts a cycle while the earlier one is still released: the earlier one ends
+        here, and the new one counts from its own release on, so that no hour counts twice (and none of
+        the earlier cycle stays "still paused" once the new one resumed)."""
+        for other in self.by_number.values():
+            ot = other["timeline"]
+            if other["cycle"] < number and ot.get("environment_stopped") and not ot.get("capacity_obtained"):
+                ot["capacity_obtained"] = max(time, ot["environment_stopped"])
+                other["ended_by"] = number
+                self.closed.append(other)
 
     def list(self) -> list[dict]:
         return [self.by_number[n] for n in sorted(self.by_number)]

@@ -50,6 +50,13 @@ class MetricsRecorder:
         if t.get("checkpoint_done") and t.get("pause_requested"):
             CHECKPOINT_SECONDS.set(t["checkpoint_done"] - t["pause_requested"])
 
+    def _count_released(self, cycle: dict) -> None:
+        """The hours the cycle's GPUs were released, once, when they are known (its capacity obtained)."""
+        if cycle.get("gpu_hours_counted") or not cycle["timeline"].get("capacity_obtained"):
+            return
+        cycle["gpu_hours_counted"] = True
+        GPU_HOURS_RELEASED.inc(gpu_hours_released(cycle, until=cycle["timeline"]["capacity_obtained"]))
+
     def __call__(self, record: dict, state: dict) -> None:
         if not self._started:  # the first event this process writes: its starting state
             self._started = True
@@ -57,6 +64,8 @@ class MetricsRecorder:
         SESSION_STATE.state(str(state["state"]))
         timeline = state.get("timeline") if state.get("cycle") == record.get("cycle") else None
         cycle = self.cycles.add(record, timeline)
+        for ended in self.cycles.closed:  # a pause from paused ended the earlier cycle's release
+            self._count_released(ended)
         if cycle is None:
             return
         cycle["gpus"] = cycle["gpus"] or self.gpu_count  # the pause was requested before this server started
@@ -68,9 +77,8 @@ class MetricsRecorder:
                 CHECKPOINT_SECONDS.set(t["checkpoint_done"] - t["pause_requested"])
         elif event == Event.RESUME_REQUESTED:
             self._resuming = set(record.get("notebooks") or [])
-        elif event in (Event.RESTORING, Event.RESTORED_DETECTED) and not cycle.get("gpu_hours_counted"):
-            cycle["gpu_hours_counted"] = True  # capacity is back: the hours the GPUs were released, once
-            GPU_HOURS_RELEASED.inc(gpu_hours_released(cycle, until=t.get("capacity_obtained") or 0))
+        elif event in (Event.RESTORING, Event.RESTORED_DETECTED, Event.RESUMED):
+            self._count_released(cycle)  # capacity is back (RESUMED: a resume with nothing to restore)
         elif event == Event.NOTEBOOK_RESUMED:
             RESUMES.labels(record.get("verdict") or Verdict.FAILED.value).inc()
             self._resuming.discard(record.get("path"))

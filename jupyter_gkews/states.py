@@ -69,6 +69,7 @@ class Event(Name):
     NOTEBOOK_NOT_CHECKPOINTED = "notebook-not-checkpointed"
     NOTEBOOK_CHECKPOINTED_AGAIN = "notebook-checkpointed-again"
     NOTEBOOK_RENAMED = "notebook-renamed"
+    NOTEBOOK_DELETED = "notebook-deleted"
     SNAPSHOTTING = "snapshotting"
     SNAPSHOT_FAILED = "snapshot-failed"
     RELEASING = "releasing"

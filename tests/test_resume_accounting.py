@@ -16,7 +16,7 @@ from kernel_state.store import Store
 from serverkit import events, gkews_server_config, open_notebook, post, run_cell, status, wait_for
 from serverproc import Server
 from test_metrics import delta, scrape
-from test_report import MONDAY, H, pause_events, resume_events
+from test_report import MONDAY, H, ev, pause_events, resume_events
 
 
 @pytest.fixture
@@ -145,6 +145,64 @@ async def test_a_resume_retried_in_its_cycle_leaves_the_gpu_hours_and_ready_time
         recorder(e, {"state": e["state"], "cycle": e["cycle"], "timeline": dict(timeline)})
     counted = REGISTRY.get_sample_value("gkews_gpu_hours_released_total") - counted
     assert counted == pytest.approx(cycle["gpu_hours_released"])
+
+
+def _metric_over(events: list[dict], gpus: int) -> float:
+    """gkews_gpu_hours_released_total's growth as a server writing these events would count it."""
+    recorder, before, timeline = MetricsRecorder(gpus), REGISTRY.get_sample_value("gkews_gpu_hours_released_total"), {}
+    for e in events:
+        timeline = {} if e["event"] == "pause-requested" else timeline
+        timeline.update(e.get("timeline") or {})
+        recorder(e, {"state": e["state"], "cycle": e["cycle"], "timeline": dict(timeline)})
+    return REGISTRY.get_sample_value("gkews_gpu_hours_released_total") - before
+
+
+async def test_a_pause_from_paused_ends_the_earlier_cycle_and_no_hour_counts_twice():
+    """A notebook opened while paused, paused in its turn: a second cycle. Its resume brings back both;
+    the first cycle showed "still paused" for ever and its hours grew up to the report's end."""
+    events = (pause_events(1, MONDAY, last_activity=MONDAY - H, gpus=2)
+              + pause_events(2, MONDAY + 2 * H, last_activity=MONDAY + H, gpus=2)
+              + resume_events(2, MONDAY + 5 * H, 20, "restored-from-checkpoint"))
+    report = build_report(events, until=MONDAY + 30 * 24 * H)
+    first, second = report["cycles"]
+    assert not first["still_paused"] and not second["still_paused"]
+    assert first["released_hours"] == pytest.approx((2 * H - 60) / H)  # until the second pause was asked
+    assert second["released_hours"] == pytest.approx(3.0)
+    assert report["totals"]["gpu_hours_released"] == pytest.approx(2 * (5 * H - 60) / H, abs=1e-4)  # rounded
+    assert _metric_over(events, 2) == pytest.approx(first["gpu_hours_released"] + second["gpu_hours_released"])
+
+
+async def test_a_resume_with_nothing_to_restore_ends_the_release():
+    """The server died in a pause before any checkpoint: the restarted one finished it paused with nothing
+    saved, and the resume had nothing to restore (no `restoring` step): the cycle stayed "still paused"."""
+    events = [ev(MONDAY - 60, "pause-requested", 1, "pausing", "checkpointing", reason="user", gpus=1,
+                 last_activity=MONDAY - H),
+              ev(MONDAY, "recovered-interrupted-pause", 1, "paused"),
+              ev(MONDAY + H, "resume-requested", 1, "resuming", "waiting-for-capacity", notebooks=[]),
+              ev(MONDAY + H + 1, "resumed", 1, "active", message="resumed: no notebook had a checkpoint to restore")]
+    [cycle] = build_report(events, until=MONDAY + 30 * 24 * H)["cycles"]
+    assert not cycle["still_paused"] and cycle["released_hours"] == pytest.approx(1.0)
+    assert _metric_over(events, 1) == pytest.approx(1.0)
+
+
+async def test_a_notebook_deleted_while_paused_is_not_restored_into_a_new_one_at_its_path(
+        jp_fetch, jp_serverapp, jp_root_dir):
+    """Deleted while paused, then a new notebook created at the same path and used: the resume restored the
+    deleted one's variables into the new kernel, over the user's new work."""
+    path = "work/analysis.ipynb"
+    kid = (await open_notebook(jp_fetch, jp_root_dir, path))["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "result = 'old'")
+    assert (await post(jp_fetch, "pause")).code == 202
+    assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
+    await jp_fetch("api", "contents", path, method="DELETE")
+    s = await status(jp_fetch)
+    assert s["notebooks"][0]["status"] == "lost" and "deleted while paused" in s["notebooks"][0]["error"], s
+    assert [e["path"] for e in await events(jp_fetch) if e["event"] == "notebook-deleted"] == [path]
+    new = (await open_notebook(jp_fetch, jp_root_dir, path))["kernel"]["id"]
+    await run_cell(jp_serverapp, new, "result = 'new work'")
+    assert (await post(jp_fetch, "resume")).code == 202
+    await wait_for(jp_fetch, ("active", "failed"))
+    assert await run_cell(jp_serverapp, new, "print(result)") == "new work\n"
 
 
 async def test_a_pause_of_some_notebooks_releases_no_gpu(jp_fetch, jp_serverapp, jp_root_dir):

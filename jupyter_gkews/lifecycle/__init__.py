@@ -21,7 +21,7 @@ from ..claim import Claim
 # LifecycleError and NotFound: re-exported for callers that still import them from here
 from ..errors import LifecycleError, NotFound  # noqa: F401
 from ..state import StateStore, initial_state
-from ..states import Event, awaiting_resume
+from ..states import Event, NotebookStatus, awaiting_resume
 from .holds import Holds
 from .paths import clean_notebook_paths, moved_path, under  # noqa: F401  (notebook_actions, handlers)
 from .pause import Pause
@@ -105,6 +105,20 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
                     mark_lost(other, f"and {old} was renamed to its path since: no kernel will be started for it")
         if moved:
             await self._persist(Event.NOTEBOOK_RENAMED, old=old, new=new, notebooks=moved)
+
+    async def notebook_deleted(self, path: str) -> None:
+        """The contents service deleted a file or folder: a paused notebook in it whose kernel is gone is
+        lost now. A notebook created at its path afterwards is another one: the resume must not restore
+        the deleted one's variables into it (it checked only whether a file was there)."""
+        lost = []
+        for nb in self.state["notebooks"]:
+            if under(nb["path"], path) and awaiting_resume(nb) and nb.get("type") != "console" \
+                    and nb.get("status") in (NotebookStatus.RELEASED, NotebookStatus.FAILED):
+                mark_lost(nb, "so no kernel will be started for it, nor its state restored into a notebook "
+                              "created at that path since")
+                lost.append(nb["path"])
+        if lost:
+            await self._persist(Event.NOTEBOOK_DELETED, path=path, notebooks=lost)
 
     async def shutdown(self) -> None:
         # held kernels stay held: the server stopping shuts them down, and a restart rolls the pause forward
