@@ -234,7 +234,10 @@ class Capture:
         cannot be pickled are left out, with a warning naming them, and the variable saved without them."""
         self._hooked, self._with_hooks = [], True
         try:
-            return self._add_variable(name, value, picklers)
+            record = self._add_variable(name, value, picklers)
+            if isinstance(value, (type, types.FunctionType)):  # a restore in this process tells a redefinition
+                record["object_id"] = id(value)  # (a new object) from state that moved on (the same one)
+            return record
         except VariableSkipped as exc:
             if not self._hooked:
                 raise

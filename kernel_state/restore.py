@@ -20,6 +20,7 @@ from . import byvalue, cuda_io
 from .alignment import address, aligned_copy, is_aligned
 from .dtype_json import array_dtype
 from .errors import CheckpointError, CorruptBlob
+from .identity import TOKEN
 from .safetensors_io import read_blob
 from .shared_memory import tensor_memory
 
@@ -424,61 +425,20 @@ def _restored_twin(base: type, namespace: dict, names: set) -> type:
     return base
 
 
-def _redefined(old, new) -> bool:
-    """A class or function the kernel defined again since the checkpoint, differently: its definition
-    (`_definition`) differs, not the state it holds (a closure's counter, `Run.started += 1`, a
-    wrapper's `.calls`), which moves on without anyone redefining it."""
+def _redefined(old, new, saved_id: int | None = None) -> bool:
+    """A class or function the kernel defined again since the checkpoint, differently. In the process
+    that saved it (saved_id: the id it had then), the same object is never a redefinition: the state it
+    holds moved on (a closure's counter, `Run.started += 1`, a wrapper's `.calls`); a class or def
+    statement makes another object."""
+    from .compare import value_digest
     if old is new or not isinstance(old, (type, types.FunctionType)) or type(old) is not type(new):
         return False
+    if saved_id is not None and id(old) == saved_id:
+        return False
     try:
-        return _definition(old, set()) != _definition(new, set())
+        return value_digest(old) != value_digest(new)
     except Exception:
         return True
-
-
-_SCALAR_DEFAULTS = (int, float, complex, str, bytes, bool, type(None))
-
-
-def _default(value) -> tuple:
-    """A scalar default by type and value (repr: a NaN equals itself); any other by its type."""
-    return (type(value).__qualname__, repr(value) if type(value) in _SCALAR_DEFAULTS else None)
-
-
-def _definition(obj, seen: set):
-    """What the notebook wrote for a function or class: a function's name, qualified name, code (by its
-    value digest: not file name or line numbers), scalar defaults (others by type), the functions and
-    classes its closure and `__wrapped__` hold (not other closure contents nor attributes); a class's
-    metaclass, names, bases, and the definitions of the functions, methods, properties and nested classes
-    in its dict (its other attributes are state, by name only when a method or class)."""
-    from .compare import _SKIP_CLASS_ATTRS, _defined_here, value_digest
-    if isinstance(obj, (staticmethod, classmethod)):
-        return type(obj).__name__, _definition(obj.__func__, seen)
-    if isinstance(obj, property):
-        return "property", tuple(_definition(f, seen) for f in (obj.fget, obj.fset, obj.fdel))
-    if not isinstance(obj, (type, types.FunctionType)):
-        return None
-    if not _defined_here(obj):
-        return "imported", obj.__module__, obj.__qualname__
-    if id(obj) in seen:  # a recursive function, a class whose method refers to it
-        return "again", obj.__qualname__
-    seen.add(id(obj))
-    if isinstance(obj, types.FunctionType):
-        defaults = tuple(_default(d) for d in obj.__defaults__ or ())
-        kwdefaults = tuple(sorted((k, _default(d)) for k, d in (obj.__kwdefaults__ or {}).items()))
-        cells = []
-        for cell in obj.__closure__ or ():
-            try:
-                cells.append(_definition(cell.cell_contents, seen))
-            except ValueError:  # an empty cell
-                cells.append(None)
-        wrapped = _definition(obj.__dict__.get("__wrapped__"), seen)
-        return ("function", obj.__name__, obj.__qualname__, value_digest(obj.__code__), defaults, kwdefaults,
-                tuple(cells), wrapped)
-    members = tuple((k, _definition(v, seen)) for k, v in sorted(obj.__dict__.items())
-                    if k not in _SKIP_CLASS_ATTRS and isinstance(v, (type, types.FunctionType, staticmethod,
-                                                                     classmethod, property)))
-    return ("class", type(obj).__module__, type(obj).__qualname__, obj.__name__, obj.__qualname__,
-            tuple(_definition(b, seen) for b in obj.__bases__), members)
 
 
 def _warn_detached(manifest: dict, restored: list, restorer: Restorer, namespace: dict) -> None:
@@ -514,6 +474,7 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
     A restore brings back the checkpoint's state, class and function definitions included: one the
     kernel has redefined since is replaced by the saved one, and the report says so."""
     started = time.perf_counter()
+    same_process = manifest["identity"].get("token") == TOKEN
     restorer = Restorer(store, manifest, device)
     wanted = list(names) if names else None
     restored, failed = [], {}
@@ -533,7 +494,8 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
             continue
         try:
             value = restorer.variable(name)
-            if name in namespace and _redefined(namespace[name], value):
+            saved_id = manifest["variables"][name].get("object_id") if same_process else None
+            if name in namespace and _redefined(namespace[name], value, saved_id):
                 restorer.warnings.append(
                     f"{name}: this kernel redefined it since the checkpoint; the checkpoint's definition is "
                     f"restored (re-run its cell to use the new one)")
