@@ -7,6 +7,7 @@ stopped) x GPUs. Percentiles are nearest-rank.
 from __future__ import annotations
 
 import math
+import re
 import time
 
 from .cycles import build_cycles, gpu_hours_released, released_hours
@@ -97,6 +98,13 @@ def follow_renames(events: list[dict]) -> list[dict]:
     return out[::-1]
 
 
+def _cause(reason: str) -> str:
+    """A restore failure's reason without what names one blob or file (`blob 1a2b3c… does not match its hash:
+    the file /x/blobs/1a2b….pkl was …`), so that the same cause groups as one."""
+    reason = re.sub(r"\bblob [0-9a-f]{6,}", "a blob", reason)
+    return re.sub(r" ?\(?/\S*\)?", "", reason).strip()
+
+
 def build_report(events: list[dict], until: float | None = None) -> dict:
     """The report of the events up to `until` (default now); later ones are left out."""
     until = time.time() if until is None else until
@@ -119,7 +127,7 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
             if attempt["verdict"] in (Verdict.RESTORED_FROM_CHECKPOINT, Verdict.PARTIALLY_RESTORED):
                 fallbacks[why] = fallbacks.get(why, 0) + 1
             for name, reason in attempt.get("failed", {}).items():  # a partial restore: each variable it lost
-                key = f"variable not restored ({reason})"
+                key = f"variable not restored ({_cause(reason)})"
                 failures[key] = failures.get(key, 0) + 1
             if attempt["verdict"] == Verdict.FAILED:
                 failures[why] = failures.get(why, 0) + 1

@@ -65,7 +65,7 @@ def write_error(exc: OSError, root: str) -> CheckpointWriteError:
     return CheckpointWriteError(
         f"could not write the checkpoint to {root}: {why} ({exc.strerror or exc}). Free space there, or "
         f"point GKEWS_CHECKPOINT_ROOT (c.GkewsApp.checkpoint_root) at a volume with room; "
-        f"the previous checkpoint is intact.")
+        f"nothing of this checkpoint was kept, and the checkpoints saved before it (if any) are intact.")
 
 
 class NotAStore(CheckpointError):

@@ -65,7 +65,8 @@ async def test_a_partial_restore_says_what_did_not_come_back_and_keeps_what_hold
     totals = build_report(await events(jp_fetch))["totals"]
     assert totals["verdicts"] == {"partially-restored": 1} and totals["success_rate"] == 0
     assert sum(totals["fallbacks"].values()) == 1  # it came back from its checkpoint, and lost t:
-    assert totals["failures"] == {f"variable not restored ({nb['failed']['t']})": 1}
+    assert totals["failures"] == {
+        "variable not restored (a blob does not match its hash: the file was modified or damaged)": 1}
 
     # the next pause checkpoints the notebook without t: it says so, and the checkpoint holding t stays
     # although retention (keep_last=2) would let it go
@@ -145,6 +146,16 @@ async def test_a_resume_retried_in_its_cycle_leaves_the_gpu_hours_and_ready_time
         recorder(e, {"state": e["state"], "cycle": e["cycle"], "timeline": dict(timeline)})
     counted = REGISTRY.get_sample_value("gkews_gpu_hours_released_total") - counted
     assert counted == pytest.approx(cycle["gpu_hours_released"])
+
+
+def test_variables_lost_to_different_blobs_group_as_one_cause():
+    """Each reason names its blob and file: the report's failures by cause showed one line per blob."""
+    lost = {n: f"blob {d * 16} does not match its hash: the file /c/blobs/{d * 16}.pkl was modified or damaged"
+            for n, d in (("a", "1a2b"), ("b", "3c4d"))}
+    events = pause_events(1, MONDAY, last_activity=MONDAY - H) + resume_events(1, MONDAY + H, 5, "partially-restored")
+    next(e for e in events if e["event"] == "notebook-resumed")["failed"] = lost
+    assert build_report(events, until=MONDAY + 2 * H)["totals"]["failures"] == {
+        "variable not restored (a blob does not match its hash: the file was modified or damaged)": 2}
 
 
 def _metric_over(events: list[dict], gpus: int) -> float:
