@@ -2,6 +2,7 @@
 (real kernels)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 
@@ -11,6 +12,13 @@ import pytest
 from kernels import Kernel
 
 torch = pytest.importorskip("torch")
+
+
+def changed(kernel) -> list:
+    """The variables verify calls changed (or missing) in this kernel, sorted."""
+    verdicts = kernel.call({"op": "verify"})["result"]["variables"]
+    return sorted(n for n, v in verdicts.items() if v["verdict"] != "match")
+
 
 DRAWS = "[random.random(), float(np.random.rand()), torch.rand(2).tolist()]"
 
@@ -377,19 +385,16 @@ with torch.inference_mode():
             assert "Skipped" not in out and "skipped" not in out, out
         expected = first.value(check)
         assert first.value("out.is_inference()") is True
-        verdicts = first.call({"op": "verify"})["result"]["variables"]
-        assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts
+        assert changed(first) == []
     with Kernel(tmp_path) as fresh:
         out = fresh.run("%gkews_checkpoint restore")
         assert "Not restored" not in out and "Warning" not in out, out
         assert fresh.value(check) == expected
         assert fresh.value("[out.is_inference(), tail.untyped_storage().data_ptr() == "
                            "stats.untyped_storage().data_ptr(), tail.storage_offset()]") == [False, True, 2]
-        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
-        assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts
+        assert changed(fresh) == []
         fresh.run("table[7, 7] += 1")
-        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
-        assert sorted(n for n, v in verdicts.items() if v["verdict"] != "match") == ["table"], verdicts
+        assert changed(fresh) == ["table"]
 
 
 def test_methods_of_the_global_generators_stay_bound_to_them(tmp_path):
@@ -402,8 +407,7 @@ def test_methods_of_the_global_generators_stay_bound_to_them(tmp_path):
                   "def noisy(x, draw=random.gauss): return x + draw(0, 1)")
         assert "Skipped" not in first.run("%gkews_checkpoint save")
         first.run("rnd(); randn()")  # drawing moves the generators' state, not what the variables are
-        verdicts = first.call({"op": "verify"})["result"]["variables"]
-        assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts
+        assert changed(first) == []
     bound = ("[rnd.__self__ is random._inst, randn.__self__ is np.random.mtrand._rand, "
              "kit['uniform'].__self__ is random._inst, kit['rand'].__self__ is np.random.mtrand._rand, "
              "noisy.__defaults__[0].__self__ is random._inst]")
@@ -413,11 +417,9 @@ def test_methods_of_the_global_generators_stay_bound_to_them(tmp_path):
         out = fresh.run("%gkews_checkpoint restore")
         assert "Not restored" not in out, out
         assert fresh.value(bound) == [True] * 5
-        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
-        assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts
+        assert changed(fresh) == []
         fresh.run("rnd = copy.deepcopy(random._inst).random")  # the same state, but a generator of its own
-        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
-        assert sorted(n for n, v in verdicts.items() if v["verdict"] != "match") == ["rnd"], verdicts
+        assert changed(fresh) == ["rnd"]
         fresh.run("rnd = random.random")
         assert fresh.value(seeded) == [True, True]
 
@@ -434,11 +436,9 @@ def test_a_logger_comes_back_with_its_level(tmp_path):
         assert "Not restored" not in out, out
         assert fresh.value("[log is logging.getLogger('gkews.test.train'), log.level, root is logging.root, "
                            "root.level]") == [True, 10, True, 40]
-        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
-        assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts
+        assert changed(fresh) == []
         fresh.run("log.setLevel(logging.WARNING)")
-        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
-        assert sorted(n for n, v in verdicts.items() if v["verdict"] != "match") == ["log"], verdicts
+        assert changed(fresh) == ["log"]
 
 
 def test_arrays_over_a_bytearray_still_share_its_memory(tmp_path):
@@ -456,8 +456,7 @@ def test_arrays_over_a_bytearray_still_share_its_memory(tmp_path):
         assert fresh.value("[buf[0], hex(words[0]), bytes(big[40:44]) == np.float32(1.5).tobytes(), "
                            "raw.flags.writeable, hex(words[3])]") == [99, "0xb0a0907", True, True, "0x17161514"]
         fresh.run("raw[0] = 0; buf[8] = 8; held['wide'][0] = 0")
-        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
-        assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts
+        assert changed(fresh) == []
 
 
 def test_os_environ_and_the_streams_come_back_as_the_kernels_own(tmp_path):
@@ -477,11 +476,9 @@ def test_os_environ_and_the_streams_come_back_as_the_kernels_own(tmp_path):
                 "capture_output=True, text=True).stdout.strip()"
         assert fresh.value(f"[env is os.environ, kit['env'] is os.environ, kit['out'] is sys.stdout, "
                            f"'GKEWS_SAVED_ONLY' in os.environ, {child}]") == [True, True, True, False, "yes"]
-        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
-        assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts
+        assert changed(fresh) == []
         fresh.run("kit['env'] = dict(os.environ)")  # a copy is not the environment
-        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
-        assert sorted(n for n, v in verdicts.items() if v["verdict"] != "match") == ["kit"], verdicts
+        assert changed(fresh) == ["kit"]
 
 
 def test_a_masked_array_still_shares_memory_with_the_array_it_masks(tmp_path):
@@ -504,8 +501,7 @@ def test_a_masked_array_still_shares_memory_with_the_array_it_masks(tmp_path):
         assert fresh.value("[np.shares_memory(a, m), float(m.data[1]), float(m.fill_value), "
                            "type(m).__name__]") == [True, 0.25, -1.0, "MaskedArray"]
         fresh.run("a[:] = 0")
-        verdicts = fresh.call({"op": "verify"})["result"]["variables"]
-        assert sorted(n for n, v in verdicts.items() if v["verdict"] != "match") == ["a", "m"], verdicts
+        assert changed(fresh) == ["a", "m"]
 
 
 def test_a_jagged_nested_tensor_is_saved_and_does_not_fail_the_save(tmp_path):
@@ -581,19 +577,28 @@ BACKWARD = "model.zero_grad(); model(x).sum().backward(); model.bias.register_ho
 GRADS = "[model.weight.grad.tolist(), model.bias.grad.tolist()]"
 
 
+@contextlib.contextmanager
+def restored_run(tmp_path, setup: str, step: str, seen: str):
+    """`step` after `setup` in one kernel, and in a fresh one restored from its checkpoint: what `seen`
+    reads must be equal. Yields the fresh kernel for more checks."""
+    with Kernel(tmp_path) as first:
+        first.run(setup)
+        assert first.call({"op": "save"})["result"]["skipped"] == {}
+        first.run(step)
+        expected = first.value(seen)
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        fresh.run(step)
+        assert fresh.value(seen) == expected
+        yield fresh
+
+
 def test_gradient_hooks_on_parameters_come_back(tmp_path):
     """`p.register_hook(fn)` (per-parameter clipping) came back without its hook: the next backward gave
     unclipped gradients. The hooks come back in order, once, and a hook registered after the restore does
     not replace one; a hook that cannot be saved is left out with a warning naming it."""
-    with Kernel(tmp_path) as first:
-        first.run(HOOKED)
-        assert first.call({"op": "save"})["result"]["skipped"] == {}
-        first.run(BACKWARD)
-        expected = first.value(GRADS)
-    with Kernel(tmp_path) as fresh:
-        fresh.run("%gkews_checkpoint restore")
-        fresh.run(BACKWARD)
-        assert fresh.value(GRADS) == expected
+    with restored_run(tmp_path, HOOKED, BACKWARD, GRADS):
+        pass
     with Kernel(tmp_path / "lock") as first:
         first.run("import torch, threading\nw = torch.nn.Parameter(torch.ones(2))\nlock = threading.Lock()\n"
                   "def locked(g, lock=lock):\n    return g\nw.register_hook(locked)")
@@ -621,14 +626,6 @@ x = torch.randn(4, 3) * 10
 '''
     step = "opt.zero_grad(); m(x).sum().backward(); opt.step()"
     seen = "[m.weight.tolist(), len(opt._optimizer_step_post_hooks), len(opt._optimizer_step_pre_hooks)]"
-    with Kernel(tmp_path) as first:
-        first.run(setup)
-        assert first.call({"op": "save"})["result"]["skipped"] == {}
-        first.run(step)
-        expected = first.value(seen)
-    with Kernel(tmp_path) as fresh:
-        fresh.run("%gkews_checkpoint restore")
-        fresh.run(step)
-        assert fresh.value(seen) == expected
+    with restored_run(tmp_path, setup, step, seen) as fresh:
         fresh.run("opt.register_step_post_hook(lambda *a: None)")  # a new handle id replaces no restored hook
         assert fresh.value("len(opt._optimizer_step_post_hooks)") == 2
