@@ -14,7 +14,7 @@ from .capture import Capture, Deferred, VariableSkipped, defined_interactively
 from .compare import dtype_key, value_digest as compare_value_digest
 from .errors import CheckpointError, CheckpointWriteError, DamagedProbes
 from .fingerprint import cpu_fingerprint, memory_view, storage_fingerprint
-from .fsutil import write_json_durable
+from .fsutil import remove_quietly, write_json_durable
 from .hashing import digest_bytes
 from .history import defining_cell
 from .identity import TOKEN, identity
@@ -212,7 +212,7 @@ def save(namespace=None, *, notebook=None, root=None, names=None, exclude=(), pr
     if read_back:  # before retention: a save made again must not push out one more older checkpoint
         damaged = readback.damaged_blobs(store, manifest["blobs"], written)
         if damaged:
-            return _save_again(namespace, store, nb, manifest["id"], damaged, kwargs)
+            return _save_again(namespace, store, nb, manifest, damaged, kwargs)
     retention = store.apply_retention(nb, keep_last, max_bytes, auto=bool(auto_label)) if retention else None
     result = summary(manifest)
     result.update(saved=list(capture.variables) + list(staged.modules), skipped=staged.skipped,
@@ -223,25 +223,26 @@ def save(namespace=None, *, notebook=None, root=None, names=None, exclude=(), pr
     return result
 
 
-def _save_again(namespace, store: Store, nb: str, checkpoint_id: str, damaged: list[str], kwargs: dict) -> dict:
+def _save_again(namespace, store: Store, nb: str, manifest: dict, damaged: dict, kwargs: dict) -> dict:
     """A save whose reused blobs were damaged on disk: withdraw it, remove them (no save may reuse them
     meanwhile: the exclusive lock) and save again, which writes them from memory and reuses the blobs
     just written. Damaged again: the store does not keep what it is given, and nobody should be told
     this checkpoint is good."""
     with store.lock(exclusive=True):
-        store.withdraw(nb, checkpoint_id)
-        readback.remove(damaged)
+        store.withdraw(nb, manifest["id"])
+        for path in damaged.values():
+            remove_quietly(path)
     result = save(namespace, **kwargs, read_back=False)
-    again = readback.damaged_blobs(store, {os.path.basename(p).split(".")[0]: os.path.getsize(p)
-                                           for p in damaged if os.path.exists(p)}, set())
-    missing = [p for p in damaged if not os.path.exists(p)]
+    again = readback.damaged_blobs(store, {d: manifest["blobs"][d] for d in damaged}, set())
+    missing = [p for p in damaged.values() if not os.path.exists(p)]
     if again or missing:
         raise CheckpointWriteError(
             f"the checkpoint store at {store.root} does not keep what is written to it: "
-            f"{', '.join(again + missing)} read back damaged after being written again. Check the disk or volume "
-            f"under it (or give another one with GKEWS_CHECKPOINT_ROOT); checkpoint {result['id']} cannot be trusted")
+            f"{', '.join([*again.values(), *missing])} read back damaged after being written again. Check the disk "
+            f"or volume under it (or give another one with GKEWS_CHECKPOINT_ROOT); checkpoint {result['id']} cannot "
+            f"be trusted")
     result["repaired"] = [f"blob {os.path.basename(p)}: the file was damaged since an earlier save wrote it; "
-                          f"written again from this kernel's memory" for p in damaged]
+                          f"written again from this kernel's memory" for p in damaged.values()]
     return result
 
 

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import config
 from .errors import CorruptBlob
-from .hashing import new_hasher
+from .hashing import digest_file, new_hasher
 from .safetensors_io import ALIGN, CHUNK as WRITE_PIECE, _io_pool, _pwrite_all, _pread_into, read_header
 
 STREAM_MIN = 1 << 20      # as capture.PACK_LIMIT: smaller storages share the checkpoint's pack blob
@@ -457,26 +457,13 @@ def _stream_from_file(device, path, digest, nbytes, target):
         os.close(fd)
 
 
-def _hash_file(path: str) -> str:
-    hasher = new_hasher()
-    buf = bytearray(WRITE_PIECE)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while True:
-            n = f.readinto(buf)
-            if not n:
-                break
-            hasher.update(view[:n])
-    return hasher.hexdigest()
-
-
 def _load_with_safetensors(path: str, record: dict, target: str):
     """safetensors' own CUDA loader; the file's hash is computed beside it (the reads share the page
     cache) and the tensor is dropped unless it matches."""
     from safetensors import safe_open
 
     digest = record["blob"]
-    hashed = _read_pool.submit(_hash_file, path)
+    hashed = _read_pool.submit(digest_file, path, WRITE_PIECE)
     try:
         with safe_open(path, framework="pt", device=target) as f:
             storage = f.get_tensor("t").untyped_storage()

@@ -13,45 +13,33 @@ from __future__ import annotations
 import os
 import stat
 
-from .hashing import file_blocks, new_hasher
+from .hashing import digest_file
 from .store import Store
 
 _EXTENSIONS = ("safetensors", "pkl")  # what a save writes (an automatic checkpoint's .enc is not checked here)
 
 
-def damaged_blobs(store: Store, blobs: dict, written: set[str]) -> list[str]:
-    """Paths of the blobs in `blobs` ({digest: size}) that this save did not write (`written`: their paths)
-    and whose file no longer holds what its name says: another size, or other bytes."""
-    damaged = []
+def damaged_blobs(store: Store, blobs: dict, written: set[str]) -> dict[str, str]:
+    """{digest: path} of the blobs in `blobs` ({digest: size}) that this save did not write (`written`: their
+    paths) and whose file no longer holds what its name says: not a regular file, another size, other bytes."""
+    damaged = {}
     for digest, size in blobs.items():
         for ext in _EXTENSIONS:
             path = store.blob_path(digest, ext)
             if path in written:
                 break
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+                st = os.lstat(path)
             except FileNotFoundError:
                 continue
-            except OSError:  # a link under our name (ELOOP) or unreadable: not a blob to trust
-                damaged.append(path)
-                break
-            with os.fdopen(fd, "rb") as f:
-                if os.fstat(fd).st_size != size or not stat.S_ISREG(os.fstat(fd).st_mode):
-                    damaged.append(path)
-                    break
-                hasher = new_hasher()
-                for block in file_blocks(f):
-                    hasher.update(block)
-                if hasher.hexdigest() != digest:
-                    damaged.append(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_size != size or _hash(path) != digest:
+                damaged[digest] = path
             break
     return damaged
 
 
-def remove(paths: list[str]) -> None:
-    """Take damaged blobs out of the store, so that the next save writes them again."""
-    for path in paths:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+def _hash(path: str) -> str | None:
+    try:
+        return digest_file(path)
+    except OSError:  # unreadable: not a blob to trust
+        return None
