@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from jupyter_core.utils import ensure_async
+from kernel_state.errors import CheckpointError
+from kernel_state.store import Store
 
 from ..claim import Claim
 from ..errors import KERNEL_NOT_FOUND, BadRequest, Conflict, KernelCallError
@@ -242,12 +244,11 @@ class Resume:
 def checkpoints_holding(root: str, notebook: str, names: list[str], exclude: str) -> list[str]:
     """The notebook's checkpoints but `exclude`, newest first, whose manifest lists one of names (reads
     manifests only, as the server may)."""
-    from kernel_state.store import Store
     store, found = Store(root), []
     for cid in store.checkpoint_ids(notebook):
         try:
             manifest = store.load_manifest(notebook, cid)
-        except Exception:  # a damaged manifest: nothing can be restored from it
+        except CheckpointError:  # a damaged (or meanwhile deleted) manifest: nothing can be restored from it
             continue
         if cid != exclude and set(names) & (set(manifest["variables"]) | set(manifest["modules"])):
             found.append(cid)
