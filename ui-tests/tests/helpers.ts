@@ -28,6 +28,13 @@ export async function serverSessions(page: Page): Promise<string[][]> {
   ]);
 }
 
+/** The code of each cell in the notebook file the server holds at `path` (what a reload will show). */
+export async function savedSources(page: Page, path: string): Promise<string[]> {
+  const r = await page.request.get(`/api/contents/${encodeURI(path)}?content=1`);
+  const model = (await r.json()) as { content: { cells: { source: string | string[] }[] } };
+  return model.content.cells.map(c => (Array.isArray(c.source) ? c.source.join('') : c.source));
+}
+
 /** What the current notebook panel in the page is connected to. */
 export async function panelKernel(page: Page): Promise<{ id: string | null; connection: string | null }> {
   return page.evaluate(() => {

@@ -11,6 +11,7 @@ import type { Page } from '@playwright/test';
 import {
   newNotebook,
   notification,
+  savedSources,
   serverKernels,
   shutDownEverything,
   statusItem,
@@ -171,7 +172,7 @@ test('a cell held while paused still runs after Resume when the page was reloade
   page,
   tmpPath
 }) => {
-  await openAndRun(page, tmpPath, ['heldreload.ipynb']);
+  const [path] = await openAndRun(page, tmpPath, ['heldreload.ipynb']);
   await pauseButton(page).click();
   await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
   await typeAndSchedule(page, 'print("held", w)');
@@ -179,11 +180,12 @@ test('a cell held while paused still runs after Resume when the page was reloade
     notification(page, 'heldreload.ipynb is paused: the cell will run after Resume, once it is ready.')
   ).toHaveCount(1);
   await page.keyboard.press('Control+s');
-  await expect(page.locator('.jp-NotebookPanel:visible .jp-mod-dirty')).toHaveCount(0);
+  // (the file on the server, not a class in the page: the reload opens what was saved)
+  await expect.poll(() => savedSources(page, path), PAUSED).toContain('print("held", w)');
   // (Galata's own wait is for a Launcher tab, and this page restores only the notebook)
   await page.reload({ waitForIsReady: false });
   const held = page.locator('.jp-NotebookPanel:visible .jp-Notebook .jp-Cell').nth(1);
-  await expect(held).toContainText('print("held", w)');
+  await expect(held).toContainText('print("held", w)', PAUSED); // (a whole page load, on a loaded machine)
   await expect(statusItem(page)).toHaveText('GPU session: paused');
   await resumeButton(page).click();
   await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
