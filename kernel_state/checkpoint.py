@@ -226,8 +226,8 @@ def save(namespace=None, *, notebook=None, root=None, names=None, exclude=(), pr
 def _save_again(namespace, store: Store, nb: str, manifest: dict, damaged: dict, kwargs: dict) -> dict:
     """A save whose reused blobs were damaged on disk: withdraw it, remove them (no save may reuse them
     meanwhile: the exclusive lock) and save again, which writes them from memory and reuses the blobs
-    just written. Damaged again: the store does not keep what it is given, and nobody should be told
-    this checkpoint is good."""
+    just written. Damaged again: the store does not keep what it is given; the second checkpoint is
+    withdrawn too, so that no list or resume offers it as good."""
     with store.lock(exclusive=True):
         store.withdraw(nb, manifest["id"])
         for path in damaged.values():
@@ -236,11 +236,13 @@ def _save_again(namespace, store: Store, nb: str, manifest: dict, damaged: dict,
     again = readback.damaged_blobs(store, {d: manifest["blobs"][d] for d in damaged}, set())
     missing = [p for p in damaged.values() if not os.path.exists(p)]
     if again or missing:
+        with store.lock(exclusive=True):
+            store.withdraw(nb, result["id"])
         raise CheckpointWriteError(
             f"the checkpoint store at {store.root} does not keep what is written to it: "
             f"{', '.join([*again.values(), *missing])} read back damaged after being written again. Check the disk "
-            f"or volume under it (or give another one with GKEWS_CHECKPOINT_ROOT); checkpoint {result['id']} cannot "
-            f"be trusted")
+            f"or volume under it (or give another one with GKEWS_CHECKPOINT_ROOT); no checkpoint was kept "
+            f"by this save, and the earlier ones naming these files are damaged too")
     result["repaired"] = [f"blob {os.path.basename(p)}: the file was damaged since an earlier save wrote it; "
                           f"written again from this kernel's memory" for p in damaged.values()]
     return result
