@@ -7,14 +7,16 @@ import json
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
+from jupyter_server.services.sessions.handlers import SessionRootHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
+from tornado.escape import url_unescape
 
 from .checkpoints import CheckpointCatalog
 from .errors import (BadRequest, Conflict, KernelCallFailed, LifecycleError, NotFound, StateNotWritable,
                      StoreUnusable)
 from .lifecycle import pinned_checkpoints
-from .lifecycle.paths import clean_notebook_paths
+from .lifecycle.paths import clean_notebook_paths, one_line
 from .notebook_actions import NotebookActions
 from .schema import CHECKPOINT_ID, validate_request
 
@@ -196,11 +198,38 @@ class UnknownRouteHandler(GkewsHandler):
         await super().prepare()
         if not self.current_user:
             raise web.HTTPError(403)
-        path = self.request.path.split("/gkews/", 1)[-1]
-        raise web.HTTPError(404, f"no route gkews/{path}: the routes are status, pause, resume, events, "
-                                 f"checkpoints[?notebook=], checkpoints/now, checkpoints/auto, checkpoints/rewind, "
-                                 f"checkpoints/<id> and checkpoints/<id>/restore (a checkpoint id looks like "
-                                 f"20261129-221530-123-a1b2)")
+        # the path as the user typed it (request.path is URL-escaped), on one line; replied, not raised:
+        # an HTTPError's message without args comes out with every % doubled
+        path = one_line(url_unescape(self.request.path.split("/gkews/", 1)[-1], plus=False))
+        self.reply(404, {"reason": "NotFound", "message": (
+            f"no route gkews/{path}: the routes are status, pause, resume, events, checkpoints[?notebook=], "
+            f"checkpoints/now, checkpoints/auto, checkpoints/rewind, checkpoints/<id> and checkpoints/<id>/restore "
+            f"(a checkpoint id looks like 20261129-221530-123-a1b2)")})
+
+
+class SessionsHandler(SessionRootHandler):
+    """jupyter_server's POST api/sessions, except for a session on the kernel a pause released (by its id, or a
+    console at its notebook's path): jupyter_server would start an empty kernel for it; this says to resume."""
+
+    @web.authenticated
+    @authorized
+    async def post(self):
+        lifecycle = self.settings.get("gkews_lifecycle")  # none when the extension is off: sessions as ever
+        model = self.get_json_body()
+        if lifecycle is not None and isinstance(model, dict):
+            kernel = model.get("kernel") if isinstance(model.get("kernel"), dict) else {}
+            try:
+                lifecycle.refuse_released_kernel(model.get("path"), model.get("type"), kernel.get("id"))
+            except Conflict as exc:
+                self.set_status(409)
+                self.finish(json.dumps({"message": str(exc), "reason": "Conflict"}))
+                return
+        await super().post()
+
+
+def session_handlers(base_url: str) -> list:
+    """Ahead of jupyter_server's own route (an extension's handlers are matched first)."""
+    return [(url_path_join(base_url, "api", "sessions"), SessionsHandler)]
 
 
 def handlers(base_url: str) -> list:
