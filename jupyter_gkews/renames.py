@@ -22,7 +22,7 @@ from kernel_state.store import Store
 
 from .bridge import hold_file
 from .errors import KernelCallError, KernelStateMissing
-from .lifecycle.paths import moved_path, under
+from .lifecycle.paths import moved_path, one_line, under
 
 
 def move_checkpoints(root: str, old: str, new: str, timeout: float, log=None) -> dict[str, list[str]]:
@@ -32,8 +32,8 @@ def move_checkpoints(root: str, old: str, new: str, timeout: float, log=None) ->
     for target, result in Store(root).move_folder(old, new, timeout=timeout).items():
         if result.get("error"):
             if log:
-                log.warning("gkews: the checkpoints of %s did not follow its rename to %s: %s", result["from"],
-                            target, result["error"])
+                log.warning("gkews: %s", one_line(f"the checkpoints of {result['from']} did not follow its rename "
+                                                  f"to {target}: {result['error']}"))
         elif result["moved"]:
             done[target] = result["moved"]
     return done
@@ -70,12 +70,12 @@ class Renames:
                                                self.log)
             except Exception as exc:  # the store unreadable: said, and the next rename tries again
                 if self.log:
-                    self.log.warning("gkews: the checkpoints under %s could not follow its rename to %s: %s",
-                                     old, new, exc)
+                    self.log.warning("gkews: %s", one_line(f"the checkpoints under {old} could not follow its "
+                                                           f"rename to {new}: {exc}"))
                 return
         if done and self.log:
-            self.log.info("gkews: %s renamed %s: checkpoints moved: %s", old, new,
-                          "; ".join(f"{path} ({len(ids)})" for path, ids in done.items()))
+            moved = "; ".join(f"{path} ({len(ids)})" for path, ids in done.items())
+            self.log.info("gkews: %s", one_line(f"{old} renamed {new}: checkpoints moved: {moved}"))
 
     async def _kernels(self, old: str, new: str) -> dict[str, str]:
         """kernel id -> session path of the running kernels of notebooks in the renamed file or folder."""
@@ -97,15 +97,16 @@ class Renames:
             return  # no kernel_state there: it saves no checkpoints under any name
         except KernelCallError as exc:
             if self.log:
-                self.log.warning("gkews: the kernel of %s was not told of its rename to %s: %s", path,
-                                 moved_path(path, old, new) if under(path, old) else path, exc)
+                now = moved_path(path, old, new) if under(path, old) else path
+                self.log.warning("gkews: %s", one_line(f"the kernel of {path} was not told of its rename to {now}: "
+                                                       f"{exc}"))
             return
         if self.log:
-            self.log.info("gkews: the kernel of %s now saves as %s%s", path, result["notebook"],
-                          f" (and moved {len(result['moved'])} checkpoint(s) it saved meanwhile)"
-                          if result["moved"] else "")
+            meanwhile = f" (and moved {len(result['moved'])} checkpoint(s) it saved meanwhile)" \
+                if result["moved"] else ""
+            self.log.info("gkews: %s", one_line(f"the kernel of {path} now saves as {result['notebook']}{meanwhile}"))
             if result.get("error"):
-                self.log.warning("gkews: %s", result["error"])
+                self.log.warning("gkews: %s", one_line(result["error"]))
 
     def stop(self) -> None:
         for task in list(self._tasks):

@@ -7,6 +7,7 @@ creates it, so every step happens in a known order without waiting on the clock.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import queue
@@ -398,6 +399,40 @@ async def test_a_newline_in_a_notebook_name_stays_inside_one_line_of_status(jp_f
     gate.touch()
     await printed(client, msg_id, until_idle=True)
     client.stop_channels()
+
+
+async def test_a_newline_in_a_notebook_name_stays_inside_one_line_when_the_failure_cannot_be_written(
+        jp_fetch, jp_serverapp, jp_root_dir, gate):
+    """The fallback of a failure the state directory refused (a full volume) is one line too, and so are its
+    reason and the event written once the volume takes it again."""
+    odd = "two\nlines.ipynb"
+    a = (await open_notebook(jp_fetch, jp_root_dir, odd))["kernel"]["id"]
+    client, msg_id = await start_cell(jp_serverapp, a, WAIT_FOR_GATE.format(gate=str(gate), ignore_sigint=False))
+    await wait_kernel_state(jp_serverapp, a, "busy")
+    lifecycle = jp_serverapp.web_app.settings["gkews_lifecycle"]
+    lifecycle.record_retry_interval = 0.2
+    save, full = lifecycle.store.save, [True]
+
+    def save_unless_failed(state):  # only the failure finds the volume full: the notebook's path is in it
+        if full[0] and state["state"] == "failed":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        save(state)
+    lifecycle.store.save = save_unless_failed
+    try:
+        assert (await post(jp_fetch, "pause")).code == 202
+        failed = await wait_for(jp_fetch, ("paused", "failed"), timeout=60)  # busy_timeout 2 s: nothing paused
+        assert failed["state"] == "failed" and "could not be recorded" in failed["message"], failed["message"]
+        assert "two\\nlines.ipynb" in failed["message"] and "\n" not in failed["message"], failed["message"]
+        assert "\n" not in failed["error"]["reason"] + failed["error"]["next_step"], failed["error"]
+        full[0] = False  # space is back: the failure is written, on one line
+        await wait_until(lambda: lifecycle.store.load()["state"] == "failed", "the failure to be written")
+        [written] = [e for e in await events(jp_fetch) if e["event"] == "failed"]
+        assert "two\\nlines.ipynb" in written["message"] and "\n" not in written["message"] + written["reason"]
+    finally:
+        lifecycle.store.save = save
+        gate.touch()
+        await printed(client, msg_id, until_idle=True)
+        client.stop_channels()
 
 
 # -- problem 16: a notebook a pause left running (busy) can be paused later, as its message says -----------

@@ -35,6 +35,7 @@ from ..k8s.restore import Baseline, baseline, evidence, read_checkpoint_file
 from ..k8s.snapshots import (SnapshotError, policy_body, policy_name, snapshot_progress, trigger_body,
                              trigger_progress, snapshot_created)
 from ..k8s.workspace import PauseInProgress, addon_enabled, set_paused
+from ..lifecycle.paths import one_line
 from ..state import StateStore
 from ..states import Phase, State
 from .base import SnapshotFailed
@@ -103,7 +104,7 @@ class GkeBackend(LocalBackend):
 
     def _say(self, message: str) -> None:
         """Progress of a long wait, shown in the status message while the pause is snapshotting."""
-        self.log.info("gkews: %s", message)
+        self.log.info("gkews: %s", one_line(message))
         lifecycle = getattr(self.parent, "lifecycle", None)
         if lifecycle is not None and lifecycle.state.get("phase") == Phase.SNAPSHOTTING:
             lifecycle.note(message)

@@ -29,6 +29,7 @@ from kernel_state.hold import held_pid
 from ..bridge import hold_file, kernel_pid
 from ..gpu_suspend import GIB, DriverError, GpuUnavailable, gib, keepalive, procs
 from ..gpu_suspend.driver import refusal
+from ..lifecycle.paths import one_line
 from ..states import NotebookStatus
 from .base import KEPT_RUNNING, LIVE_STATUSES, SUSPENDED, Backend
 
@@ -89,7 +90,7 @@ class LocalBackend(Backend):
         return self._gpu
 
     def _say(self, message: str) -> None:
-        self.log.info("gkews: %s", message)
+        self.log.info("gkews: %s", one_line(message))
         lifecycle = getattr(self.parent, "lifecycle", None)
         if lifecycle is not None:
             lifecycle.note(message)
@@ -122,7 +123,7 @@ class LocalBackend(Backend):
                 message = RELEASED_MESSAGE + (f"; not suspended: {detail}" if detail else "")
                 results[nb["path"]] = {"status": NotebookStatus.RELEASED, "message": message, "gpu": None}
                 if detail and self.release_mode == "suspend":
-                    self.log.warning("gkews: %s: %s", nb["path"], message)
+                    self.log.warning("gkews: %s", one_line(f"{nb['path']}: {message}"))
                 continue
             record = {"kernel_pid": pids[nb["path"]], "kernel_start": procs.start_time(pids[nb["path"]]),
                       "connection_file": kernels[nb["path"]].connection_file, **(detail or {})}
@@ -248,7 +249,7 @@ class LocalBackend(Backend):
                     # not in its hold (whose end watches the server again): it runs requests, ask it
                     await keepalive.run_expression(kernel, keepalive.attach_expression(os.getpid()))
                 return await self._bind_session(notebook, notebook["kernel_id"])
-            self.log.warning("gkews: %s: %s; restarting it from its checkpoint", notebook["path"], why)
+            self.log.warning("gkews: %s; restarting it from its checkpoint", one_line(f"{notebook['path']}: {why}"))
             notebook["fallback"] = why
             await self._kill(notebook)
         notebook.pop("gpu", None)

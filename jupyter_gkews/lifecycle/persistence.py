@@ -84,6 +84,7 @@ class Persistence:
     def _record(self, event: Event) -> None:
         """Write the state and one event synchronously (a starting server, before it answers requests)."""
         self.state["updated"] = now()
+        _one_line(self.state, {})
         self._write(copy.deepcopy(self.state), event_record(self.state, event, message=self.state["message"]))
 
     def _write_pins(self, snapshot: dict) -> None:
@@ -133,6 +134,8 @@ class Persistence:
                 f"then try again. Nothing was changed.") from None
 
     async def _fail(self, reason: str, next_step: str) -> None:
+        # one line from here on: the error, the message, the fallback below and the event written later
+        reason, next_step = one_line(reason), one_line(next_step)
         self.state["error"] = {"reason": reason, "next_step": next_step}
         try:
             await self._enter(State.FAILED, None, f"{reason} {next_step}", Event.FAILED, final=True, reason=reason)
