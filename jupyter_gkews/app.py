@@ -17,7 +17,7 @@ from .gpus import detect_gpu_count
 from .idle import PROFILE_ENV, IdleWatcher, choose_profile, profile_from_environment
 from .metrics import MetricsRecorder
 from .renames import Renames
-from .handlers import handlers
+from .handlers import handlers, session_handlers
 from .lifecycle import Lifecycle
 from .state import StateDirInUse, StateStore
 
@@ -25,6 +25,8 @@ from .state import StateDirInUse, StateStore
 #: where to keep their checkpoints (read by ``kernel_state``).
 CHECKPOINT_ROOT_ENV = "GKEWS_CHECKPOINT_ROOT"
 CONTENTS_ROOT_ENV = "GKEWS_CONTENTS_ROOT"
+#: ... and the name their checkpoints go under: their session's path (kernel_state.config.notebook_name)
+NOTEBOOK_ENV = "GKEWS_NOTEBOOK"
 
 #: The contents service's events (jupyter_server): a rename moves a notebook's checkpoints, kernel and pause state.
 CONTENTS_EVENTS = "https://events.jupyter.org/jupyter_server/contents_service/v1"
@@ -191,6 +193,7 @@ class GkewsApp(ExtensionApp):
         os.environ[CONTENTS_ROOT_ENV] = getattr(kernels, "root_dir", None) or self.serverapp.root_dir
         if getattr(self.serverapp, "kernel_manager", None) is None:  # constructed alone (tests of the settings)
             return
+        self._name_kernels_by_session_path()
         backend = self.backend_class(parent=self)
         backend.bind(self.serverapp)
         store = StateStore(self.state_dir)
@@ -216,6 +219,20 @@ class GkewsApp(ExtensionApp):
         if getattr(self.serverapp, "event_logger", None) is not None:
             self.serverapp.event_logger.add_listener(schema_id=CONTENTS_EVENTS, listener=self._contents_changed)
 
+    def _name_kernels_by_session_path(self) -> None:
+        """A kernel saves under its session's path, the name the server pauses and lists it under. jupyter_server
+        gives it only <folder>/<session name> (JPY_SESSION_NAME): "Console 1" for every first console of a page
+        load, whose checkpoints then mixed with each other's. kernel_state reads NOTEBOOK_ENV first."""
+        sm = self.serverapp.session_manager
+        plain = sm.get_kernel_env
+
+        def get_kernel_env(path, name=None):
+            env = plain(path, name)
+            if path:
+                env[NOTEBOOK_ENV] = path.strip("/")
+            return env
+        sm.get_kernel_env = get_kernel_env
+
     def _disable(self, store: StateStore, exc: Exception) -> None:
         """Pause and resume are off: say so loudly, and let every route answer 503 with the reason."""
         store.release_claim()
@@ -232,7 +249,7 @@ class GkewsApp(ExtensionApp):
         self.settings["gkews_unavailable"] = message
 
     def initialize_handlers(self) -> None:
-        self.handlers.extend(handlers(""))
+        self.handlers.extend(handlers("") + session_handlers(""))
 
     async def _start_jupyter_server_extension(self, serverapp) -> None:
         if getattr(self, "lifecycle", None) is None:

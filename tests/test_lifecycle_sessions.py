@@ -50,6 +50,58 @@ async def test_a_console_for_the_notebook_follows_its_kernel_through_pause_and_r
     assert "42" in await run_cell(jp_serverapp, kid, "print(x + 1)")
 
 
+async def test_a_console_for_a_paused_notebook_is_refused_until_it_is_resumed(jp_fetch, jp_serverapp, jp_root_dir):
+    """jupyter_server starts a new, empty kernel for a kernel id it does not know (the one the pause released),
+    and for a console at the notebook's path (JupyterLab's "New Console for Notebook"): the console would show
+    a kernel without the notebook's variables, on the GPU the pause gave back. The user is told to resume."""
+    nb = await open_notebook(jp_fetch, jp_root_dir, "work/train.ipynb")
+    kid = nb["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "x = 41")
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused", paused["message"]
+    checkpoint = paused["notebooks"][0]["checkpoint"]
+
+    for kernel, path in [({"id": kid}, "console-2-6f1c"), ({"name": "python3"}, "work/train.ipynb")]:
+        r = await jp_fetch("api", "sessions", method="POST", raise_error=False, body=json.dumps(
+            {"path": path, "name": "Console 2", "type": "console", "kernel": kernel}))
+        assert r.code == 409, (kernel, r.body)
+        message = json.loads(r.body)["message"]
+        assert message.startswith("'work/train.ipynb' is paused: the pause released its kernel"), message
+        assert checkpoint in message and "Resume it first" in message, message
+    assert jp_serverapp.kernel_manager.list_kernel_ids() == []  # no empty kernel was started
+    assert (await sessions(jp_fetch)) == []
+
+    assert (await post(jp_fetch, "resume")).code == 202
+    assert (await wait_for(jp_fetch, ("active", "failed")))["state"] == "active"
+    r = await jp_fetch("api", "sessions", method="POST", body=json.dumps(
+        {"path": "console-2-6f1c", "name": "Console 2", "type": "console", "kernel": {"id": kid}}))
+    assert json.loads(r.body)["kernel"]["id"] == kid  # resumed: the console shares the notebook's kernel
+    assert "42" in await run_cell(jp_serverapp, kid, "print(x + 1)")
+
+
+async def test_standalone_consoles_save_under_their_own_session_path(jp_fetch, jp_serverapp):
+    """jupyter_server names a console's kernel "<folder>/Console 1" (JPY_SESSION_NAME): every console numbered 1
+    (one per page load) shared one checkpoint history, which the pause did not use (it saves under the session's
+    path). Each console's magic now saves under its session path, the name its pause uses."""
+    kernels = {}
+    for path in ("console-1-aaaa", "console-1-bbbb"):  # JupyterLab: console-<n>-<uuid>, named "Console <n>"
+        r = await jp_fetch("api", "sessions", method="POST", body=json.dumps(
+            {"path": path, "name": "Console 1", "type": "console", "kernel": {"name": "python3"}}))
+        kernels[path] = json.loads(r.body)["kernel"]["id"]
+        await run_cell(jp_serverapp, kernels[path], "x = 1\n%gkews_checkpoint save")
+    listed = json.loads((await jp_fetch("gkews", "checkpoints")).body)["checkpoints"]
+    assert sorted(c["notebook"] for c in listed) == ["console-1-aaaa", "console-1-bbbb"]
+    out = await run_cell(jp_serverapp, kernels["console-1-bbbb"], "%gkews_checkpoint status")
+    assert "notebook 'console-1-bbbb'" in out and "1 checkpoint(s)" in out, out
+
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused", paused["message"]
+    listed = json.loads((await jp_fetch("gkews", "checkpoints")).body)["checkpoints"]
+    assert sorted(c["notebook"] for c in listed) == ["console-1-aaaa"] * 2 + ["console-1-bbbb"] * 2
+
+
 async def test_a_pause_from_paused_that_checkpoints_nothing_leaves_the_others_paused(
         jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
     a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]

@@ -19,11 +19,11 @@ import posixpath
 
 from ..claim import Claim
 # LifecycleError and NotFound: re-exported for callers that still import them from here
-from ..errors import LifecycleError, NotFound  # noqa: F401
+from ..errors import Conflict, LifecycleError, NotFound  # noqa: F401
 from ..state import StateStore, initial_state
 from ..states import Event, NotebookStatus, awaiting_resume
 from .holds import Holds
-from .paths import clean_notebook_paths, moved_path, under  # noqa: F401  (notebook_actions, handlers)
+from .paths import clean_notebook_paths, moved_path, one_line, under  # noqa: F401  (notebook_actions, handlers)
 from .pause import Pause
 from .persistence import Persistence, pinned_checkpoints  # noqa: F401  (handlers)
 from .recovery import Recovery
@@ -59,7 +59,8 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
         return self._busy
 
     def note(self, message: str) -> None:
-        self.state["message"] = message
+        """Progress shown in status until the next change is written; one line, as every message."""
+        self.state["message"] = one_line(message)
 
     # -- claims: one transition at a time (claim.py) --------------------------------------------------
     def _release_claim(self) -> None:
@@ -119,6 +120,20 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
                 lost.append(nb["path"])
         if lost:
             await self._persist(Event.NOTEBOOK_DELETED, path=path, notebooks=lost)
+
+    def refuse_released_kernel(self, path: str, session_type: str, kernel_id: str | None) -> None:
+        """A session asked for (POST api/sessions) on the kernel a pause released, by its id or as a console
+        at its notebook's path: jupyter_server would start an empty kernel for it (under that very id), which
+        the resume would then take for the notebook's. Conflict until the notebook is resumed."""
+        km = self.serverapp.kernel_manager
+        for nb in self.state["notebooks"]:
+            if not awaiting_resume(nb) or nb["kernel_id"] in km:
+                continue  # not paused, or its kernel lives on (suspended): a session may join it
+            paths = [nb["path"]] + [c["path"] for c in nb.get("companions", [])]
+            if kernel_id == nb["kernel_id"] or (session_type != "notebook" and path in paths):
+                raise Conflict(f"{nb['path']!r} is paused: the pause released its kernel (its variables are in "
+                               f"checkpoint {nb['checkpoint']}), and a console or session opened on it now would "
+                               f"get a new, empty kernel. Resume it first (GPU session: Resume), then open it again.")
 
     async def shutdown(self) -> None:
         # held kernels stay held: the server stopping shuts them down, and a restart rolls the pause forward
