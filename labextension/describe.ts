@@ -232,6 +232,53 @@ export function pausedSentence(status: IStatus): string {
   return parts.join(' ');
 }
 
+/** The notebooks a pause released or holds (their kernel lives on, suspended): none runs a cell now. */
+function pausedNotebooks(status: IStatus | null): INotebookStatus[] {
+  return (status?.notebooks ?? []).filter(
+    nb => (nb.status === 'released' || LIVE_STATUSES.includes(nb.status)) && !!nb.checkpoint
+  );
+}
+
+/**
+ * What JupyterLab's "Shut Down All" (Kernel menu, running panel) does to the paused notebooks, or null when
+ * none is: its dialog asks to "permanently shut down the running kernel", yet a released notebook has none,
+ * and every paused one keeps the checkpoint Resume brings it back from.
+ */
+export function shutDownAllNote(status: IStatus | null): string | null {
+  const paused = pausedNotebooks(status);
+  if (!paused.length) {
+    return null;
+  }
+  const live = paused.filter(nb => LIVE_STATUSES.includes(nb.status)).map(nb => nb.path);
+  const released = paused.filter(nb => !LIVE_STATUSES.includes(nb.status)).map(nb => nb.path);
+  const one = paused.length === 1;
+  const parts: string[] = [];
+  if (released.length) {
+    const single = released.length === 1;
+    parts.push(
+      `${names(released)} ${single ? 'is' : 'are'} paused and ${single ? 'has' : 'have'} no running kernel: ` +
+        `Shut Down All leaves ${single ? 'it' : 'them'} alone.`
+    );
+  }
+  if (live.length) {
+    const single = live.length === 1;
+    parts.push(
+      `It ends the ${single ? 'kernel' : 'kernels'} ${names(live)} ${single ? 'keeps' : 'keep'} in memory while paused.`
+    );
+  }
+  parts.push(
+    `${one ? 'Its checkpoint is' : 'Their checkpoints are'} kept; Resume brings ${one ? 'it' : 'them'} back from there.`
+  );
+  return parts.join(' ');
+}
+
+/** Why nothing can be restored (or rewound) into a notebook's kernel now, or null when it can: it is paused. */
+export function pausedKernelNote(path: string, status: IStatus | null): string | null {
+  return pausedNotebooks(status).some(nb => nb.path === path)
+    ? `${baseName(path)} is paused: nothing can be restored into its kernel until it is resumed. Resume it first, then try again.`
+    : null;
+}
+
 /** What the session is doing, as a sentence (the status item's tooltip and the details). */
 export function summarySentence(status: IStatus): string {
   const paths = status.notebooks.map(nb => nb.path);

@@ -1,9 +1,12 @@
 import { Notification } from '@jupyterlab/apputils';
 
 import { CommandIDs } from './commands';
-import { clip, transitionMessage } from './describe';
+import { clip, shutDownAllNote, transitionMessage } from './describe';
 import { GkewsModel, ITransition } from './model';
 import { CommandRegistry } from '@lumino/commands';
+
+/** JupyterLab's Kernel menu "Shut Down All Kernels…" (its running panel's button runs no command). */
+const SHUT_DOWN_ALL = 'kernelmenu:shutdownAll';
 
 /**
  * Notifications when a pause or a resume finishes (with the verdict) and on
@@ -15,6 +18,13 @@ export function connectNotifications(model: GkewsModel, commands: CommandRegistr
     caption: 'Show the timeline, verdicts and next steps',
     callback: () => void commands.execute(CommandIDs.showStatus)
   };
+  // JupyterLab's own dialog asks to shut down "the running kernel": say what it does to a paused notebook
+  commands.commandExecuted.connect((_, args) => {
+    const note = args.id === SHUT_DOWN_ALL ? shutDownAllNote(model.status) : null;
+    if (note) {
+      Notification.info(clip(note, 300), { autoClose: 15000 });
+    }
+  });
   model.queuedResumeFailed.connect((_, why) => {
     Notification.error(clip(`The queued resume was not posted: ${why}.`), { autoClose: false, actions: [details] });
   });

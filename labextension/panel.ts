@@ -4,7 +4,7 @@ import { ServerConnection } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
 import { checkpointIcon } from './icons';
-import { clip, formatBytes, plural } from './describe';
+import { clip, formatBytes, pausedKernelNote, plural } from './describe';
 import { GkewsModel } from './model';
 import { ICheckpoint } from './types';
 
@@ -157,27 +157,34 @@ export class CheckpointPanel extends Widget {
       info.textContent += ` · after [${c.label.cell ?? '?'}] ${c.label.source}`;
     }
     li.appendChild(info);
+    // a paused notebook has no running kernel: both are off, saying so, until it is resumed
+    const paused = pausedKernelNote(c.notebook, this.model.status);
     if (cell !== null && cell !== undefined) {
       li.appendChild(
         this.button(
           `Rewind to after cell [${cell}]`,
-          `Bring the kernel of ${c.notebook} back to the end of cell [${cell}]`,
-          () => this.rewind(c.notebook, cell)
+          paused ?? `Bring the kernel of ${c.notebook} back to the end of cell [${cell}]`,
+          () => this.rewind(c.notebook, cell),
+          !!paused
         )
       );
     }
     li.appendChild(
-      this.button('Restore', `Restore checkpoint ${c.id} into the running kernel of ${c.notebook}`, () =>
-        this.restore(c)
+      this.button(
+        'Restore',
+        paused ?? `Restore checkpoint ${c.id} into the running kernel of ${c.notebook}`,
+        () => this.restore(c),
+        !!paused
       )
     );
     li.appendChild(this.button('Delete', `Delete checkpoint ${c.id} of ${c.notebook}`, () => this.delete(c)));
     return li;
   }
 
-  private button(label: string, description: string, act: () => Promise<void>): HTMLButtonElement {
+  private button(label: string, description: string, act: () => Promise<void>, disabled = false): HTMLButtonElement {
     const b = document.createElement('button');
     b.type = 'button';
+    b.disabled = disabled;
     b.className = 'jp-Button jp-mod-styled jp-mod-reject jp-gkews-Checkpoint-action';
     b.textContent = label;
     b.title = description;
