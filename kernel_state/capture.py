@@ -13,7 +13,8 @@ nothing else. Some objects never enter a pickle; the pickle holds a reference in
 - a live resource (open file, socket, lock, child process...): never; the variable is skipped.
 A method bound to an imported module's own object (`random.random`), the process's environment and
 streams (`os.environ`, `sys.stdout`) and a logger are saved as references to the module's object
-(module_objects.py).
+(module_objects.py). TorchScript and parametrized modules, which torch refuses to pickle, go as
+torch_modules.py says; a torch.compile'd function is skipped with how to get it back.
 Functions, classes, enums and cached functions defined in the notebook go by value (byvalue.py);
 everything else through the standard pickler, falling back to dill for what only dill can handle. Each
 object's __reduce__ runs once per save, whichever pickler ends up saving it.
@@ -34,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import dill
 
-from . import byvalue, cuda_io, module_objects, pending_names, shared_memory
+from . import byvalue, cuda_io, module_objects, pending_names, shared_memory, torch_modules
 from .alignment import array_from_layout, hook_dict, masked_view, small_root, tensor_extras, view_of, view_of_bytearray
 from .dirty_pages import PAGE, TRACKER
 from .dtype_json import dtype_to_json
@@ -79,7 +80,7 @@ _edges: dict[tuple, tuple[bytes, bytes]] = {}  # kernel undo: a tracked storage'
 _digests: dict[tuple, tuple[str, str]] = {}
 # a tracked numpy buffer -> its chunks' digests at the last scan of its pages (Capture._chunk_digests)
 _chunks_known: dict[tuple, list[str]] = {}
-# an optimizer's hooks, which torch's Optimizer.__getstate__ leaves out (Capture._optimizer_hooks)
+# an optimizer's hooks, which torch's Optimizer.__getstate__ leaves out (Capture._optimizer_state)
 OPTIMIZER_HOOKS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks", "_optimizer_state_dict_pre_hooks",
                    "_optimizer_state_dict_post_hooks", "_optimizer_load_state_dict_pre_hooks",
                    "_optimizer_load_state_dict_post_hooks")
@@ -420,6 +421,7 @@ class Capture:
             if type(obj) is np.ndarray:
                 return None
         refuse(obj)
+        torch_modules.refuse_compiled(obj)
         return None
 
     def _path(self, obj):
@@ -468,7 +470,8 @@ class Capture:
             return NotImplemented
         cached = self._reductions.get(id(obj))
         if cached is None:
-            rv = module_objects.reduce_logger(obj) or self._reduce_masked(obj) or obj.__reduce_ex__(PROTOCOL)
+            rv = module_objects.reduce_logger(obj) or self._reduce_masked(obj) or \
+                torch_modules.reduction(obj) or obj.__reduce_ex__(PROTOCOL)
             if not isinstance(rv, str):
                 rv = tuple(rv)
                 rv = rv[:3] + tuple(None if items is None else list(items) for items in rv[3:5]) + rv[5:]
@@ -477,7 +480,7 @@ class Capture:
             rv = cached[1]
         torch = _torch()
         if torch is not None and isinstance(obj, torch.optim.Optimizer) and not isinstance(rv, str):
-            rv = self._optimizer_hooks(obj, rv)
+            rv = self._optimizer_state(obj, rv)
             self._reductions[id(obj)] = (obj, rv)  # what verify's digest walks too
         if isinstance(rv, str):
             if getattr(obj, "__module__", None) == "__main__":
@@ -486,12 +489,17 @@ class Capture:
             return NotImplemented
         return rv[:3] + tuple(None if items is None else iter(items) for items in rv[3:5]) + rv[5:]
 
-    def _optimizer_hooks(self, opt, rv: tuple) -> tuple:
+    def _optimizer_state(self, opt, rv: tuple) -> tuple:
         """torch's Optimizer.__getstate__ leaves out its hooks (register_step_post_hook and the others) and
-        __setstate__ resets what is missing to empty: the state gets those the optimizer has."""
+        __setstate__ resets what is missing to empty: the state gets those the optimizer has. __setstate__
+        also adds `differentiable: False` to defaults that lack it (SparseAdam, LBFGS): the state has it
+        already, so that verify finds the restored optimizer equal to the live one."""
         if len(rv) < 3 or not isinstance(rv[2], dict):
             return rv
         state = {k: v for k, v in rv[2].items() if k not in OPTIMIZER_HOOKS}
+        defaults = state.get("defaults")
+        if isinstance(defaults, dict) and "differentiable" not in defaults:
+            state["defaults"] = {**defaults, "differentiable": False}
         if self._with_hooks:
             for attr in OPTIMIZER_HOOKS:
                 hooks = getattr(opt, attr, None)

@@ -24,6 +24,7 @@ with what makes two values equal:
   `__slotnames__` and `_abc_impl`, nor `__annotations__` and `__orig_bases__`, which dill drops; of an
   enum's own tables their sizes, not the caches `_value2member_map_` and `_unhashable_values_`);
 - any other object: the reduction its pickler used (callable, arguments, state, items), recursively;
+- TorchScript modules: each method's code, attributes and submodules (not the torch.jit.save archive);
 - another saved variable: its name.
 
 Shared objects and cycles are walked once; a second meeting records only that it is the same object.
@@ -57,6 +58,8 @@ def _immutable(obj) -> bool:
 
 
 _ENUM_CACHES = {"_value2member_map_", "_unhashable_values_"}
+# torch.compile's bookkeeping inside a compiled module's settings (its first call sets it), not a value
+_COMPILE_STATE = {("torch._dynamo.convert_frame", "ConvertFrameBox")}
 
 
 def _defined_here(obj) -> bool:
@@ -226,6 +229,9 @@ class _Digest:
                 self.hasher.update(memoryview(np.ascontiguousarray(part)).cast("B") if part.nbytes else b"")
             return
         torch = sys.modules.get("torch")
+        if torch is not None and isinstance(obj, torch.jit.ScriptModule):
+            self._script_module(obj)
+            return
         if torch is not None and isinstance(obj, torch.Tensor) and obj.layout == torch.strided:
             cpu = obj.detach().to("cpu")
             if not cpu.is_quantized:  # view() refuses 0-d tensors, conjugate or negative views, and a stride
@@ -243,6 +249,9 @@ class _Digest:
             self.emit("storage", str(obj.dtype) if typed else None, ust.nbytes())
             data = torch.empty(0, dtype=torch.uint8, device=ust.device).set_(ust).cpu()
             self.hasher.update(data.numpy().tobytes() if data.numel() else b"")
+            return
+        if (t.__module__, t.__qualname__) in _COMPILE_STATE:
+            self.emit("compile-state", t.__qualname__)
             return
         self._reduced(obj)
 
@@ -292,12 +301,28 @@ class _Digest:
         return False
 
     def _tensor_attrs(self, t) -> None:
-        if t.__dict__:  # Python attributes set on it (`p.no_decay = True`)
+        # Python attributes set on it (`p.no_decay = True`); not torch.compile's markers (`_dynamo_static_input_type`,
+        # which a module's first compiled call sets on its parameters): how dynamo treats it, not its value
+        attrs = {k: v for k, v in t.__dict__.items() if not k.startswith("_dynamo_")}
+        if attrs:
             self.emit("attrs")
-            self.walk(dict(sorted(t.__dict__.items())))
+            self.walk(dict(sorted(attrs.items())))
 
     def _storage_index(self, skey: str) -> int:
         return self.capture._var_storages.get(skey, -1)
+
+    def _script_module(self, m) -> None:
+        """A TorchScript module by what it computes with: its torch.jit.save archive is other bytes after a
+        load (torch mangles names), so each method's code, its attributes (tensors as table rows) and its
+        submodules, likewise."""
+        self.emit("script-module", m.original_name,
+                  [(name, m._c._get_method(name).code) for name in sorted(m._c._method_names())])
+        for name in sorted(m._concrete_type.get_attributes()):
+            self.emit("attr", name)
+            self.walk(getattr(m, name))
+        for name, child in m.named_children():
+            self.emit("module", name)
+            self.walk(child)
 
     def _class(self, cls) -> None:
         if not _defined_here(cls):

@@ -1,0 +1,70 @@
+"""torch modules that torch's own pickling refuses, and the one torch object no pickle can hold.
+
+- TorchScript modules (torch.jit.script, torch.jit.trace) refuse to pickle: one goes as its torch.jit.save
+  archive plus its parameters and buffers by reference (the checkpoint's tensor table), which replace the
+  archive's copies on load, so it still shares them with the eager model it was made from;
+- a parametrized module (torch.nn.utils.parametrize) has a class of its own whose __getstate__ refuses:
+  it goes as the module of its class before, with its state (the parametrizations and their original
+  tensors), and gets that class back on load without running a parametrization's right_inverse again;
+- a torch.compile'd function holds its compiled code and dynamo's settings: never saved, and the skip
+  says to re-run its cell. A compiled module (torch's OptimizedModule) pickles itself: its module and
+  compile settings.
+"""
+from __future__ import annotations
+
+import io
+import sys
+import types
+
+
+def reduction(obj):
+    """The reduction of a TorchScript or parametrized module, or None for anything else."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(obj, torch.nn.Module):
+        return None
+    if isinstance(obj, torch.jit.ScriptModule):
+        archive = io.BytesIO()
+        torch.jit.save(obj, archive)
+        tensors = {**dict(obj.named_parameters(remove_duplicate=False)),
+                   **dict(obj.named_buffers(remove_duplicate=False))}
+        return load_script_module, (archive.getvalue(), tensors)
+    parametrize = sys.modules.get("torch.nn.utils.parametrize")
+    if parametrize is not None and type(obj).__module__ == parametrize.__name__ and parametrize.is_parametrized(obj):
+        base = parametrize.type_before_parametrizations(obj)
+        return parametrized_module, (base, tuple(obj.parametrizations)), base.__getstate__(obj)
+    return None
+
+
+def load_script_module(archive: bytes, tensors: dict):
+    """The archive's module, holding the checkpoint's tensors (on the device the restore chose); what else
+    the archive holds (a traced graph's constants) is loaded onto their device too."""
+    import torch
+    device = next((t.device for t in tensors.values()), "cpu")
+    module = torch.jit.load(io.BytesIO(archive), map_location=device)
+    for name, tensor in tensors.items():
+        *path, attr = name.split(".")
+        owner = module
+        for part in path:  # ScriptModules refuse get_submodule
+            owner = getattr(owner, part)
+        setattr(owner, attr, tensor)
+    return module
+
+
+def parametrized_module(base: type, names: tuple):
+    """An empty module of `base` under the class parametrize gives it, with a property for each parametrized
+    tensor (what register_parametrization does, without computing an original); pickle sets its state."""
+    from torch.nn.utils import parametrize
+    module = base.__new__(base)
+    parametrize._inject_new_class(module)
+    for name in names:
+        parametrize._inject_property(module, name)
+    return module
+
+
+def refuse_compiled(obj) -> None:
+    """Raise the TypeError that skips a variable holding a torch.compile'd function."""
+    if isinstance(obj, types.FunctionType) and hasattr(obj, "_torchdynamo_orig_callable") and \
+            not getattr(obj, "_torchdynamo_disable", False):  # torch.compiler.disable's wrapper is no compile
+        name = getattr(obj._torchdynamo_orig_callable, "__qualname__", "?")
+        raise TypeError(f"cannot pickle a torch.compile'd function ({name}): its compiled code exists only in this "
+                        f"process; re-run the cell that compiles it after a restore (a compiled nn.Module is saved)")

@@ -1,0 +1,137 @@
+"""torch objects that torch's own pickling refuses or rebuilds differently: a SparseAdam optimizer, TorchScript
+modules, parametrized modules and torch.compile'd functions and modules (real kernels)."""
+from __future__ import annotations
+
+import pytest
+
+from kernels import Kernel
+from test_fidelity_state import changed, restored_run
+
+torch = pytest.importorskip("torch")
+
+SPARSE_ADAM = """
+import torch
+torch.manual_seed(0)
+emb = torch.nn.Embedding(10, 3, sparse=True)
+opt = torch.optim.SparseAdam(emb.parameters(), lr=0.1)
+def step(ids):
+    opt.zero_grad(); emb(torch.tensor(ids)).pow(2).sum().backward(); opt.step()
+step([1, 2, 2])
+"""
+
+
+def test_a_sparse_adam_optimizer_reads_unchanged_after_a_restore(tmp_path):
+    """torch's Optimizer.__setstate__ adds `differentiable: False` to the defaults of an optimizer that has
+    none (SparseAdam, LBFGS): a fresh restore read as changed. A step still reads as one."""
+    seen = "[emb.weight.tolist(), opt.state_dict()['state'][0]['step']]"
+    with restored_run(tmp_path, SPARSE_ADAM, "step([2, 5])", seen) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert changed(fresh) == []
+        fresh.run("step([2, 5])")
+        assert changed(fresh) == ["emb", "opt"]
+
+
+SCRIPTED = """
+import torch
+torch.manual_seed(0)
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+        self.register_buffer("scale", torch.full((3,), 0.5))
+        self.k = 2
+    def forward(self, x):
+        return torch.relu(self.fc(x)) * self.scale * self.k
+model = Net()
+scripted = torch.jit.script(model)
+traced = torch.jit.trace(model, torch.randn(2, 4))
+x = torch.randn(5, 4)
+"""
+OUTPUTS = "[scripted(x).tolist(), traced(x).tolist(), model(x).tolist()]"
+
+
+def test_torchscript_modules_come_back_computing_the_same(tmp_path):
+    """torch.jit.script/trace modules were skipped ("Tried to serialize object __torch__.Net which does not
+    have a __getstate__ method"). They come back from their torch.jit.save archive with the checkpoint's
+    own parameters and buffers (still the eager model's), and verify compares code and tensors, not the
+    archive's bytes, which differ after a load."""
+    with Kernel(tmp_path) as first:
+        first.run(SCRIPTED)
+        assert first.call({"op": "save"})["result"]["skipped"] == {}
+        assert changed(first) == []
+        expected = first.value(OUTPUTS)
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert fresh.value(OUTPUTS) == expected
+        assert fresh.value("[isinstance(scripted, torch.jit.ScriptModule), scripted.fc.weight is model.fc.weight, "
+                           "traced.scale is model.scale]") == [True, True, True]
+        assert changed(fresh) == []
+        fresh.run("with torch.no_grad(): scripted.fc.weight[0, 1] += 2 ** -10")
+        assert changed(fresh) == ["model", "scripted", "traced"]
+
+
+PARAMETRIZED = """
+import torch
+from torch.nn.utils import parametrize, parametrizations
+torch.manual_seed(0)
+class Symmetric(torch.nn.Module):
+    def forward(self, X):
+        return X.triu() + X.triu(1).transpose(-1, -2)
+lin = torch.nn.Linear(3, 3)
+parametrize.register_parametrization(lin, "weight", Symmetric())
+net = torch.nn.Sequential(parametrizations.orthogonal(torch.nn.Linear(3, 3)), torch.nn.Tanh())
+opt = torch.optim.SGD([*lin.parameters(), *net.parameters()], lr=0.1)
+x = torch.randn(4, 3)
+"""
+TRAIN = "opt.zero_grad(); (lin(x).sum() + net(x).pow(2).sum()).backward(); opt.step()"
+
+
+def test_parametrized_modules_come_back_with_their_parametrizations(tmp_path):
+    """parametrize.register_parametrization makes a class whose __getstate__ refuses to pickle: such a module
+    was skipped. It comes back parametrized, with the notebook's parametrization class, and trains the same
+    (orthogonal's right_inverse is not run again on the saved original)."""
+    seen = "[lin(x).tolist(), net(x).tolist(), lin.weight.tolist()]"
+    with restored_run(tmp_path, PARAMETRIZED, TRAIN, seen) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        trained = "any(p is lin.parametrizations.weight.original for p in opt.param_groups[0]['params'])"
+        assert fresh.value(f"[type(lin).__name__, type(lin.parametrizations.weight[0]) is Symmetric, "
+                           f"parametrize.is_parametrized(net[0], 'weight'), {trained}]") == \
+            ["ParametrizedLinear", True, True, True]
+        assert changed(fresh) == []
+        fresh.run("with torch.no_grad(): lin.parametrizations.weight.original[0, 1] += 1")
+        assert changed(fresh) == ["lin", "opt"]
+
+
+COMPILED = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 2)
+fast = torch.compile(model, backend="eager")
+def double(v):
+    return v * 2
+fast_double = torch.compile(double, backend="eager")
+x = torch.randn(3, 4)
+"""
+
+
+def test_torch_compiled_modules_come_back_and_compiled_functions_say_how(tmp_path):
+    """A torch.compile'd module comes back (torch pickles it as its module and compile settings) computing the
+    same; its first call no longer reads as a change (dynamo marks the parameters and its settings). A
+    compiled function cannot be saved ('ConfigModuleInstance'): its skip says what it is and to re-run its cell."""
+    with Kernel(tmp_path) as first:
+        first.run(COMPILED)
+        skipped = first.call({"op": "save"})["result"]["skipped"]
+        assert list(skipped) == ["fast_double"]
+        assert "torch.compile'd function (double)" in skipped["fast_double"]["reason"]
+        assert "re-run the cell that compiles it" in skipped["fast_double"]["reason"]
+        expected = first.value("fast(x).tolist()")
+        assert changed(first) == []  # its first call set dynamo's own state, which verify does not compare
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "fast_double: TypeError: cannot pickle a torch.compile'd function (double)" in out
+        assert "re-run cell [1]" in out
+        assert fresh.value("[fast(x).tolist(), fast._orig_mod is model, double(3), 'fast_double' in dir()]") == \
+            [expected, True, 6, False]
+        assert changed(fresh) == []
+        fresh.run("with torch.no_grad(): model.weight[0, 0] += 1")
+        assert changed(fresh) == ["model"]  # `fast` holds the variable `model`, compared under its own name
