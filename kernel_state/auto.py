@@ -26,11 +26,12 @@ import os
 import threading
 import time
 
-from . import checkpoint, config, encoded_blob, pending_names
+from . import checkpoint, config, counter, encoded_blob, pending_names
 from .dirty_pages import TRACKER
 from .errors import CheckpointError, CheckpointNotFound, CheckpointWriteError
 from .fsutil import write_json_durable
 from .hashing import new_hasher
+from .identity import STARTED, TOKEN
 from .priority import background_priority
 from .safetensors_io import build_header, read_base
 from .staging_pool import StagingPool
@@ -511,35 +512,99 @@ def enabled_by_setting(shell) -> bool:
 
 # -- rewind ---------------------------------------------------------------------------------------------
 def find_cell(cell: int, *, notebook: str | None = None, root: str | None = None) -> dict:
-    """The newest automatic checkpoint labelled with execution count `cell`."""
+    """The newest automatic checkpoint labelled with execution count `cell` in this kernel's numbering: a
+    cell this process ran, else one of an earlier process whose numbering it continues (it was resumed
+    from that process's checkpoint: counter.CONTINUES). A cell [N] of any other process (the one before a
+    restart, which numbered its cells from [1] too) is never taken: the error names it, and its id."""
     store = Store(root)
     nb = config.notebook_name(notebook)
-    cells = []
-    for cid in store.checkpoint_ids(nb):
+    cells, continued, elsewhere = [], None, None
+    for cid in store.checkpoint_ids(nb):  # newest first
         try:
             manifest = store.load_manifest(nb, cid)
         except CheckpointError:
             continue
         label = manifest.get("label") or {}
-        if manifest.get("auto") and label.get("cell") == cell:
-            return manifest
-        if manifest.get("auto") and isinstance(label.get("cell"), int):
-            cells.append(label["cell"])
+        if not manifest.get("auto") or not isinstance(label.get("cell"), int):
+            continue
+        identity = manifest.get("identity")
+        if not counter.in_numbering(identity, label["cell"]):
+            if label["cell"] == cell and elsewhere is None:
+                elsewhere = manifest
+            continue
+        if label["cell"] == cell:
+            if (identity or {}).get("token") == TOKEN:
+                return manifest  # this process's own cell [N] first
+            continued = continued or manifest
+        cells.append(label["cell"])
+    if continued is not None:
+        return continued
     have = ", ".join(f"[{c}]" for c in sorted(set(cells))) or "none"
+    if elsewhere is not None:
+        raise CheckpointNotFound(
+            f"no automatic checkpoint after cell [{cell}] of this kernel: cell [{cell}] ran in "
+            f"{_other_kernel(elsewhere.get('identity'))}; this kernel numbers its cells from [1] again, and "
+            f"rewind N goes back only to its own cells (cells with one: {have}). To bring back the state at "
+            f"the end of that earlier cell [{cell}] anyway: %gkews_checkpoint rewind --checkpoint {elsewhere['id']}")
     how = ("a cell that ended while the previous checkpoint was still being written has none: the next "
            "one replaced it" if AUTO.enabled else "turn them on with %gkews_checkpoint auto on")
     raise CheckpointNotFound(f"no automatic checkpoint after cell [{cell}] for notebook {nb!r} (cells with one: "
                              f"{have}); {how}")
 
 
-def rewind(cell: int, namespace=None, *, notebook: str | None = None, root: str | None = None,
-           undo_cell: int | None = None) -> dict:
-    """Bring the namespace back to the end of cell `cell`, after checkpointing the state it replaces,
-    labelled with `undo_cell` (default: the last cell that ran), so `rewind undo_cell` undoes this one."""
+def _clock(epoch) -> str:
+    """A moment in UTC, as the checkpoint list's times are: the time of day, with the date when it is not
+    today's."""
+    if not isinstance(epoch, (int, float)):
+        return "?"
+    when = time.gmtime(epoch)
+    same_day = time.strftime("%Y-%m-%d", when) == time.strftime("%Y-%m-%d", time.gmtime())
+    return time.strftime("%H:%M:%S UTC" if same_day else "%Y-%m-%d %H:%M:%S UTC", when)
+
+
+def _other_kernel(identity: dict | None) -> str:
+    """How an error or the list names the process that wrote an automatic checkpoint of another numbering."""
+    identity = identity or {}
+    started = identity.get("started")
+    if not identity.get("token"):
+        return "an earlier kernel (a checkpoint of an older version, which did not record its process)"
+    if isinstance(started, (int, float)) and started > STARTED:
+        return f"another kernel process (pid {identity.get('pid', '?')}, started at {_clock(started)})"
+    return (f"an earlier kernel (pid {identity.get('pid', '?')}, started at {_clock(started)}), before this "
+            f"kernel's restart at {_clock(STARTED)}")
+
+
+def find_checkpoint(checkpoint_id: str, cell: int | None = None, *, notebook: str | None = None,
+                    root: str | None = None) -> dict:
+    """An automatic checkpoint named by its id (of any kernel process), and labelled [cell] if one is given."""
+    manifest = Store(root).load_manifest(config.notebook_name(notebook), checkpoint_id)
+    label = manifest.get("label") or {}
+    if not manifest.get("auto"):
+        raise CheckpointNotFound(f"checkpoint {checkpoint_id} is a saved checkpoint, not an automatic one (the end "
+                                 f"of a cell): %gkews_checkpoint restore --checkpoint {checkpoint_id} brings it back")
+    if cell is not None and label.get("cell") != cell:
+        raise CheckpointNotFound(f"checkpoint {checkpoint_id} is the automatic checkpoint after cell "
+                                 f"[{label.get('cell')}], not after cell [{cell}]")
+    return manifest
+
+
+def rewind(cell: int | None, namespace=None, *, notebook: str | None = None, root: str | None = None,
+           undo_cell: int | None = None, checkpoint_id: str | None = None) -> dict:
+    """Bring the namespace back to the end of cell `cell` of this kernel (find_cell), or to the automatic
+    checkpoint `checkpoint_id` (of any kernel process: one before a restart too), after checkpointing the state
+    it replaces, labelled with `undo_cell` (default: the last cell that ran), so `rewind undo_cell` undoes
+    this one."""
+    if cell is None and checkpoint_id is None:
+        raise ValueError("rewind needs a cell number (or the id of an automatic checkpoint)")
     started = time.perf_counter()
     ns, shell = checkpoint._namespace(namespace)
     AUTO.writer.wait_idle()  # the checkpoint of that cell may still be being written
-    target = find_cell(cell, notebook=notebook, root=root)
+    if checkpoint_id is not None:
+        target = find_checkpoint(checkpoint_id, cell, notebook=notebook, root=root)
+    else:
+        target = find_cell(cell, notebook=notebook, root=root)
+    cell = (target.get("label") or {}).get("cell")
+    earlier = counter.earlier_kernel(target)
     count = getattr(shell, "execution_count", None)  # the next cell's number, outside a cell
     now = undo_cell if undo_cell is not None else count - 1 if isinstance(count, int) else None
     with AUTO.paused():
@@ -566,7 +631,8 @@ def rewind(cell: int, namespace=None, *, notebook: str | None = None, root: str 
             unchanged.append(name)
         else:
             changed.append(name)
-    return {"cell": cell, "checkpoint": target["id"], "label": target.get("label"), "undo": undo["id"],
+    return {"cell": cell, "checkpoint": target["id"], "label": target.get("label"), "earlier_kernel": earlier,
+            "undo": undo["id"],
             "undo_cell": now, "changed": changed, "came_back": came_back, "removed": removed,
             "unchanged": unchanged, "failed": result["failed"], "skipped_at_save": result["skipped_at_save"],
             "warnings": result["warnings"], "seconds": result["seconds"],

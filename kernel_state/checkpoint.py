@@ -167,6 +167,7 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
         "tensors": capture.tensors, "arrays": capture.arrays, "storages": capture.storages,
         "blobs": capture.blobs, "probes": _evaluate_probes(ns, store, nb) if probes else [],
         "execution_count": counter.current(shell),
+        **({"continues": continues} if (continues := counter.continued()) else {}),
         "random_state": saved_random,
         "stats": {"seconds": round(time.perf_counter() - started, 4),
                   "bytes_written": capture.bytes_written, "bytes_total": sum(capture.blobs.values())},
@@ -276,7 +277,7 @@ def restore(namespace=None, *, notebook=None, root=None, checkpoint=None, names=
             result = restore_namespace(ns, store, manifest, names=names, device=device, random_state=random_state)
     finally:
         _activity.update(operation=None)
-    counter.continue_from(_shell, manifest.get("execution_count"))
+    counter.continue_from(_shell, manifest.get("execution_count"), manifest)
     result["same_process"] = manifest["identity"].get("token") == TOKEN
     return result
 
@@ -478,7 +479,11 @@ def probe(expr: str, namespace=None, *, notebook=None, root=None, remove: bool =
 
 # -- listing --------------------------------------------------------------------------------------
 def list_checkpoints(*, notebook=None, root=None) -> list[dict]:
-    return Store(root).list(config.notebook_name(notebook))
+    rows = Store(root).list(config.notebook_name(notebook))
+    for row in rows:
+        if row.get("auto"):  # `rewind N` does not reach it by its number (a cell from before a restart)
+            row["earlier_kernel"] = counter.earlier_kernel(row)
+    return rows
 
 
 def delete(checkpoint_id: str, *, notebook=None, root=None) -> dict:

@@ -81,7 +81,8 @@ class CheckpointMagics(Magics):
     @argument("action", choices=ACTIONS, help="what to do")
     @argument("names", nargs="*", help="variables to save or restore (default: all); the id for delete")
     @argument("--exclude", nargs="+", default=[], metavar="NAME", help="save: leave these variables out")
-    @argument("--checkpoint", metavar="ID", help="restore/verify: this checkpoint instead of the newest")
+    @argument("--checkpoint", metavar="ID", help="restore/verify: this checkpoint instead of the newest; "
+              "rewind: this automatic checkpoint (also one from before a restart) instead of a cell number")
     @argument("--device", choices=("cpu", "cuda"), help="restore: put every tensor on this device")
     @argument("--notebook", help="checkpoints of this notebook path (default: this kernel's notebook)")
     @argument("--no-random-state", dest="random_state", action="store_false",
@@ -100,6 +101,7 @@ class CheckpointMagics(Magics):
         %gkews_checkpoint delete ID                             delete one checkpoint
         %gkews_checkpoint auto on|off|status                    a checkpoint after every cell (kernel undo)
         %gkews_checkpoint rewind N                              back to the state at the end of cell [N]
+        %gkews_checkpoint rewind --checkpoint ID                back to that automatic checkpoint (any kernel)
 
         save and restore carry the global random states (random, numpy, torch, CUDA) unless
         --no-random-state is given.
@@ -121,7 +123,7 @@ class CheckpointMagics(Magics):
     def _save(self, args):
         result = checkpoint.save(self.shell.user_ns, notebook=args.notebook, names=args.names or None,
                                  exclude=args.exclude, progress=_ProgressLine(), random_state=args.random_state)
-        print(f"Saved checkpoint {result['id']}: {len(result['saved'])} variables, "
+        print(f"Saved checkpoint {result['id']} for {result['notebook']!r}: {len(result['saved'])} variables, "
               f"{human_bytes(result['bytes'])} ({human_bytes(result['bytes_written'])} written) "
               f"in {result['seconds']:.2f} s.")
         if result["skipped"]:
@@ -165,7 +167,11 @@ class CheckpointMagics(Magics):
                 print(f"{r['id']:<26} unreadable: {r['error']}")
                 continue
             label = r.get("label") or {}
-            after = f"  auto, after [{label.get('cell')}]: {label.get('source', '')}" if r.get("auto") else ""
+            after = ""
+            if r.get("auto"):
+                # a cell [N] of the kernel before a restart: rewind N does not mean that one
+                earlier = f" of an earlier kernel ({_process(r.get('identity'))})" if r.get("earlier_kernel") else ""
+                after = f"  auto, after [{label.get('cell')}]{earlier}: {label.get('source', '')}"
             print(f"{r['id']:<26} {r['created']:<21} {human_bytes(r['bytes']):>11} {r['variables']:>9} "
                   f"{r['skipped']:>7}{after}")
 
@@ -240,13 +246,17 @@ class CheckpointMagics(Magics):
 
     def _rewind(self, args):
         from . import auto
-        if len(args.names) != 1 or not args.names[0].isdigit():
-            raise UsageError("rewind takes one cell number: %gkews_checkpoint rewind 12 (the [12] left of the cell)")
+        by_id = args.checkpoint is not None and not args.names
+        if not by_id and (len(args.names) != 1 or not args.names[0].isdigit()):
+            raise UsageError("rewind takes one cell number: %gkews_checkpoint rewind 12 (the [12] left of the cell), "
+                             "or an automatic checkpoint's id: %gkews_checkpoint rewind --checkpoint ID")
         # IPython has already counted this cell: the one before it is execution_count - 2
-        r = auto.rewind(int(args.names[0]), self.shell.user_ns, notebook=args.notebook,
-                        undo_cell=self.shell.execution_count - 2)
+        r = auto.rewind(None if by_id else int(args.names[0]), self.shell.user_ns, notebook=args.notebook,
+                        undo_cell=self.shell.execution_count - 2, checkpoint_id=args.checkpoint)
         label = r["label"] or {}
-        print(f"Rewound to the end of cell [{r['cell']}] ({label.get('source', '')}) in {r['seconds']:.2f} s.")
+        earlier = " of an earlier kernel" if r.get("earlier_kernel") else ""
+        print(f"Rewound to the end of cell [{r['cell']}]{earlier} ({label.get('source', '')}) "
+              f"in {r['seconds']:.2f} s.")
         for what, names in (("changed", r["changed"]), ("came back", r["came_back"]),
                             ("removed (defined after that cell)", r["removed"])):
             if names:
@@ -259,6 +269,15 @@ class CheckpointMagics(Magics):
         for warning in r["warnings"]:
             print(f"  warning: {warning}")
         print(f"  {len(r['unchanged'])} unchanged. Undo with %gkews_checkpoint rewind {r['undo_cell']}.")
+
+
+def _process(identity: dict | None) -> str:
+    """A kernel process as the list names it: its pid and when it started (UTC, as the list's times)."""
+    identity = identity or {}
+    started = identity.get("started")
+    if not isinstance(started, (int, float)):
+        return f"pid {identity.get('pid', '?')}"
+    return f"pid {identity.get('pid', '?')}, started {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(started))}"
 
 
 def auto_status_line(s: dict) -> str:

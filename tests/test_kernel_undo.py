@@ -215,7 +215,8 @@ def test_pause_flag_a_failing_save_said_once_and_shutdown_not_delayed(store):
     with Kernel(store) as fresh:
         rows = checkpoints_by_source(fresh)
         assert "last = np.ones(2_000_000)" not in rows and "ok_again = 1" in rows
-        fresh.run("%gkews_checkpoint rewind " + str(rows["ok_again = 1"]["label"]["cell"]))
+        # a new kernel numbers its cells from [1]: the previous one's are reached by id
+        fresh.run("%gkews_checkpoint rewind --checkpoint " + rows["ok_again = 1"]["id"])
         assert fresh.value("[ok_again, bool((big3 == np.random.default_rng(3).standard_normal(1_000_000)).all())]") \
             == [1, True]
 
@@ -473,3 +474,93 @@ def test_changes_a_version_counter_misses_are_in_the_cells_checkpoint(store):
         for source, expected in reversed(list(cells.items())):
             k.run(f"%gkews_checkpoint rewind {rows[source]['label']['cell']}")
             assert k.quietly("digest()") == expected, source
+
+
+def restart(k: Kernel) -> None:
+    """Restart the kernel the way the notebook's Restart does: a new process, cells numbered from [1]."""
+    k.km.restart_kernel(now=True)
+    k.client.stop_channels()
+    k.client = k.km.client()
+    k.client.start_channels()
+    k.client.wait_for_ready(timeout=60)
+
+
+def test_after_a_restart_rewind_goes_back_only_to_cells_of_this_kernel(store):
+    """After a restart the cells are numbered from [1] again: `rewind 3` means this kernel's cell [3], never
+    the previous process's, and the list tells the two apart."""
+    with Kernel(store, extra_env={"GKEWS_AUTO_CHECKPOINT": "1"}) as k:
+        for code in ("secret_old = 'OLD KERNEL'; x = 1", "x = 2", "x = 3", "x = 4"):
+            k.run(code)
+            settle(k)
+        old = checkpoints_by_source(k)
+        assert old["x = 3"]["label"]["cell"] == 3 and old["x = 3"]["earlier_kernel"] is False, old["x = 3"]
+        restart(k)
+        k.run("y = 'new kernel'")  # [1] again
+        k.run("y = 'new 2'")  # [2]
+        settle(k)
+        out = k.run("%gkews_checkpoint rewind 3", allow_error=True)
+        assert "cell [3] ran in an earlier kernel" in out, out
+        assert f"%gkews_checkpoint rewind --checkpoint {old['x = 3']['id']}" in out, out
+        assert k.quietly("[y, 'x' in dir(), 'secret_old' in dir()]") == ["new 2", False, False]
+        reply = k.call({"op": "rewind", "cell": 3})  # the page's and REST's way: the same answer
+        assert not reply["ok"] and "cell [3] ran in an earlier kernel" in reply["error"], reply
+        missing = k.call({"op": "rewind", "cell": 99})
+        assert "no automatic checkpoint after cell [99]" in missing["error"] and "[1], [2])" in missing["error"]
+        # [1] and [2] are this kernel's, though the previous one had cells [1] and [2] too
+        out = k.run("%gkews_checkpoint rewind 1")
+        assert "Rewound to the end of cell [1] (y = 'new kernel')" in out, out
+        assert k.quietly("[y, 'x' in dir(), 'secret_old' in dir()]") == ["new kernel", False, False]
+        settle(k)
+        rows = k.call({"op": "list"})["result"]
+        earlier = {r["label"]["source"] for r in rows if r["auto"] and r.get("earlier_kernel")}
+        assert earlier == {"secret_old = 'OLD KERNEL'; x = 1", "x = 2", "x = 3", "x = 4"}, rows
+        listing = k.run("%gkews_checkpoint list")
+        marked = [line for line in listing.splitlines() if "earlier kernel" in line]
+        assert len(marked) == 4 and all("y = " not in line for line in marked), listing
+        # that checkpoint by id: a rewind to it, on purpose
+        out = k.run(f"%gkews_checkpoint rewind --checkpoint {old['x = 3']['id']}")
+        assert "Rewound to the end of cell [3] of an earlier kernel (x = 3)" in out, out
+        assert "removed (defined after that cell): y" in out, out
+        assert k.quietly("[x, secret_old, 'y' in dir()]") == [3, "OLD KERNEL", False]
+
+
+def test_after_a_resume_rewind_still_reaches_the_cells_from_before_the_pause(store):
+    """A resumed kernel continues the execution counter of the one it was restored from: the notebook reads
+    as one session, so its cells from before the pause stay reachable by number, across several resumes;
+    a plain restart (nothing restored) starts a new numbering."""
+    env = {"GKEWS_AUTO_CHECKPOINT": "1"}
+    with Kernel(store, extra_env=env) as first:
+        for code in ("a = 1", "a = 2", "a = 3"):
+            first.run(code)
+            settle(first)
+        assert first.call({"op": "save"})["ok"]  # what a pause does
+    with Kernel(store, extra_env=env) as second:
+        assert second.call({"op": "restore"})["ok"]  # what a resume does: the next cell is [4]
+        second.run("b = 'after the first resume'")
+        settle(second)
+        assert all(not r.get("earlier_kernel") for r in second.call({"op": "list"})["result"])
+        out = second.run("%gkews_checkpoint rewind 2")
+        assert "removed (defined after that cell): b" in out, out
+        assert second.quietly("[a, 'b' in dir()]") == [2, False]
+        second.run("%gkews_checkpoint rewind 4")  # undo: this kernel's own cell
+        assert second.quietly("[a, b]") == [3, "after the first resume"]
+        second.run("c = 'more'")
+        settle(second)
+        assert second.call({"op": "save"})["ok"]
+    with Kernel(store, extra_env=env) as third:
+        assert third.call({"op": "restore"})["ok"]
+        third.run("d = 'after the second resume'")
+        settle(third)
+        third.run("%gkews_checkpoint rewind 2")  # a cell of the first kernel, two resumes ago
+        assert third.quietly("[a, 'b' in dir(), 'd' in dir()]") == [2, False, False]
+    with Kernel(store, extra_env=env) as fresh:  # a start with nothing restored: numbered from [1] again
+        fresh.run("z = 1")
+        assert "cell [2] ran in an earlier kernel" in fresh.run("%gkews_checkpoint rewind 2", allow_error=True)
+
+
+def test_the_save_message_names_the_notebook_it_saved_under(store):
+    with Kernel(store, extra_env={"GKEWS_NOTEBOOK": "work/console-7"}) as k:
+        out = k.run("v = 1\n%gkews_checkpoint save")
+        assert "Saved checkpoint " in out and "for 'work/console-7'" in out, out
+        out = k.run("%gkews_checkpoint save --notebook elsewhere.ipynb")
+        assert "for 'elsewhere.ipynb'" in out, out
