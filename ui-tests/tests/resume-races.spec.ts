@@ -239,6 +239,36 @@ test('Restart Kernel while paused is refused, saying why; Resume brings the vari
   expect(prompt).toBe('[2]:');
 });
 
+
+test('New Console for a paused notebook is refused, saying to resume; after Resume the console has its variables', async ({
+  page,
+  tmpPath
+}) => {
+  await openAndRun(page, tmpPath, ['console.ipynb']);
+  const [released] = await serverKernels(page);
+  await pauseButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  // the notebook has no kernel now, so JupyterLab asks which one; the page still lists the released one
+  await page.menu.clickMenuItem('File>New Console for Notebook');
+  const dialog = page.locator('.jp-Dialog');
+  await dialog.locator('select').selectOption({ label: `python3 (${released.slice(0, 8)})` });
+  await dialog.getByRole('button', { name: 'Select' }).click();
+  await expect(dialog).toContainText("/console.ipynb' is paused: the pause released its kernel", PAUSED);
+  await expect(dialog).toContainText('Resume it first');
+  expect(await serverKernels(page)).toEqual([]); // not a new, empty kernel under the notebook's name
+  await dialog.getByRole('button').last().click();
+  await expect(dialog).toHaveCount(0);
+  await page.notebook.activate('console.ipynb');
+  await resumeButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  await page.menu.clickMenuItem('File>New Console for Notebook');
+  // (the refused console's tab stays open, without a kernel: the new one is the last)
+  const console = page.locator('.jp-CodeConsole:visible').last();
+  await console.locator('.jp-CodeConsole-promptCell .jp-InputArea-editor').click();
+  await page.keyboard.type('print(w * 2)');
+  await page.keyboard.press('Shift+Enter');
+  await expect(console.locator('.jp-OutputArea-output').last()).toHaveText('82\n', READY);
+});
 test('a cell run while the pause is still checkpointing waits, then runs after Resume', async ({ page, tmpPath }) => {
   // a variable whose checkpoint waits until the test lets it go (the file "gate"): the pause stays "pausing"
   const slow = [
