@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
@@ -10,6 +11,7 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Dict, Float, Int, TraitError, Type, Unicode, default, validate
 
 from .backends import Backend, LocalBackend
+from .backends.base import in_range
 from .bridge import KernelBridge
 from .checkpoints import CheckpointCatalog
 from .cleanup import describe, run_cleanup
@@ -31,6 +33,17 @@ NOTEBOOK_ENV = "GKEWS_NOTEBOOK"
 #: The contents service's events (jupyter_server): a rename moves a notebook's checkpoints, kernel and pause state.
 CONTENTS_EVENTS = "https://events.jupyter.org/jupyter_server/contents_service/v1"
 
+#: How every message about a setting that stops the extension ends (the 503 and the log name the setting first).
+SETTINGS_FIX = "fix it in jupyter_server_config.py (or on the command line) and restart the server"
+#: traitlets' words for a trait ("The 'keep_last' trait of a GkewsApp instance", "... of <x.GkewsApp object at
+#: 0x..> instance") as a person writes the setting: c.GkewsApp.keep_last
+_TRAIT_OF = re.compile(r"The '(\w+)' trait of (?:an? (\w+)|<[\w.]*?(\w+) object at 0x[0-9a-f]+>) instance")
+
+
+def bad_setting(exc: Exception) -> str:
+    """A TraitError's message, naming the setting as c.<Class>.<name>."""
+    return _TRAIT_OF.sub(lambda m: f"c.{m[2] or m[3]}.{m[1]}", str(exc)).rstrip(".")
+
 
 class GkewsApp(ExtensionApp):
     """Pause a GPU notebook session and resume it.
@@ -42,7 +55,9 @@ class GkewsApp(ExtensionApp):
     name = "jupyter_gkews"
     description = "Pause a GPU notebook, release the accelerator, and resume it."
 
+    # None, not "", before the default is computed: traitlets cross-validates only a change, and "" must be refused
     checkpoint_root = Unicode(
+        None, allow_none=True,
         help=(
             "Directory that holds the application checkpoints of every "
             "notebook's kernel. It must outlive the Pod, so the default lives "
@@ -54,6 +69,7 @@ class GkewsApp(ExtensionApp):
     ).tag(config=True)
 
     state_dir = Unicode(
+        None, allow_none=True,
         help="Directory of the lifecycle's state (state.json) and event log (events.jsonl). Default: "
         "<jupyter_data_dir>/gkews/state, on the home volume, so a restarted server or Pod knows where it was.",
     ).tag(config=True)
@@ -121,10 +137,30 @@ class GkewsApp(ExtensionApp):
         "each notebook never is); 0: no age limit.",
     )
 
-    @validate("max_age_days")
-    def _check_max_age_days(self, proposal) -> float:
-        if not proposal["value"] >= 0:  # a negative age would make every checkpoint but the newest "old"
-            raise TraitError(f"c.GkewsApp.max_age_days must be 0 (no age limit) or positive, not {proposal['value']}")
+    # -- what each setting accepts: refused when the server starts (a 503 naming it), not at first use --------
+    @validate("keep_last")
+    def _at_least_one(self, proposal):
+        return in_range(proposal, 1)
+
+    @validate("busy_timeout", "gpu_count")
+    def _at_least_zero(self, proposal):
+        return in_range(proposal, 0)
+
+    @validate("kernel_call_timeout", "idle_check_interval")
+    def _more_than_zero(self, proposal):
+        return in_range(proposal, 0, strict=True)
+
+    @validate("max_bytes", "max_age_days", "cleanup_interval")  # a negative age: every checkpoint but the newest "old"
+    def _zero_or_more(self, proposal):
+        zero = {"max_bytes": "no budget", "max_age_days": "no age limit", "cleanup_interval": "never"}
+        return in_range(proposal, 0, zero=zero[proposal["trait"].name])
+
+    @validate("checkpoint_root", "state_dir")
+    def _a_directory(self, proposal) -> str:
+        name = proposal["trait"].name
+        if not (proposal["value"] or "").strip():  # os.path.abspath("") is the server's working directory
+            raise TraitError(f"c.GkewsApp.{name} is empty: give a directory, or remove the setting to use the "
+                             f"default {getattr(self, '_default_' + name)()}")
         return proposal["value"]
 
     @default("idle_profile")
@@ -156,7 +192,7 @@ class GkewsApp(ExtensionApp):
 
         async def cleanup():
             self.log.info("jupyter_gkews: cleanup: %s", describe(await self.cleanup()).splitlines()[-1])
-        if self.cleanup_interval > 0:  # 0 or less: never
+        if self.cleanup_interval > 0:  # 0: never
             self.periodic_cleanup = PeriodicCallback(cleanup, self.cleanup_interval * 1000)
             self.periodic_cleanup.start()
 
@@ -173,7 +209,31 @@ class GkewsApp(ExtensionApp):
     def _default_state_dir(self) -> str:
         return os.path.join(jupyter_data_dir(), "gkews", "state")
 
+    #: why the settings cannot be used (set by _link_jupyter_server_extension or initialize_settings)
+    _bad_setting: str | None = None
+
+    def _link_jupyter_server_extension(self, serverapp) -> None:
+        """Read the settings. One bad value makes traitlets put EVERY setting of that configuration back to the
+        trait's static default (state_dir '': the working directory; the local backend on GKE), and
+        jupyter_server then loads the extension anyway: remember why, so that initialize_settings turns it
+        off instead of acting on those defaults."""
+        try:
+            super()._link_jupyter_server_extension(serverapp)
+        except Exception as exc:
+            if serverapp.reraise_server_extension_failures:
+                raise
+            self.serverapp = serverapp
+            self._bad_setting = bad_setting(exc)
+
     def initialize_settings(self) -> None:
+        if self._bad_setting is None:
+            try:
+                backend = self.backend_class(parent=self)  # reads c.<Backend>.<setting>: a bad one stops here
+            except TraitError as exc:
+                self._bad_setting = bad_setting(exc)
+        if self._bad_setting is not None:  # before anything is exported, claimed or written
+            self._unavailable(f"a setting cannot be used: {self._bad_setting}; {SETTINGS_FIX}")
+            return
         root = os.path.abspath(os.path.expanduser(self.checkpoint_root))
         self.settings["gkews_checkpoint_root"] = root
         # Kernels inherit the server's environment. An explicit setting made
@@ -194,7 +254,6 @@ class GkewsApp(ExtensionApp):
         if getattr(self.serverapp, "kernel_manager", None) is None:  # constructed alone (tests of the settings)
             return
         self._name_kernels_by_session_path()
-        backend = self.backend_class(parent=self)
         backend.bind(self.serverapp)
         store = StateStore(self.state_dir)
         self.lifecycle = Lifecycle(
@@ -208,7 +267,8 @@ class GkewsApp(ExtensionApp):
             store.claim()  # one server per state directory
             self.lifecycle.load()  # before the server answers requests: nobody sees a half-recovered state
         except (OSError, StateDirInUse) as exc:
-            self._disable(store, exc)
+            store.release_claim()
+            self._unavailable(self._unwritable(store, exc) if isinstance(exc, OSError) else str(exc))
             return
         self.settings.update(gkews_lifecycle=self.lifecycle,
                              gkews_catalog=CheckpointCatalog(os.environ[CHECKPOINT_ROOT_ENV]))
@@ -233,16 +293,26 @@ class GkewsApp(ExtensionApp):
             return env
         sm.get_kernel_env = get_kernel_env
 
-    def _disable(self, store: StateStore, exc: Exception) -> None:
-        """Pause and resume are off: say so loudly, and let every route answer 503 with the reason."""
-        store.release_claim()
-        if isinstance(exc, OSError):
-            why = (f"the state directory {store.directory} cannot be written ({exc.strerror or exc}"
-                   f"{': ' + exc.filename if exc.filename else ''}); fix it (free space, permissions) or point "
-                   f"c.GkewsApp.state_dir (and checkpoint_root, which holds the pins) at a writable directory, "
-                   f"then restart the server")
+    def _unwritable(self, store: StateStore, exc: OSError) -> str:
+        """Which directory could not be written (the state directory, or the checkpoint root, which holds the
+        pins), why, and the fix."""
+        root = os.path.abspath(self.lifecycle.checkpoint_root)
+        failed = exc.filename if isinstance(exc.filename, str) else ""
+
+        def under(folder: str) -> bool:
+            return (os.path.abspath(failed) + os.sep).startswith(os.path.abspath(folder) + os.sep)
+        if failed and under(root) and not under(store.directory):  # the pins (state_dir may be inside the root)
+            what = f"the checkpoint root {root}"
+            setting = ("c.GkewsApp.checkpoint_root" if self._exported_root else
+                       f"${CHECKPOINT_ROOT_ENV} (set when the server started: it wins over c.GkewsApp.checkpoint_root)")
         else:
-            why = str(exc)
+            what = f"the state directory {store.directory}"
+            setting = "c.GkewsApp.state_dir (and checkpoint_root, which holds the pins)"
+        return (f"{what} cannot be written ({exc.strerror or exc}{': ' + failed if failed else ''}); fix it (free "
+                f"space, permissions) or point {setting} at a writable directory, then restart the server")
+
+    def _unavailable(self, why: str) -> None:
+        """Pause and resume are off: say so loudly, and let every route answer 503 with the reason."""
         message = f"jupyter-gkews is off: pause and resume are unavailable: {why}"
         self.log.critical("jupyter_gkews: %s", message)
         self.lifecycle = None
@@ -253,7 +323,7 @@ class GkewsApp(ExtensionApp):
 
     async def _start_jupyter_server_extension(self, serverapp) -> None:
         if getattr(self, "lifecycle", None) is None:
-            return  # _disable said why (or constructed alone)
+            return  # _unavailable said why (or constructed alone)
         await self.lifecycle.recover()
         self._start_operations()
         self.log.info("jupyter_gkews: %s backend, state %s", self.lifecycle.backend.name,

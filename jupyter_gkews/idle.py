@@ -13,6 +13,7 @@ with "reason": "idle policy" in its event.
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -78,8 +79,9 @@ def choose_profile(name: str, overrides: dict) -> tuple[str, WorkloadProfile]:
     except TraitError as exc:
         raise ValueError(f"idle profile {name!r}: {exc}") from None
     for field in ("idle_minutes", "min_running_minutes"):
-        if getattr(profile, field) < 0:
-            raise ValueError(f"idle profile {name!r}: {field} must be 0 or more (got {getattr(profile, field)})")
+        value = getattr(profile, field)
+        if not (math.isfinite(value) and value >= 0):  # nan passes no comparison, so `value < 0` let it through
+            raise ValueError(f"idle profile {name!r}: {field} must be 0 or more, and finite (got {value!r})")
     return name, profile
 
 

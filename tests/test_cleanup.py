@@ -128,11 +128,12 @@ def test_bad_settings_and_a_missing_store_are_named(tmp_path):
     fill(tmp_path / "ckpt", saves=1)
     r = jupyter_gkews("cleanup", f"--checkpoint-root={tmp_path / 'ckpt'}", "--keep-last=0", home=tmp_path)
     assert r.returncode == 2
-    assert "keep_last must be at least 1 (got 0)" in r.stderr and "jupyter_server_config.py" in r.stderr
+    assert "c.GkewsApp.keep_last must be at least 1, not 0" in r.stderr and "jupyter_server_config.py" in r.stderr
     fill(tmp_path / "three", saves=3)
     before = sorted(p.name for p in (tmp_path / "three").rglob("*.json"))
     for option, reason in (("--max-age-days=-1", "max_age_days must be 0 (no age limit) or positive, not -1.0"),
-                           ("--keep-last=abc", "The 'keep_last' trait of a GkewsApp instance expected an int")):
+                           ("--keep-last=abc", "c.GkewsApp.keep_last expected an int"),
+                           ("--LocalBackend.release_mode=x", "c.LocalBackend.release_mode")):
         r = jupyter_gkews("cleanup", f"--checkpoint-root={tmp_path / 'three'}", option, home=tmp_path)
         assert r.returncode == 2 and reason in r.stderr and "Traceback" not in r.stderr, (option, r.stderr)
     assert sorted(p.name for p in (tmp_path / "three").rglob("*.json")) == before  # a negative age deleted nothing

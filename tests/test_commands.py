@@ -39,6 +39,11 @@ def test_the_command_without_a_subcommand_names_them():
     assert all(name in done.stderr for name in GkewsCommand.subcommands), done.stderr
 
 
+def test_an_unknown_command_is_named():
+    done = run(["jupyter", "gkews", "bogus"], timeout=120, code=2)
+    assert "unknown command 'bogus'" in done.stderr and "Commands: cleanup, pause" in done.stderr, done.stderr
+
+
 BENCHMARKS = {  # the smallest size of each documented benchmark, and what its report must say
     "bench_checkpoint": (["benchmarks/bench_checkpoint.py", "--smoke"], "kernel_state.restore cold"),
     "bench_lifecycle": (["benchmarks/bench_lifecycle.py", "--notebooks", "1", "--mb", "1", "--cycles", "3",

@@ -196,6 +196,9 @@ def test_the_profile_comes_from_configuration_or_the_environment(monkeypatch):
                      "c.GkewsApp.idle_profiles"]),
     ("x", {"x": {"idle_minute": 5}}, ["unknown field(s) idle_minute", "accepted: busy_blocks"]),
     ("x", {"x": {"idle_minutes": -1}}, ["idle_minutes must be 0 or more"]),
+    ("x", {"x": {"idle_minutes": float("nan")}}, ["idle profile 'x': idle_minutes must be 0 or more, and finite "
+                                                  "(got nan)"]),
+    ("x", {"x": {"min_running_minutes": float("inf")}}, ["min_running_minutes must be 0 or more, and finite"]),
     ("x", {"x": {"snapshot": "maybe"}}, ["idle profile 'x'", "snapshot"]),
     ("x", {"x": 30}, ["must be a dict of fields"]),
 ])

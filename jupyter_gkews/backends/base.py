@@ -2,6 +2,9 @@
 a backend only takes snapshots, releases the environment, gets it back, and says how to recover."""
 from __future__ import annotations
 
+import math
+
+from traitlets import TraitError
 from traitlets.config import LoggingConfigurable
 
 from ..states import NotebookStatus
@@ -13,6 +16,17 @@ from ..states import NotebookStatus
 SUSPENDED = NotebookStatus.SUSPENDED
 KEPT_RUNNING = NotebookStatus.KEPT_RUNNING
 LIVE_STATUSES = (SUSPENDED, KEPT_RUNNING)  # a paused notebook whose kernel process lives on
+
+
+def in_range(proposal, low: float, *, strict: bool = False, zero: str = ""):
+    """For a traitlets @validate of a number setting: the proposed value when it is finite and at least low (more
+    than low when strict), else a TraitError naming c.<Class>.<setting>, the range and the value. zero: what 0
+    means, for a setting whose range starts at a special 0."""
+    value, trait = proposal["value"], proposal["trait"]
+    if math.isfinite(value) and (value > low if strict else value >= low):
+        return value
+    rule = f"0 ({zero}) or positive" if zero else f"more than {low:g}" if strict else f"at least {low:g}"
+    raise TraitError(f"c.{trait.this_class.__name__}.{trait.name} must be {rule}, not {value!r}")
 
 
 class SnapshotFailed(Exception):

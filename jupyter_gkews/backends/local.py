@@ -22,7 +22,7 @@ import os
 import time
 
 from jupyter_core.utils import ensure_async
-from traitlets import CaselessStrEnum, Float, Int
+from traitlets import CaselessStrEnum, Float, Int, validate
 
 from kernel_state.hold import held_pid
 
@@ -31,7 +31,7 @@ from ..gpu_suspend import GIB, DriverError, GpuUnavailable, gib, keepalive, proc
 from ..gpu_suspend.driver import refusal
 from ..lifecycle.paths import one_line
 from ..states import NotebookStatus
-from .base import KEPT_RUNNING, LIVE_STATUSES, SUSPENDED, Backend
+from .base import KEPT_RUNNING, LIVE_STATUSES, SUSPENDED, Backend, in_range
 
 RELEASED_MESSAGE = "released (checkpoint on disk)"
 #: what NVML may still show for a suspended process: the driver may keep a few MiB of its own (4 MiB measured
@@ -72,6 +72,18 @@ class LocalBackend(Backend):
         2 * GIB, config=True,
         help="Bytes of host memory (MemAvailable) a suspend leaves free; a kernel whose GPU memory does not fit "
         "in the rest is shut down instead.")
+
+    @validate("capacity_timeout", "release_check_timeout", "dead_kernel_wait", "host_memory_reserve")
+    def _at_least_zero(self, proposal):
+        return in_range(proposal, 0)
+
+    @validate("capacity_poll_interval")
+    def _more_than_zero(self, proposal):
+        return in_range(proposal, 0, strict=True)
+
+    @validate("lock_timeout")
+    def _at_least_a_millisecond(self, proposal):  # the driver's lock takes milliseconds, and 0 means no limit
+        return in_range(proposal, 0.001)
 
     _gpu = None  # (driver, memory), opened on first use
 

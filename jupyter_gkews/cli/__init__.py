@@ -36,7 +36,8 @@ class GkewsCommand(JupyterApp):
         if self.subapp is not None:
             return self.subapp.start()
         names = ", ".join(sorted(self.subcommands)) or "(none)"
-        print(f"Say which command to run: jupyter gkews <command> [options]. Commands: {names}. "
+        unknown = f"unknown command {self.extra_args[0]!r}. " if self.extra_args else ""
+        print(f"{unknown}Say which command to run: jupyter gkews <command> [options]. Commands: {names}. "
               "`jupyter gkews <command> --help` shows a command's options.", file=sys.stderr)
         self.exit(2)
 

@@ -32,8 +32,8 @@ class CleanupApp(ServerConfigApp):
         if not os.path.isdir(root):
             print(f"no checkpoint store at {root}: that directory does not exist; {ROOT_FIX}", file=sys.stderr)
             self.exit(2)
+        backend = self.backend(settings)
         try:
-            backend = settings.backend_class(parent=settings)  # not bound: cleanup needs no running server
             report = asyncio.run(run_cleanup(root, backend, keep_last=settings.keep_last,
                                              max_bytes=settings.max_bytes, max_age_days=settings.max_age_days,
                                              dry_run=self.dry_run))

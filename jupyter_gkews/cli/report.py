@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import sys
@@ -17,16 +18,16 @@ from .serverconfig import ROOT_FIX, ServerConfigApp
 
 def parse_until(value: str) -> float:
     """Seconds since the epoch, or a UTC date YYYY-MM-DD (its end) or YYYY-MM-DDTHH:MM."""
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    for fmt, extra in (("%Y-%m-%dT%H:%M", 0), ("%Y-%m-%d", 86400)):
+    forms = "give YYYY-MM-DD, YYYY-MM-DDTHH:MM (UTC) or epoch seconds"
+    for parse in (float, lambda v: utc_epoch(v, "%Y-%m-%dT%H:%M"), lambda v: utc_epoch(v, "%Y-%m-%d") + 86400):
         try:
-            return utc_epoch(value, fmt) + extra
+            until = parse(value)
         except ValueError:
             continue
-    raise ValueError(f"--until={value!r} is not a date: give YYYY-MM-DD, YYYY-MM-DDTHH:MM (UTC) or epoch seconds")
+        if not (math.isfinite(until) and until > 0):  # -5 was a week of 1969, reported as empty
+            raise ValueError(f"--until={value!r} is not a time after 1970-01-01: {forms}")
+        return until
+    raise ValueError(f"--until={value!r} is not a date: {forms}")
 
 
 def disk_usage(root: str) -> int:

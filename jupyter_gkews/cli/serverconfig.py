@@ -12,7 +12,7 @@ import sys
 from jupyter_core.application import JupyterApp
 from traitlets import TraitError
 
-from ..app import CHECKPOINT_ROOT_ENV, GkewsApp
+from ..app import CHECKPOINT_ROOT_ENV, GkewsApp, bad_setting
 
 #: how to name the store, in the messages of a command that found none
 ROOT_FIX = (f"give the server's with --checkpoint-root=DIR (the server uses ${CHECKPOINT_ROOT_ENV} when it was "
@@ -29,9 +29,19 @@ class ServerConfigApp(JupyterApp):
         try:
             return GkewsApp(parent=self)
         except TraitError as exc:
-            print(f"jupyter gkews {self.name.split('-')[-1]}: {str(exc).rstrip('.')}; fix it on the command line or in "
-                  f"jupyter_server_config.py", file=sys.stderr)
-            self.exit(2)
+            self._refuse(exc)
+
+    def backend(self, settings: GkewsApp):
+        """The configured backend, not bound to a server; a bad c.<Backend>.<setting> ends the command likewise."""
+        try:
+            return settings.backend_class(parent=settings)
+        except TraitError as exc:
+            self._refuse(exc)
+
+    def _refuse(self, exc: TraitError) -> None:
+        print(f"jupyter gkews {self.name.split('-')[-1]}: {bad_setting(exc)}; fix it on the command line or in "
+              f"jupyter_server_config.py", file=sys.stderr)
+        self.exit(2)
 
     def checkpoint_root(self, settings: GkewsApp) -> str:
         """The store the server uses: --checkpoint-root given to this command, else $GKEWS_CHECKPOINT_ROOT
