@@ -77,9 +77,13 @@ class NotebookActions:
         return {"notebook": notebook, **result}
 
     async def rewind(self, body: dict) -> dict:
-        """Bring the notebook's kernel back to the end of cell [N] (its state before is checkpointed first)."""
+        """Bring the notebook's kernel back to the end of cell [N] of this kernel, or to the automatic checkpoint
+        named (labelled [N]; of an earlier kernel process too), its state before checkpointed first."""
         notebook = self._notebook(body)
         cell = body["cell"]  # the schema ("rewind") requires a whole number from 1
         kernel_id = await self._kernel_of(notebook)
-        result = await self._call(kernel_id, notebook, {"op": "rewind", "cell": cell})
+        request = {"op": "rewind", "cell": cell}
+        if body.get("checkpoint"):
+            request["checkpoint"] = body["checkpoint"]
+        result = await self._call(kernel_id, notebook, request)
         return {"notebook": notebook, **result}

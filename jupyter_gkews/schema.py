@@ -51,7 +51,10 @@ REQUESTS: dict[str, dict] = {
                  required=["notebook"]),
     "rewind": _obj({"notebook": _NOTEBOOK,
                     "cell": {"type": "integer", "minimum": 1,
-                             "x-message": 'give the cell as {"cell": 12}, the number left of the cell'}},
+                             "x-message": 'give the cell as {"cell": 12}, the number left of the cell'},
+                    # the row the page shows: that very checkpoint, whichever kernel process ran its cell
+                    "checkpoint": {"type": "string", "pattern": f"^{CHECKPOINT_ID}$",
+                                   "x-message": '"checkpoint" must be a checkpoint id, like 20261129-221530-123-a1b2'}},
                    required=["notebook", "cell"]),
 }
 

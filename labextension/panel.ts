@@ -164,7 +164,7 @@ export class CheckpointPanel extends Widget {
         this.button(
           `Rewind to after cell [${cell}]`,
           paused ?? `Bring the kernel of ${c.notebook} back to the end of cell [${cell}]`,
-          () => this.rewind(c.notebook, cell),
+          () => this.rewind(c.notebook, cell, c.id),
           !!paused
         )
       );
@@ -217,7 +217,7 @@ export class CheckpointPanel extends Widget {
     }
   }
 
-  private async rewind(notebook: string, cell: number): Promise<void> {
+  private async rewind(notebook: string, cell: number, checkpoint: string): Promise<void> {
     const answer = await showDialog({
       title: `Rewind to after cell [${cell}]?`,
       body: `The variables of ${notebook}'s running kernel go back to what they were at the end of cell [${cell}]; variables defined after it are removed. The state before is checkpointed first, so the rewind can be undone.`,
@@ -227,7 +227,8 @@ export class CheckpointPanel extends Widget {
       return;
     }
     try {
-      const r = await postUndo<IRewindResult>('checkpoints/rewind', { notebook, cell });
+      // this row's checkpoint: after a restart the kernel's own cell [N] is another one
+      const r = await postUndo<IRewindResult>('checkpoints/rewind', { notebook, cell, checkpoint });
       const failed = Object.keys(r.failed);
       const parts = [
         r.changed.length ? `changed: ${r.changed.join(', ')}` : '',

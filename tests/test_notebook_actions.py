@@ -102,6 +102,40 @@ async def test_kernel_undo_from_the_page_toggle_then_rewind(jp_fetch, jp_servera
     assert r.code == 200 and json.loads(r.body)["enabled"] is False
 
 
+async def test_after_a_restart_the_page_rewinds_to_the_row_it_shows(jp_fetch, jp_serverapp, jp_root_dir):
+    """After Restart Kernel the cells are numbered from [1] again: "rewind to after cell [2]" on a row of the
+    kernel before the restart brings back that row's state (the page sends its id), while a rewind by number
+    alone reaches only this kernel's cells and names the earlier one."""
+    path = "work/restarted.ipynb"
+    kid = (await open_notebook(jp_fetch, jp_root_dir, path))["kernel"]["id"]
+
+    async def cells(*sources):
+        assert (await post(jp_fetch, "checkpoints/auto", {"notebook": path, "action": "on"})).code == 200
+        for source in sources:
+            await run_cell(jp_serverapp, kid, source)
+        await run_cell(jp_serverapp, kid, "from kernel_state import auto; auto.AUTO.writer.wait_idle(120)")
+
+    await cells("a = 1", "b = 2", "d = 4")  # [1] [2] [3], then the wait [4]
+    r = await jp_fetch("api", "kernels", kid, "restart", method="POST", body="")
+    assert r.code == 200
+    await cells("c = 3")  # [1], then the wait [2]: no cell [3] in this kernel
+    listed = json.loads((await jp_fetch("gkews", "checkpoints", params={"notebook": path})).body)["checkpoints"]
+    row = next(c for c in listed if c["auto"] and c["label"]["source"] == "d = 4")
+
+    r = await post(jp_fetch, "checkpoints/rewind", {"notebook": path, "cell": row["label"]["cell"]})
+    assert r.code == 404 and "ran in an earlier kernel" in json.loads(r.body)["message"], r.body
+    assert (await run_cell(jp_serverapp, kid, "print(sorted(k for k in 'abcd' if k in globals()))")).strip() == "['c']"
+    r = await post(jp_fetch, "checkpoints/rewind", {"notebook": path, "cell": 1, "checkpoint": row["id"]})
+    assert r.code == 404 and "not after cell [1]" in json.loads(r.body)["message"], r.body
+    r = await post(jp_fetch, "checkpoints/rewind", {"notebook": path, "cell": row["label"]["cell"],
+                                                    "checkpoint": row["id"]})
+    assert r.code == 200, r.body
+    assert "c" in json.loads(r.body)["removed"]
+    assert (await run_cell(jp_serverapp, kid, "print(a, b, d, 'c' in dir())")).strip() == "1 2 4 False"
+    r = await post(jp_fetch, "checkpoints/rewind", {"notebook": path, "cell": 3, "checkpoint": "yesterday"})
+    assert r.code == 400 and "checkpoint id" in json.loads(r.body)["message"]
+
+
 async def test_a_link_inside_the_store_is_named_on_delete_and_nothing_is_deleted(jp_fetch, jp_serverapp, tmp_path):
     """Someone replaced the store's blobs/ by a link to another folder: a REST delete says so, with the fix,
     instead of an unhandled error, and neither the checkpoint nor the other folder's files are touched."""
