@@ -48,6 +48,11 @@ def status(gkews, ws="gpu-notebook") -> dict:
     return json.loads(gkews("status", "--workspace", ws, "--json").stdout)
 
 
+LOST = ("jupyter gkews pause: the GKE Workspaces snapshot add-on is not enabled for the Workspace "
+        "team-a/gpu-notebook, so a pause from here takes no Pod snapshot and no checkpoint: what its kernels hold in "
+        "memory (variables, models on the GPU) would be lost when the Pod stops.")
+
+
 def wait_status(gkews, state: str) -> dict:
     """The controller reacts within 50 ms; poll until the Workspace shows the state."""
     for _ in range(20):
@@ -72,7 +77,9 @@ def test_status_pause_resume_and_capacity(fake, gkews):
             break
         __import__("time").sleep(0.05)
 
-    assert "pause requested" in gkews("pause", "--workspace", "gpu-notebook", "--namespace", "team-a").stdout
+    assert gkews("pause", "--workspace", "gpu-notebook", code=3).stderr.startswith(LOST)  # no add-on here
+    p = gkews("pause", "--workspace", "gpu-notebook", "--namespace", "team-a", "--discard-kernel-state")
+    assert "pause requested" in p.stdout and "warning: paused without a Pod snapshot" in p.stderr
     assert "already paused; nothing to do" in gkews("pause", "--workspace", "gpu-notebook").stdout
     d = wait_status(gkews, "paused")
     assert d["paused"] is True and d["pod"] is None
@@ -97,6 +104,31 @@ def test_status_pause_resume_and_capacity(fake, gkews):
     assert "already running; nothing to do" in gkews("resume", "--workspace", "gpu-notebook").stdout
 
 
+def test_a_pause_without_the_addon_is_refused_unless_the_kernels_state_may_be_discarded(fake, gkews):
+    """From outside the Pod, `pause` only sets spec.paused, as Kubeflow's Stop does: without the add-on nothing
+    snapshots the Pod or checkpoints its kernels, and what they hold in memory is lost. That is refused, saying
+    what to do instead, unless --discard-kernel-state asks for exactly that (a warning says it then)."""
+    p = gkews("pause", "--workspace", "gpu-notebook", "--json", code=3)
+    d = json.loads(p.stdout)
+    assert d["refused"] is True and d["changed"] is False and d["snapshot_on_pause"] is False
+    assert p.stderr.startswith(LOST) and d["reason"] in p.stderr
+    assert "Nothing was changed. Pause from inside the session instead (the Pause button, or POST gkews/pause), " \
+           "which checkpoints every kernel first" in d["reason"]
+    assert 'or enable the add-on for this Workspace (annotation podsnapshot.gke.kubeflow.org/enabled: "true")' \
+        in d["reason"] and d["reason"].endswith("pass --discard-kernel-state")
+    assert fake.get(WORKSPACES, "gpu-notebook")["spec"]["paused"] is False
+
+    p = gkews("pause", "--workspace", "gpu-notebook", "--discard-kernel-state", "--json")
+    d = json.loads(p.stdout)
+    assert d["changed"] is True and d["snapshot_on_pause"] is False
+    assert p.stderr.startswith("jupyter gkews pause: warning: paused without a Pod snapshot or checkpoint "
+                               "(--discard-kernel-state): what the kernels held in memory is lost") \
+        and d["warning"] in p.stderr
+    wait_status(gkews, "paused")
+    p = gkews("pause", "--workspace", "gpu-notebook", "--json")  # nothing to lose any more: no refusal
+    assert json.loads(p.stdout)["changed"] is False and p.stderr == ""
+
+
 def test_restoring_is_shown_while_the_pod_is_not_ready(fake, gkews):
     fake.call(lambda: fake.emu.objects[PODS, "team-a", fake.pod].patch(
         {"status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"},
@@ -112,7 +144,8 @@ def test_the_addons_checkpointing_is_shown_and_a_second_pause_is_refused(fake, g
     Ready (and takes the Pod out of Ready meanwhile): that is a pause in progress, not a Pod restoring, and a
     second pause would restamp it and make the add-on delete and redo its trigger."""
     fake.addon_hold.set()  # the snapshot takes a while
-    assert "pause requested" in gkews("pause", "--workspace", "gpu-notebook").stdout
+    p = gkews("pause", "--workspace", "gpu-notebook")
+    assert "pause requested" in p.stdout and p.stderr == ""  # the add-on snapshots the Pod: no warning
     ws = fake.get(WORKSPACES, "gpu-notebook")
     assert ws["spec"]["paused"] is False  # held by the add-on
     started = ws["metadata"]["annotations"]["podsnapshot.gke.kubeflow.org/checkpoint-started-at"]
@@ -144,7 +177,7 @@ def test_errors_are_named(fake, gkews, tmp_path):
     p = gkews("status", "--workspace", "nope", code=1)
     assert "not found: workspaces/nope in namespace team-a" in p.stderr
     fake.deny("patch", "workspaces")
-    p = gkews("pause", "--workspace", "gpu-notebook", code=1)
+    p = gkews("pause", "--workspace", "gpu-notebook", "--discard-kernel-state", code=1)
     assert 'may not patch workspaces (apiGroup "kubeflow.org") in namespace team-a' in p.stderr
     fake.stop()
     p = gkews("status", "--workspace", "gpu-notebook", code=1)

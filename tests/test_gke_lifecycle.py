@@ -235,3 +235,66 @@ async def test_api_unreachable_is_named_and_the_kernels_keep_running(fake, jp_fe
                                            f"pods/{fake.pod} in namespace {NS}; check the network and the API address")
     assert "is unreachable" in s["snapshot"]["error"]  # the snapshot failed first, for the same reason
     assert json.loads(await run_cell(jp_serverapp, kid, CHECK)) == before
+
+
+async def gone(fake, res) -> list[dict]:
+    """The objects of this kind left once GKE (the fixture) has finalized the deleted ones (or after 10 s)."""
+    for _ in range(200):
+        left = fake.all(res)
+        if not left:
+            break
+        await asyncio.sleep(0.05)
+    return left
+
+
+@pytest.mark.parametrize("denied", [[], [("delete", "podsnapshots")]])
+async def test_a_pause_that_fails_after_its_snapshot_does_not_leave_it_to_roll_the_kernels_back(
+        fake, jp_fetch, jp_serverapp, jp_root_dir, denied):
+    """The snapshot is Ready, then the release is refused (403 on patch workspaces): the pause fails and the kernels
+    run on. A snapshot left Ready would bring them back to this moment at the next Pod start (a Kubeflow Stop, an
+    eviction), so the pause deletes it; when it cannot, the failure names it and the command that deletes it."""
+    kid, before = await start_session(jp_fetch, jp_serverapp, jp_root_dir)
+    fake.deny("patch", "workspaces")
+    for verb, plural in denied:
+        fake.deny(verb, plural)
+
+    s = await pause_and_wait(jp_fetch)
+    assert s["state"] == "failed", s["message"]
+    reason, name = s["error"]["reason"], s["snapshot"]["name"]
+    assert 'may not patch workspaces (apiGroup "kubeflow.org") in namespace team-a' in reason
+    assert fake.get(WORKSPACES, WS)["spec"]["paused"] is False
+    assert json.loads(await run_cell(jp_serverapp, kid, CHECK)) == before  # the kernels run on
+    if denied:
+        assert f"the PodSnapshot {name} this pause took could not be deleted (forbidden: the service account may " \
+               "not delete podsnapshots" in reason
+        assert f"`kubectl delete podsnapshot {name} -n {NS}`" in reason
+        assert s["snapshot"]["status"] == "ready" and "left by a failed pause: run `kubectl delete podsnapshot" \
+            in s["snapshot"]["why"]
+        return
+    assert f"the PodSnapshot {name} this pause took was deleted" in reason
+    assert s["snapshot"]["status"] == "deleted" and "the pause failed after it" in s["snapshot"]["why"]
+    assert await gone(fake, SNAPSHOTS) == [] and await gone(fake, TRIGGERS) == []
+
+    fake.call(fake.emu.denied.clear)  # the Role is fixed: the next pause goes through
+    s = await pause_and_wait(jp_fetch)
+    assert s["state"] == "paused", s["message"]
+    assert s["snapshot"]["status"] == "ready" and s["snapshot"]["name"] != name
+    assert [x["metadata"]["name"] for x in fake.all(SNAPSHOTS)] == [s["snapshot"]["name"]]
+
+
+@pytest.mark.parametrize("backend_traits", [{"abort_on_snapshot_failure": True, "snapshot_timeout": 1.0}])
+async def test_an_aborted_pause_withdraws_its_trigger(fake, jp_fetch, jp_serverapp, jp_root_dir):
+    """The snapshot times out and abort_on_snapshot_failure fails the pause: its trigger goes, so that GKE, picking
+    it up late, cannot make a Ready snapshot of kernels that run on."""
+    fake.hold.set()  # GKE is slow to pick the trigger up
+    kid, before = await start_session(jp_fetch, jp_serverapp, jp_root_dir)
+
+    s = await pause_and_wait(jp_fetch)
+    assert s["state"] == "failed", s["message"]
+    assert "no Ready PodSnapshot 1 s after the trigger" in s["error"]["reason"]
+    assert "this pause's trigger gkews-gpu-notebook-" in s["error"]["reason"]
+    assert await gone(fake, TRIGGERS) == []
+    fake.hold.clear()
+    await asyncio.sleep(0.3)  # the fixture would have answered a trigger left behind by now
+    assert fake.all(SNAPSHOTS) == []
+    assert json.loads(await run_cell(jp_serverapp, kid, CHECK)) == before

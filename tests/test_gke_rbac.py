@@ -87,7 +87,7 @@ def test_a_service_account_without_the_kinds_clusterrole_is_refused_by_name(tmp_
 def test_the_cli_outside_the_pod_needs_exactly_its_clusterrole(fake, tmp_path):
     kubeconfig = fake.kubeconfig(tmp_path / "kubeconfig", user=CLI_USER)
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
-    for args in (["status"], ["pause"], ["status"], ["resume"], ["status"]):
+    for args in (["status"], ["pause", "--discard-kernel-state"], ["status"], ["resume"], ["status"]):
         p = subprocess.run([COMMAND, *args, "--workspace", "gpu-notebook", "--kubeconfig", kubeconfig],
                            capture_output=True, text=True, env=env, timeout=120)
         assert p.returncode == 0, (args, p.stdout, p.stderr)

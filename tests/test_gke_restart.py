@@ -11,9 +11,11 @@ import json
 import signal
 
 import pytest
-from gke_controller import WORKSPACES, FakeGke
+from gke_controller import SNAPSHOTS, WORKSPACES, FakeGke
 from serverproc import Server
 from test_lifecycle_restart import SMALL, SMALL_CELL, SMALL_CHECK, SMALL_NAMES, event_names, kill_pids
+
+from jupyter_gkews.k8s.api import Kube
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -31,12 +33,15 @@ def gke_server(tmp_path, fake: FakeGke, monkeypatch) -> Server:
 
 
 @pytest.mark.parametrize("outcome,why", [
-    ("ready", "cold start: this Pod was not restored from a snapshot"),
+    ("ready", "cold start: this Pod was not restored from a snapshot (GKE started it without the Ready PodSnapshot "),
+    ("deleted", "cold start: this Pod was not restored from a snapshot (the PodSnapshot {name} of the pause no "
+                "longer exists: it was deleted, or expired, while the Workspace was paused)"),
     ("checkpoint-failed", "cold start after a pause whose Pod snapshot failed (the PodSnapshot "),
 ])
 def test_cold_start_after_pause_restores_from_checkpoints(tmp_path, monkeypatch, outcome, why):
+    """The status says why the Pod started cold, and that the snapshot of the pause was not used."""
     fake = FakeGke().start()
-    fake.outcome = outcome
+    fake.outcome = "ready" if outcome == "deleted" else outcome
     server = gke_server(tmp_path, fake, monkeypatch)
     pids: list[int] = []
     try:
@@ -49,19 +54,27 @@ def test_cold_start_after_pause_restores_from_checkpoints(tmp_path, monkeypatch,
         assert server.post("gkews/pause")[0] == 202
         s = server.wait_for(("paused", "failed"))
         assert s["state"] == "paused", s["message"]
-        if outcome == "ready":
-            assert s["snapshot"]["status"] == "ready" and s["snapshot"]["name"]
+        name = s["snapshot"].get("name")
+        if outcome != "checkpoint-failed":
+            assert s["snapshot"]["status"] == "ready" and name
         else:
             assert "the resume will restore the kernels from their application checkpoints" in s["message"]
         assert fake.get(WORKSPACES, fake.workspace)["spec"]["paused"] is True
 
         server.stop()  # the Workspace paused: the Pod and every process in it went away
+        if outcome == "deleted":  # someone deletes the snapshot while the Workspace is paused
+            Kube(fake.namespace, fake.kubeconfig(tmp_path / "admin")).delete(SNAPSHOTS.plural, name)
         fake.set_paused(False)  # later someone resumes it; the new Pod starts cold
         server.start()
 
         s = server.wait_for(("active", "failed"))
         assert s["state"] == "active", s["message"]
-        assert s["message"].startswith(why), s["message"]
+        assert s["message"].startswith(why.format(name=name)), s["message"]
+        if outcome != "checkpoint-failed":
+            assert s["snapshot"]["status"] == "not-used" and s["snapshot"]["name"] == name
+            assert s["snapshot"]["why"] in s["message"], s["snapshot"]
+        else:
+            assert s["snapshot"]["status"] == "failed"
         nb = s["notebooks"][0]
         assert nb["verdict"] == "restored-from-checkpoint" and nb["why_restored"].startswith("a new process")
         assert sorted(nb["restored"]) == SMALL_NAMES and nb["failed"] == {}

@@ -26,14 +26,14 @@ import time
 
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
 
-from ..k8s import GVISOR_RUNTIME_CLASS, POLICIES, SNAPSHOTS, TRIGGERS
+from ..k8s import GVISOR_RUNTIME_CLASS, POLICIES, SNAPSHOTS, TRIGGERED_BY_LABEL, TRIGGERS
 from ..k8s import cleanup as cleanup_plan
 from ..k8s.api import Kube
 from ..k8s.client import KubeError
 from ..k8s.identity import PodIdentity, own_namespace_and_pod, workspace_of
 from ..k8s.restore import Baseline, baseline, evidence, read_checkpoint_file
-from ..k8s.snapshots import (SnapshotError, policy_body, policy_name, snapshot_progress, trigger_body,
-                             trigger_progress, snapshot_created)
+from ..k8s.snapshots import (SnapshotError, is_ready, policy_body, policy_name, snapshot_created, snapshot_progress,
+                             trigger_body, trigger_progress)
 from ..k8s.workspace import PauseInProgress, addon_enabled, set_paused
 from ..lifecycle.paths import one_line
 from ..state import StateStore
@@ -85,6 +85,7 @@ class GkeBackend(LocalBackend):
     _kube: Kube | None = None
     _identity: PodIdentity | None = None
     _baseline: Baseline | None = None
+    _made: dict | None = None  # this pause's trigger and snapshot, until the Workspace is paused
 
     # -- plumbing -----------------------------------------------------------------------------------
     async def _io(self, fn, *args):
@@ -119,9 +120,12 @@ class GkeBackend(LocalBackend):
 
     # -- pause ----------------------------------------------------------------------------------------
     async def snapshot(self, notebooks: list[dict]) -> dict | None:
+        self._made = None
         try:
             return await self._snapshot()
         except (KubeError, SnapshotError, ValueError) as exc:
+            if self.abort_on_snapshot_failure and self._made:  # the pause fails and the kernels run on
+                raise SnapshotFailed(f"{exc}; {await self._withdraw()}") from None
             raise SnapshotFailed(str(exc)) from None
 
     async def _snapshot(self) -> dict:
@@ -153,8 +157,9 @@ class GkeBackend(LocalBackend):
                 "removes it once its snapshots are gone, or kubectl delete podsnapshotpolicy) and pause again: "
                 "the next pause creates it with postCheckpoint: resume")
         body = trigger_body(me.workspace, me.pod)
-        await self._io(kube.create, TRIGGERS, body)
         name = body["metadata"]["name"]
+        await self._io(kube.create, TRIGGERS, body)
+        self._made = {"trigger": name, "snapshot": ""}
         self._say(f"snapshot requested: PodSnapshotManualTrigger {name} for Pod {me.pod}")
         detail = "waiting for GKE to pick up the trigger"
         deadline = started + self.snapshot_timeout
@@ -168,6 +173,7 @@ class GkeBackend(LocalBackend):
                         "policy": policy}
             state, detail = trigger_progress(trigger)
             if snap_name:
+                self._made["snapshot"] = snap_name
                 snap = await self._io(kube.find, SNAPSHOTS, snap_name)
                 if snap is not None:
                     ready, detail = snapshot_progress(snap)
@@ -191,6 +197,11 @@ class GkeBackend(LocalBackend):
         except PauseInProgress as exc:  # the add-on already holds a pause: asking again would restart its snapshot
             self.log.info("gkews: %s", exc)
             return
+        except KubeError as exc:
+            if self._made:  # the pause fails and the kernels run on
+                raise KubeError(f"{exc}; {await self._withdraw()}", exc.status) from None
+            raise
+        self._made = None  # the snapshot is the paused Workspace's now: the resume needs it
         self.log.info("gkews: Workspace %s/%s %s", me.namespace, me.workspace,
                       "paused" if changed else "was already paused")
 
@@ -213,20 +224,60 @@ class GkeBackend(LocalBackend):
         why = await self._detect()
         if not why:
             return None
-        self._baseline = None  # one restore, one resume
+        self._baseline = self._made = None  # one restore, one resume
         self._retire_used_snapshots()
         return {"reason": why, "pod": self._identity.pod if self._identity else None}
+
+    async def _retire_snapshots(self, trigger: str = "") -> None:
+        """Delete our PodSnapshots of this Workspace and their spent triggers (and `trigger`, spent or not);
+        their policy goes on the next cleanup, once GKE has finalized them."""
+        kube, me = await self.connect()
+        items = await self._io(cleanup_plan.plan, kube, me.workspace, 0, set())
+        if trigger and trigger not in {item["name"] for item in items}:
+            items.append({"kind": "PodSnapshotManualTrigger", "name": trigger, "bytes": 0, "why": "its pause failed"})
+        await self._io(cleanup_plan.run, kube, items)
+
+    async def _withdraw(self) -> str:
+        """A pause that fails after its trigger leaves the kernels running: its snapshot, left Ready, would bring
+        them back to this moment at the next Pod start (a Kubeflow Stop, an eviction). Delete it and the
+        trigger (GKE could still act on one it has not picked up); say what was done, or what to do."""
+        made, self._made = self._made, None
+        kube, me = await self.connect()
+        snap, trigger = made["snapshot"], made["trigger"]
+        try:
+            await self._retire_snapshots(trigger)
+        except Exception as exc:
+            if snap:
+                command = f"kubectl delete podsnapshot {snap} -n {me.namespace}"
+                self._mark_snapshot(snap, "ready", f"left by a failed pause: run `{command}` before this Pod restarts")
+                what = f"the PodSnapshot {snap} this pause took"
+            else:
+                command = (f"kubectl delete podsnapshotmanualtrigger {trigger} -n {me.namespace}; kubectl delete "
+                           f"podsnapshots -n {me.namespace} -l {TRIGGERED_BY_LABEL}={trigger}")
+                what = f"this pause's trigger {trigger} (and any PodSnapshot of it)"
+            return (f"{what} could not be deleted ({exc}): delete it before this Pod restarts (`{command}`), or "
+                    "the restart brings the kernels back as they were at this pause")
+        if snap:
+            self._mark_snapshot(snap, "deleted", "the pause failed after it: deleted so that no Pod start brings "
+                                                 "the kernels back to it")
+            return f"the PodSnapshot {snap} this pause took was deleted: no Pod start can roll the kernels back to it"
+        return f"this pause's trigger {trigger} was withdrawn, so GKE takes no late snapshot of the running kernels"
+
+    def _mark_snapshot(self, name: str, status: str, why: str) -> None:
+        """Show in the server's status what became of the snapshot it recorded."""
+        lifecycle = getattr(self.parent, "lifecycle", None)
+        snap = lifecycle.state.get("snapshot") if lifecycle is not None else None
+        if name and snap and snap.get("name") == name:
+            snap.update(status=status, why=why)
 
     def _retire_used_snapshots(self) -> None:
         """Each snapshot is used once. GKE restores the newest Ready snapshot that matches a starting Pod:
         once this Pod came back (restored, or cold), one left Ready would bring that older state back at the
         next Pod start (a Kubeflow Stop, an eviction, a pause without a snapshot), under newer files and
-        state. So ours are deleted now (their policy on the next cleanup, once GKE has finalized them)."""
+        state. So ours are deleted now."""
         async def retire():
             try:
-                kube, me = await self.connect()
-                items = await self._io(cleanup_plan.plan, kube, me.workspace, 0, set())
-                await self._io(cleanup_plan.run, kube, items)
+                await self._retire_snapshots()
             except Exception as exc:  # nothing is lost: `jupyter gkews cleanup` retires them later
                 self.log.warning("gkews: could not delete the PodSnapshots this Pod came back from: %s; run "
                                  "`jupyter gkews cleanup`", exc)
@@ -249,14 +300,35 @@ class GkeBackend(LocalBackend):
         Pod would have kept the old server). Bring the kernels back from their checkpoints, unasked."""
         from ..errors import LifecycleError
         snap = lifecycle.state.get("snapshot") or {}
-        why = ("cold start after a pause whose Pod snapshot failed (" + snap["error"] + ")"
-               if snap.get("status") == "failed" else "cold start: this Pod was not restored from a snapshot")
+        if snap.get("status") == "failed":
+            why = f"cold start after a pause whose Pod snapshot failed ({snap['error']})"
+        elif snap.get("name"):  # before the retirement below deletes it
+            unused = await self._why_not_restored(snap["name"])
+            snap.update(status="not-used", why=unused)
+            why = f"cold start: this Pod was not restored from a snapshot ({unused})"
+        else:
+            why = "cold start: this Pod was not restored from a snapshot"
         lifecycle.note(f"{why}; restoring the kernels from their checkpoints")
         self._retire_used_snapshots()
         try:
             await lifecycle.request_resume(why=why)
         except LifecycleError as exc:
             lifecycle.note(f"{why}; the automatic resume was refused: {exc}")
+
+    async def _why_not_restored(self, name: str) -> str:
+        """Why the Pod started without the snapshot of the pause: gone, not Ready, or GKE did not use it."""
+        try:
+            kube, _ = await self.connect()
+            found = await self._io(kube.find, SNAPSHOTS, name)
+        except (KubeError, ValueError) as exc:
+            return f"whether the PodSnapshot {name} of the pause still exists could not be read: {exc}"
+        if found is None:
+            return (f"the PodSnapshot {name} of the pause no longer exists: it was deleted, or expired, while the "
+                    "Workspace was paused")
+        if not is_ready(found):
+            return f"the PodSnapshot {name} of the pause is not Ready"
+        return (f"GKE started it without the Ready PodSnapshot {name}: it does so when the snapshot no longer "
+                "matches the Pod, e.g. a changed image or Pod template, or cannot be restored")
 
     def _lifecycle_state(self) -> dict | None:
         """The server's state: live when the server runs this cleanup, else as it last wrote it (the

@@ -5,7 +5,8 @@ status says whether the Workspace is paused, pausing (with "snapshot in progress
 snapshot add-on holds the pause), waiting for capacity (its Pod Pending and Unschedulable, with the
 scheduler's message), starting, restoring or ready, and its last Pod snapshot with its age. pause and resume
 set spec.paused; both are idempotent, pause refuses while the add-on is still snapshotting an earlier pause,
-and resume refuses to start a second restore while one is pending.
+and resume refuses to start a second restore while one is pending. pause also refuses a running Workspace
+whose Pod the add-on does not snapshot (nothing would save its kernels' memory) unless --discard-kernel-state.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from jupyter_core.application import JupyterApp, base_aliases, base_flags
 from traitlets import Bool, Unicode
 
 from .. import __version__
+from ..k8s import ADDON_ENABLED_ANNOTATION
 from ..k8s.client import KubeError
 
 EXIT_ERROR, EXIT_REFUSED = 1, 3
@@ -93,19 +95,49 @@ class StatusCommand(WorkspaceCommand):
 
 class PauseCommand(WorkspaceCommand):
     name = "jupyter-gkews-pause"
-    description = ("Pause the Workspace (spec.paused: true): its Pod stops and the GPU node is released. "
-                   "Inside the Pod, the server's Pause button also checkpoints the kernels first. Refused while "
-                   "the snapshot add-on is still snapshotting an earlier pause.")
+    description = ("Pause the Workspace (spec.paused: true): its Pod stops and the GPU node is released. Needs the "
+                   "GKE Workspaces snapshot add-on, which snapshots the Pod first; without it the kernels' memory "
+                   "would be lost, so it is refused unless --discard-kernel-state (inside the session, the Pause "
+                   "button checkpoints them first). Refused while the add-on is still snapshotting an earlier pause.")
+    flags = {**flags, "discard-kernel-state": (
+        {"PauseCommand": {"discard_kernel_state": True}},
+        "Pause even without the snapshot add-on, as Kubeflow's Stop does: what the kernels hold in memory is lost.")}
+
+    discard_kernel_state = Bool(False, config=True, help="Pause without the snapshot add-on: the kernels' memory is "
+                                "lost when the Pod stops.")
 
     def run(self) -> None:
-        from ..k8s.workspace import PauseInProgress, set_paused
+        from ..k8s import WORKSPACE_LABEL
+        from ..k8s.workspace import PauseInProgress, addon_enabled, current_pod, set_paused
         kube = self.kube()
+        ws = kube.workspace(self.workspace)
+        pod = current_pod(ws, kube.list_pods(WORKSPACE_LABEL, self.workspace))
+        running = pod is not None and (pod.get("status") or {}).get("phase") == "Running"
+        snapshotted = running and addon_enabled(ws, pod)
+        # as Kubeflow's Stop: the running Pod goes with its kernels, and nothing saved them
+        loses = running and not snapshotted and not (ws.get("spec") or {}).get("paused")
+        payload = {"workspace": self.workspace, "snapshot_on_pause": snapshotted, "warning": None}
+        if loses and not self.discard_kernel_state:
+            reason = (f"the GKE Workspaces snapshot add-on is not enabled for the Workspace {kube.namespace}/"
+                      f"{self.workspace}, so a pause from here takes no Pod snapshot and no checkpoint: what its "
+                      "kernels hold in memory (variables, models on the GPU) would be lost when the Pod stops. "
+                      "Nothing was changed. Pause from inside the session instead (the Pause button, or POST "
+                      "gkews/pause), which checkpoints every kernel first; or enable the add-on for this Workspace "
+                      f'(annotation {ADDON_ENABLED_ANNOTATION}: "true"), then restart it; or, to stop it as '
+                      "Kubeflow's Stop does and lose that memory, pass --discard-kernel-state")
+            if self.json:
+                self.show({**payload, "paused": False, "changed": False, "refused": True, "reason": reason}, "")
+            self.fail(reason, EXIT_REFUSED)
         try:
             changed = set_paused(kube, self.workspace, True)
         except PauseInProgress as exc:
             self.fail(f"{exc}; not asking again. Follow it with `jupyter gkews status`", EXIT_REFUSED)
             return
-        self.show({"workspace": self.workspace, "paused": True, "changed": changed},
+        if changed and loses:
+            payload["warning"] = ("paused without a Pod snapshot or checkpoint (--discard-kernel-state): what the "
+                                  "kernels held in memory is lost when the Pod stops")
+            print(f"jupyter gkews pause: warning: {payload['warning']}", file=sys.stderr)
+        self.show({**payload, "paused": True, "changed": changed},
                   f"Workspace {kube.namespace}/{self.workspace}: "
                   + ("pause requested" if changed else "already paused; nothing to do"))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from . import POLICIES, SNAPSHOTS, TRIGGERS, WORKSPACE_LABEL, condition, labels, name_of
 from .api import Kube
+from .client import KubeError
 from .snapshots import is_our_trigger, is_ready, of_workspace, policy_name, snapshot_created
 
 
@@ -40,4 +41,8 @@ _PLURAL = {"PodSnapshot": SNAPSHOTS, "PodSnapshotManualTrigger": TRIGGERS, "PodS
 
 def run(kube: Kube, items: list[dict]) -> None:
     for item in items:  # in plan order: snapshots before their policy
-        kube.delete(_PLURAL[item["kind"]], item["name"])
+        try:
+            kube.delete(_PLURAL[item["kind"]], item["name"])
+        except KubeError as exc:
+            if exc.status != 404:  # 404: already gone, as wanted
+                raise
