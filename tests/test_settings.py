@@ -45,8 +45,15 @@ NOT_FINITE = {  # numbers that are not numbers: nan passes every comparison's `n
     ("GkewsApp", "idle_check_interval"): (math.inf, "c.GkewsApp.idle_check_interval must be more than 0, not inf"),
     ("LocalBackend", "capacity_timeout"): (math.inf, "c.LocalBackend.capacity_timeout must be at least 0, not inf"),
 }
+GKE = {  # the GKE backend's own, with the backend chosen in the same configuration
+    ("GkeBackend", "snapshot_timeout"): (0, "c.GkeBackend.snapshot_timeout must be more than 0, not 0"),
+    ("GkeBackend", "poll_interval"): (math.nan, "c.GkeBackend.poll_interval must be more than 0, not nan"),
+    ("GkeBackend", "keep_snapshots"): (-1, "c.GkeBackend.keep_snapshots must be at least 0, not -1"),
+}
 CASES = [pytest.param({cls: {name: value}}, words, id=f"{cls}.{name}={value!r}")
-         for (cls, name), (value, words) in [*BAD.items(), *NOT_FINITE.items()]]
+         for (cls, name), (value, words) in [*BAD.items(), *NOT_FINITE.items()]] + \
+    [pytest.param({"GkewsApp": {"backend_class": "jupyter_gkews.backends.gke.GkeBackend"}, cls: {name: value}}, words,
+                  id=f"{cls}.{name}={value!r}") for (cls, name), (value, words) in GKE.items()]
 FIX = "fix it in jupyter_server_config.py (or on the command line) and restart the server"
 
 

@@ -24,7 +24,7 @@ import asyncio
 import functools
 import time
 
-from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
+from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode, validate
 
 from ..k8s import GVISOR_RUNTIME_CLASS, POLICIES, SNAPSHOTS, TRIGGERED_BY_LABEL, TRIGGERS
 from ..k8s import cleanup as cleanup_plan
@@ -38,7 +38,7 @@ from ..k8s.workspace import PauseInProgress, addon_enabled, set_paused
 from ..lifecycle.paths import one_line
 from ..state import StateStore
 from ..states import Phase, State
-from .base import SnapshotFailed
+from .base import SnapshotFailed, in_range
 from .local import LocalBackend
 
 
@@ -77,6 +77,14 @@ class GkeBackend(LocalBackend):
         help="When the Pod snapshot fails: False (default) completes the pause on the application checkpoints "
         "(the resume restores from them); True fails the pause and releases nothing.")
     keep_snapshots = Int(1, config=True, help="Ready PodSnapshots of this Workspace that cleanup keeps (newest).")
+
+    @validate("snapshot_timeout", "poll_interval")
+    def _more_than_zero(self, proposal):
+        return in_range(proposal, 0, strict=True)
+
+    @validate("keep_snapshots")  # 0: none beyond the one a pending resume needs, which is always kept
+    def _zero_or_more(self, proposal):
+        return in_range(proposal, 0)
     gvisor_checkpoint_file = Unicode(
         "", config=True, help="Read this gVisor checkpoint file (/proc/gvisor/checkpoint) as restore evidence; "
         "only for Pods whose workload writes `1` to it (triggerConfig.type: workload), since the read blocks "
