@@ -6,7 +6,7 @@ import asyncio
 
 from .errors import Conflict, KernelCallError, from_kernel
 from .lifecycle import clean_notebook_paths
-from .states import State
+from .states import State, awaiting_resume
 
 #: seconds a kernel seen running a cell may take to be seen idle before a call into it is refused
 BUSY_GRACE = 2.0
@@ -24,6 +24,10 @@ class NotebookActions:
         state = self.lifecycle.state["state"]
         if state in (State.PAUSING, State.RESUMING):
             raise Conflict(f"the session is {state}; wait for it to finish, then try again")
+        if any(nb["path"] == notebook and awaiting_resume(nb) for nb in self.lifecycle.state["notebooks"]):
+            # released, or living on in the pause's hold (GPU suspend): a call would wait there as long as it lasts
+            raise Conflict(f"{notebook!r} is paused: its kernel is not running cells until it is resumed. Resume it "
+                           f"first (GPU session: Resume), then try again; nothing was changed")
         for s in await self.lifecycle.serverapp.session_manager.list_sessions():
             if s["path"] == notebook and s.get("kernel") and s["kernel"].get("id"):
                 await self._refuse_busy(s["kernel"]["id"], notebook)

@@ -4,6 +4,8 @@ kernel "holds" device memory and what other users hold. The same path on a real 
 """
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 
 import pytest
@@ -207,3 +209,27 @@ async def test_a_cell_run_while_suspended_runs_after_the_verify(jp_fetch, jp_ser
     assert nb["verdict"] == "live-verified", nb
     assert (out.strip(), ran) == ("while paused", True)
     assert (await run_cell(jp_serverapp, kid, CHECK)).split() == ["332833500", "while", "paused", str(pid)]
+
+
+async def test_a_notebook_suspended_by_the_pause_refuses_checkpoint_restore_and_undo_until_resumed(
+        jp_fetch, jp_serverapp, jp_root_dir, fake_gpu):
+    """Its kernel process lives on, held by the pause (its GPU state in host memory): a call into it from the
+    page ("Checkpoint now", Restore, Rewind, kernel undo) would wait in that hold, for as long as the pause
+    lasts, instead of saying why nothing happens."""
+    gpu_kid, gpu_pid = await start(jp_fetch, jp_serverapp, jp_root_dir, "gpu.ipynb")
+    await start(jp_fetch, jp_serverapp, jp_root_dir, "cpu.ipynb")
+    hold(fake_gpu, gpu_pid, 512)
+    r = await post(jp_fetch, "checkpoints/now", {"notebook": "gpu.ipynb"})
+    assert r.code == 201, r.body
+    saved = json.loads(r.body)["id"]
+    paused = await pause(jp_fetch)
+    assert paused["gpu.ipynb"]["status"] == "suspended" and paused["cpu.ipynb"]["status"] == "kept-running"
+    for path in ("gpu.ipynb", "cpu.ipynb"):
+        for route, body in (("checkpoints/now", {}), (f"checkpoints/{saved}/restore", {}),
+                            ("checkpoints/rewind", {"cell": 1}), ("checkpoints/auto", {"action": "on"})):
+            r = await asyncio.wait_for(post(jp_fetch, route, {"notebook": path, **body}), 30)
+            assert r.code == 409, (path, route, r.code, r.body)
+            assert f"'{path}' is paused" in json.loads(r.body)["message"] and "Resume" in json.loads(r.body)["message"]
+    await resume(jp_fetch)
+    r = await post(jp_fetch, "checkpoints/now", {"notebook": "gpu.ipynb"})
+    assert r.code == 201, r.body
