@@ -7,6 +7,7 @@ same kernel processes keep running, which is what the server sees after a real g
 from __future__ import annotations
 
 import asyncio
+import errno
 
 import json
 
@@ -280,6 +281,32 @@ async def test_a_pause_that_fails_after_its_snapshot_does_not_leave_it_to_roll_t
     assert s["state"] == "paused", s["message"]
     assert s["snapshot"]["status"] == "ready" and s["snapshot"]["name"] != name
     assert [x["metadata"]["name"] for x in fake.all(SNAPSHOTS)] == [s["snapshot"]["name"]]
+
+
+async def test_a_pause_whose_state_cannot_be_written_after_the_snapshot_takes_the_snapshot_back(
+        fake, jp_fetch, jp_serverapp, jp_root_dir):
+    """The volume of the state fills up between the snapshot and the release: the pause fails and the kernels run
+    on, and the snapshot it took goes too (left Ready, a later Pod start would roll the kernels back to it)."""
+    kid, before = await start_session(jp_fetch, jp_serverapp, jp_root_dir)
+    store = jp_serverapp.web_app.settings["gkews_lifecycle"].store
+    save = store.save
+
+    def full_once_releasing(state):
+        if state["phase"] == "releasing" and not full_once_releasing.done:
+            full_once_releasing.done = True
+            raise OSError(errno.ENOSPC, "No space left on device", store.directory)
+        return save(state)
+    full_once_releasing.done = False
+    store.save = full_once_releasing
+
+    s = await pause_and_wait(jp_fetch)
+    assert s["state"] == "failed", s["message"]
+    reason = s["error"]["reason"]
+    assert "The pause stopped at releasing: OSError" in reason and "No space left on device" in reason, reason
+    assert f"The PodSnapshot {s['snapshot']['name']} this pause took was deleted" in reason, reason
+    assert await gone(fake, SNAPSHOTS) == [] and await gone(fake, TRIGGERS) == []
+    assert fake.get(WORKSPACES, WS)["spec"]["paused"] is False
+    assert json.loads(await run_cell(jp_serverapp, kid, CHECK)) == before
 
 
 @pytest.mark.parametrize("backend_traits", [{"abort_on_snapshot_failure": True, "snapshot_timeout": 1.0}])

@@ -56,6 +56,11 @@ class Backend(LoggingConfigurable):
         None: every notebook was released."""
         raise NotImplementedError(f"{type(self).__name__} must define release(): a backend has to free something")
 
+    async def pause_failed(self) -> str:
+        """The pause failed after snapshot() (the kernels run on): take back what it made that a later start
+        could bring back; what was done, or what a person must do, as a sentence ('' when nothing)."""
+        return ""
+
     async def acquire(self, notebooks: list[dict]) -> None:
         """Wait until the environment can run again (capacity); raise with the reason if it cannot."""
 

@@ -236,6 +236,10 @@ class GkeBackend(LocalBackend):
         self._retire_used_snapshots()
         return {"reason": why, "pod": self._identity.pod if self._identity else None}
 
+    async def pause_failed(self) -> str:
+        """A failure of the lifecycle between snapshot() and release() (its state could not be written)."""
+        return await self._withdraw() if self._made else ""
+
     async def _retire_snapshots(self, trigger: str = "") -> None:
         """Delete our PodSnapshots of this Workspace and their spent triggers (and `trigger`, spent or not);
         their policy goes on the next cleanup, once GKE has finalized them."""

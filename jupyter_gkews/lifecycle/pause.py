@@ -190,7 +190,13 @@ class Pause:
         except Exception as exc:  # an unexpected failure must still leave a state a person can act on
             if self.log:
                 self.log.exception("gkews: pause failed")
-            await self._fail(f"The pause stopped at {self.state['phase']}: {type(exc).__name__}: {exc}.",
+            phase = self.state["phase"]
+            try:  # a snapshot it took stays Ready otherwise: a later start would roll the running kernels back
+                undone = await self.backend.pause_failed()
+            except Exception as undo:
+                undone = f"what the snapshot step made could not be taken back ({undo})"
+            await self._fail(f"The pause stopped at {phase}: {type(exc).__name__}: {exc}."
+                             + (f" {undone[0].upper()}{undone[1:]}." if undone else ""),
                              "Check the server log; the checkpoints already written are kept. Pause again.")
         finally:
             if self.state["state"] != State.PAUSED:  # the kernels go on: let them run the cells waiting
