@@ -330,8 +330,9 @@ class GkewsApp(ExtensionApp):
                       self.lifecycle.state["state"])
 
     async def _contents_changed(self, logger, schema_id: str, data: dict) -> None:
-        """A rename: the notebook's checkpoints, and the name its kernel saves under, follow it (renames.py);
-        a paused notebook resumes at its new path (Lifecycle.notebook_renamed). A delete: a paused notebook
+        """A rename: the notebook's sessions, its checkpoints, and the name its kernel saves under (now and
+        after a restart) follow it (renames.py), also when no client moves the session; a paused notebook
+        resumes at its new path (Lifecycle.notebook_renamed). A delete: a paused notebook
         is lost, whatever is created at its path later (Lifecycle.notebook_deleted)."""
         if getattr(self, "lifecycle", None) is None:
             return

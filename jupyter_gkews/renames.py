@@ -5,6 +5,13 @@ The contents service's rename event (app.py) comes here, running or not, paused 
 - the store moves each renamed notebook's checkpoints to its new path's key (kernel_state.store's
   move_notebook: one step, under the store's exclusive lock, never over another notebook's history),
   off the event loop and one rename after the other;
+- every session in the renamed file or folder moves to its new path (SessionManager.update_session), as
+  JupyterLab's own session PATCH would: a rename through the contents API alone (a closed tab whose kernel
+  runs on, any REST client) left the session at the old path, so that the pause recorded a notebook whose
+  file was gone and the resume lost it. update_session also gives the kernel's next start its new
+  GKEWS_NOTEBOOK (app.py): a restart saves under the new name. A notebook's session name (its file's name)
+  follows the file; a console's ("Console 1") stays. A session already at the new path (its client moved it
+  first), or moved there meanwhile, is left as it is: the two ways agree, in either order;
 - every running kernel whose session is at the old path (or already at the new one: a client may move the
   session first) is told (kernel_state.api "rename"), so that its magic, kernel undo and saves without a
   name go to the new path from then on. The call is queued behind a cell that runs (bridge.send) and
@@ -16,6 +23,7 @@ still finds that checkpoint's id by that name after the move.
 from __future__ import annotations
 
 import asyncio
+import posixpath
 import time
 
 from kernel_state.store import Store
@@ -46,6 +54,7 @@ class Renames:
         self.serverapp, self.bridge, self.checkpoint_root = serverapp, bridge, checkpoint_root
         self.timeout, self.log = timeout, log
         self._moves = asyncio.Lock()  # one store move at a time, in the order of the renames
+        self._sessions = asyncio.Lock()  # the sessions follow one rename after the other, in order
         self._tasks: set[asyncio.Task] = set()
 
     def renamed(self, old: str, new: str) -> asyncio.Task:
@@ -59,7 +68,9 @@ class Renames:
         return task
 
     async def _follow(self, old: str, new: str, order: float, move: asyncio.Future) -> None:
-        kernels = await self._kernels(old, new)
+        async with self._sessions:  # taken at once by the first rename's task: the renames' order
+            await self._move_sessions(old, new)
+            kernels = await self._kernels(old, new)
         await asyncio.gather(move, *(self._tell(kid, path, old, new, order) for kid, path in kernels.items()),
                              return_exceptions=True)
 
@@ -76,6 +87,26 @@ class Renames:
         if done and self.log:
             moved = "; ".join(f"{path} ({len(ids)})" for path, ids in done.items())
             self.log.info("gkews: %s", one_line(f"{old} renamed {new}: checkpoints moved: {moved}"))
+
+    async def _move_sessions(self, old: str, new: str) -> None:
+        """Every session in the renamed file or folder goes to its new path."""
+        sm = self.serverapp.session_manager
+        for s in await sm.list_sessions():
+            path = s["path"]
+            if not under(path, old) or old == new:  # one moved by its client already is at new: not in old
+                continue
+            changes = {"path": moved_path(path, old, new)}
+            if path == old and s.get("name") == posixpath.basename(old):  # a notebook's name: its file's
+                changes["name"] = posixpath.basename(new)
+            try:
+                await sm.update_session(s["id"], **changes)
+            except Exception as exc:  # the session ended meanwhile, or the database refused
+                if self.log:
+                    self.log.warning("gkews: %s", one_line(f"the session of {path} did not follow its rename to "
+                                                           f"{changes['path']}: {exc}"))
+                continue
+            if self.log:
+                self.log.info("gkews: %s", one_line(f"the session of {path} follows its rename to {changes['path']}"))
 
     async def _kernels(self, old: str, new: str) -> dict[str, str]:
         """kernel id -> session path of the running kernels of notebooks in the renamed file or folder."""

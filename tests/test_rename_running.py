@@ -171,6 +171,95 @@ async def test_a_folder_rename_moves_every_notebook_in_it(jp_fetch, jp_serverapp
         "done/a.ipynb", "done/sub/b.ipynb", "project.ipynb"]
 
 
+async def sessions_now(jp_fetch) -> dict[str, dict]:
+    return {s["id"]: s for s in json.loads((await jp_fetch("api", "sessions")).body)}
+
+
+async def test_a_session_follows_a_rename_made_through_the_contents_api_only(jp_fetch, jp_serverapp, jp_root_dir):
+    """A closed tab whose kernel runs on, or any REST client: only the file is renamed (PATCH api/contents),
+    nobody PATCHes the session. Before, the session stayed at two.ipynb: the pause recorded two.ipynb and
+    the resume said "the notebook file two.ipynb was deleted while paused", and x was lost."""
+    session = await open_notebook(jp_fetch, jp_root_dir, "two.ipynb")
+    await run_cell(jp_serverapp, session["kernel"]["id"], "x = 41 + 1")
+    r = await jp_fetch("api", "contents", "two.ipynb", method="PATCH", body=json.dumps({"path": "dos.ipynb"}))
+    assert json.loads(r.body)["path"] == "dos.ipynb"
+    await followed(jp_serverapp)
+    moved = (await sessions_now(jp_fetch))[session["id"]]
+    assert (moved["path"], moved["name"]) == ("dos.ipynb", "dos.ipynb")  # two.ipynb before the fix
+
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused", paused["message"]
+    (nb,) = paused["notebooks"]
+    assert nb["path"] == "dos.ipynb"
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["state"] == "active", resumed["message"]
+    (nb,) = resumed["notebooks"]
+    assert (nb["path"], nb["verdict"]) == ("dos.ipynb", "restored-from-checkpoint"), nb
+    (back,) = (await sessions_now(jp_fetch)).values()
+    assert back["path"] == "dos.ipynb"
+    assert (await run_cell(jp_serverapp, back["kernel"]["id"], "print(x)")).strip() == "42"
+
+
+async def test_a_restart_after_a_rename_through_the_contents_api_saves_under_the_new_name(
+        jp_fetch, jp_serverapp, jp_root_dir):
+    """The kernel's environment follows the session (GKEWS_NOTEBOOK): a restarted kernel saved under the old
+    name, beside the checkpoints moved to the new one."""
+    session = await open_notebook(jp_fetch, jp_root_dir, "work/two.ipynb")
+    kid = session["kernel"]["id"]
+    (before,) = ids_in(await run_cell(jp_serverapp, kid, "x = 1\n%gkews_checkpoint save"))
+    await jp_fetch("api", "contents", "work/two.ipynb", method="PATCH", body=json.dumps({"path": "work/dos.ipynb"}))
+    await followed(jp_serverapp)
+    await jp_fetch("api", "kernels", kid, "restart", method="POST", body="")
+    assert (await run_cell(jp_serverapp, kid, "import os; print(os.environ['GKEWS_NOTEBOOK'])")).strip() \
+        == "work/dos.ipynb"  # work/two.ipynb before the fix
+    (after,) = ids_in(await run_cell(jp_serverapp, kid, "x = 2\n%gkews_checkpoint save"))
+    assert [row["id"] for row in await listed(jp_fetch, "work/dos.ipynb")] == [after, before]
+    assert {row["notebook"] for row in await listed(jp_fetch)} == {"work/dos.ipynb"}
+
+
+async def test_which_sessions_follow_a_rename_through_the_contents_api(jp_fetch, jp_serverapp, jp_root_dir):
+    """Every session in the renamed file or folder follows, a console at a notebook's path too (its name,
+    "Console 1", stays its own); a console of its own, a notebook beside the folder and a session whose
+    client moved it already are left as they are; JupyterLab's own session PATCH, after the contents
+    event, finds nothing left to do."""
+    a = await open_notebook(jp_fetch, jp_root_dir, "proj/a.ipynb")
+    b = await open_notebook(jp_fetch, jp_root_dir, "proj/sub/b.ipynb")
+    beside = await open_notebook(jp_fetch, jp_root_dir, "project.ipynb")
+    (jp_root_dir / "proj" / "c.ipynb").write_text((jp_root_dir / "project.ipynb").read_text())
+    consoles = {}
+    for path, name, kernel in (("proj/a.ipynb", "Console 1", {"id": a["kernel"]["id"]}),  # for the notebook
+                               ("proj/c.ipynb", "Console 1", {"name": "python3"}),
+                               ("console-2-6f1c", "Console 2", {"name": "python3"})):
+        r = await jp_fetch("api", "sessions", method="POST", body=json.dumps(
+            {"path": path, "name": name, "type": "console", "kernel": kernel}))
+        consoles[path] = json.loads(r.body)
+    assert consoles["proj/a.ipynb"]["id"] == a["id"]  # jupyter_server gives it the notebook's session
+    # a client that moves its session first (before the file): that session is at its new path already
+    await jp_fetch("api", "sessions", b["id"], method="PATCH", body=json.dumps({"path": "done/sub/b.ipynb"}))
+
+    await jp_fetch("api", "contents", "proj", method="PATCH", body=json.dumps({"path": "done"}))
+    await followed(jp_serverapp)
+    await jp_fetch("api", "sessions", a["id"], method="PATCH", body=json.dumps({"path": "done/a.ipynb"}))  # late
+    now = {sid: (s["path"], s["name"], s["type"]) for sid, s in (await sessions_now(jp_fetch)).items()}
+    assert now == {
+        a["id"]: ("done/a.ipynb", "a.ipynb", "notebook"),
+        b["id"]: ("done/sub/b.ipynb", "b.ipynb", "notebook"),
+        beside["id"]: ("project.ipynb", "project.ipynb", "notebook"),
+        consoles["proj/c.ipynb"]["id"]: ("done/c.ipynb", "Console 1", "console"),
+        consoles["console-2-6f1c"]["id"]: ("console-2-6f1c", "Console 2", "console"),
+    }
+    # a file without a session, and a folder without one, are renamed as before
+    (jp_root_dir / "lone.ipynb").write_text((jp_root_dir / "project.ipynb").read_text())
+    (jp_root_dir / "empty").mkdir()
+    for old, new in (("lone.ipynb", "alone.ipynb"), ("empty", "vacant")):
+        r = await jp_fetch("api", "contents", old, method="PATCH", body=json.dumps({"path": new}))
+        assert json.loads(r.body)["path"] == new
+    await followed(jp_serverapp)
+    assert {sid: (s["path"], s["name"], s["type"]) for sid, s in (await sessions_now(jp_fetch)).items()} == now
+
+
 async def test_a_notebook_renamed_while_paused_resumes_with_its_whole_history(jp_fetch, jp_serverapp, jp_root_dir):
     session = await open_notebook(jp_fetch, jp_root_dir, "p.ipynb")
     kid = session["kernel"]["id"]
