@@ -104,7 +104,9 @@ class ServerClient:
 
     # -- kernels, over the websocket a notebook page uses ----------------------------------------------
     def execute(self, kernel_id: str, code: str, timeout: float = 180) -> str:
-        """Run a cell in the kernel through the server's websocket; its stdout. RuntimeError on an error."""
+        """Run a cell in the kernel through the server's websocket; its stdout. RuntimeError when the cell
+        failed: the execute_reply's status decides (a magic's UsageError sends no `error` message on IOPub, only
+        its text on stderr, and counted as a success)."""
         return asyncio.run(self._execute(kernel_id, code, timeout))
 
     async def _execute(self, kernel_id: str, code: str, timeout: float) -> str:
@@ -122,9 +124,9 @@ class ServerClient:
             "stop_on_error": True})
         msg_id = request["header"]["msg_id"]
         conn.write_message(json.dumps({**request, "channel": "shell", "buffers": []}, default=json_default))
-        out, error, idle, replied = [], None, False, False
+        out, stderr, error, idle, reply = [], [], None, False, None
         try:
-            while not (idle and replied):
+            while not (idle and reply is not None):
                 raw = await asyncio.wait_for(conn.read_message(), timeout)
                 if raw is None:
                     raise RuntimeError(f"the kernel {kernel_id} closed its connection during the cell")
@@ -132,16 +134,22 @@ class ServerClient:
                 if msg.get("parent_header", {}).get("msg_id") != msg_id:
                     continue
                 kind, content = msg["msg_type"], msg["content"]
-                if kind == "stream" and content.get("name") == "stdout":
-                    out.append(content["text"])
+                if kind == "stream":
+                    (out if content.get("name") == "stdout" else stderr).append(content["text"])
                 elif kind == "error":
                     error = f"{content['ename']}: {content['evalue']}"
                 elif kind == "status" and content.get("execution_state") == "idle":
                     idle = True
                 elif kind == "execute_reply":
-                    replied = True
+                    reply = content
         finally:
             conn.close()
-        if error:
+        status = reply.get("status")
+        if error or status != "ok":
+            if not error and reply.get("ename"):
+                error = f"{reply['ename']}: {reply.get('evalue', '')}"
+            if not error:  # a UsageError says only this on stderr; an aborted cell says nothing
+                said = "".join(stderr).strip()
+                error = f"{said} (execute_reply status {status!r})" if said else f"execute_reply status {status!r}"
             raise RuntimeError(f"cell failed: {error}")
         return "".join(out)

@@ -9,7 +9,8 @@ import shutil
 import pytest
 
 from clikit import jupyter_gkews
-from jupyter_gkews.resumetest import FRESH, LIVE, judge
+from jupyter_gkews import resumetest
+from jupyter_gkews.resumetest import FRESH, LIVE, ResumeTest, judge
 from serverproc import Server
 
 pytestmark = pytest.mark.timeout(600)
@@ -55,6 +56,25 @@ def test_resume_test_against_a_running_server_and_around_an_upgrade(server, tmp_
     assert FRESH not in out and LIVE not in out
     assert "neither a live restore nor a restore from the checkpoint" in out or "the resume failed" in out
     assert f"kept for inspection: {saved['notebook']}" in out
+
+
+def test_a_cell_whose_magic_failed_is_a_failure(server, monkeypatch):
+    """A magic's UsageError sends no `error` message on IOPub, only its text on stderr, with an execute_reply
+    of status "error": the client called such a cell a success, and the resume test went on without its
+    setup (and broke on what it had not recorded, or said nothing of the cell)."""
+    kid = server.open_notebook("usage.ipynb")["kernel"]["id"]
+    assert server.execute(kid, "print('fine')") == "fine\n"
+    with pytest.raises(RuntimeError, match="cell failed: UsageError: delete takes one checkpoint id"):
+        server.execute(kid, "%gkews_checkpoint delete")
+    with pytest.raises(RuntimeError, match="cell failed: UsageError: said on stderr only"):
+        server.execute(kid, "from IPython.core.error import UsageError\nraise UsageError('said on stderr only')")
+    with pytest.raises(RuntimeError, match="cell failed: ZeroDivisionError"):
+        server.execute(kid, "1 / 0")
+
+    monkeypatch.setattr(resumetest, "SETUP", "%gkews_checkpoint delete\n" + resumetest.SETUP)
+    with pytest.raises(RuntimeError, match="cell failed: UsageError"):
+        ResumeTest(server, say=lambda text: None, timeout=120).prepare()
+    assert server.status()["state"] == "active"  # it never paused on a setup that did not run
 
 
 @pytest.mark.parametrize("args, words", [
