@@ -234,19 +234,19 @@ class GkewsApp(ExtensionApp):
         if self._bad_setting is not None:  # before anything is exported, claimed or written
             self._unavailable(f"a setting cannot be used: {self._bad_setting}; {SETTINGS_FIX}")
             return
-        root = os.path.abspath(os.path.expanduser(self.checkpoint_root))
-        self.settings["gkews_checkpoint_root"] = root
+        configured = os.path.abspath(os.path.expanduser(self.checkpoint_root))
         # Kernels inherit the server's environment. An explicit setting made
         # by whoever started the server wins over our default.
         self._exported_root = CHECKPOINT_ROOT_ENV not in os.environ
         if self._exported_root:
-            os.environ[CHECKPOINT_ROOT_ENV] = root
-        self.log.info(
-            "jupyter_gkews: checkpoint root %s (kernels see %s=%s)",
-            root,
-            CHECKPOINT_ROOT_ENV,
-            os.environ[CHECKPOINT_ROOT_ENV],
-        )
+            os.environ[CHECKPOINT_ROOT_ENV] = configured
+            self.log.info("jupyter_gkews: checkpoint root %s (kernels see %s=%s)", configured, CHECKPOINT_ROOT_ENV,
+                          configured)
+        else:  # the root the server and its kernels use is that one: say so, not the unused setting
+            self.log.info("jupyter_gkews: checkpoint root %s, from $%s set when the server started (it wins over "
+                          "c.GkewsApp.checkpoint_root, %s)", os.environ[CHECKPOINT_ROOT_ENV], CHECKPOINT_ROOT_ENV,
+                          configured)
+        self.settings["gkews_checkpoint_root"] = os.environ[CHECKPOINT_ROOT_ENV]
         # One notebook name for kernels and server: kernel_state turns the absolute path a kernel is given
         # (JPY_SESSION_NAME) into the path relative to the root our REST API uses (kernel_state.config).
         kernels = getattr(self.serverapp, "kernel_manager", None)

@@ -127,6 +127,20 @@ def test_server_extension_loads(jp_serverapp, jp_server_config):
     )
 
 
+@pytest.fixture
+def env_root(tmp_path, monkeypatch):
+    """$GKEWS_CHECKPOINT_ROOT set when the server starts (a Pod's env), beside a configured root."""
+    monkeypatch.setenv("GKEWS_CHECKPOINT_ROOT", str(tmp_path / "from-env"))
+    return str(tmp_path / "from-env")
+
+
+def test_a_checkpoint_root_from_the_environment_is_the_one_published(env_root, jp_serverapp):
+    """The server and its kernels use $GKEWS_CHECKPOINT_ROOT; its settings (and its log) name that one, not the
+    configured root it does not use."""
+    assert jp_serverapp.web_app.settings["gkews_checkpoint_root"] == env_root
+    assert jp_serverapp.web_app.settings["gkews_lifecycle"].checkpoint_root == env_root
+
+
 def test_checkpoint_root_default_is_in_jupyter_data_dir():
     from jupyter_core.paths import jupyter_data_dir
 
