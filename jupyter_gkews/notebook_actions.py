@@ -24,16 +24,19 @@ class NotebookActions:
         state = self.lifecycle.state["state"]
         if state in (State.PAUSING, State.RESUMING):
             raise Conflict(f"the session is {state}; wait for it to finish, then try again")
-        if any(nb["path"] == notebook and awaiting_resume(nb) for nb in self.lifecycle.state["notebooks"]):
-            # released, or living on in the pause's hold (GPU suspend): a call would wait there as long as it lasts
+        # the kernel the pause released, or holds (GPU suspend: a call would wait in that hold as long as it
+        # lasts); a notebook reopened since has a kernel of its own, which runs cells
+        paused = {nb["kernel_id"] for nb in self.lifecycle.state["notebooks"]
+                  if nb["path"] == notebook and awaiting_resume(nb)}
+        kernels = [s["kernel"]["id"] for s in await self.lifecycle.serverapp.session_manager.list_sessions()
+                   if s["path"] == notebook and (s.get("kernel") or {}).get("id")]
+        if paused and (not kernels or kernels[0] in paused):
             raise Conflict(f"{notebook!r} is paused: its kernel is not running cells until it is resumed. Resume it "
                            f"first (GPU session: Resume), then try again; nothing was changed")
-        for s in await self.lifecycle.serverapp.session_manager.list_sessions():
-            if s["path"] == notebook and s.get("kernel") and s["kernel"].get("id"):
-                await self._refuse_busy(s["kernel"]["id"], notebook)
-                return s["kernel"]["id"]
-        hint = " (it is paused: resume first)" if state == State.PAUSED else ""
-        raise Conflict(f"{notebook!r} has no running kernel{hint}; open the notebook and start its kernel")
+        if not kernels:
+            raise Conflict(f"{notebook!r} has no running kernel; open the notebook and start its kernel")
+        await self._refuse_busy(kernels[0], notebook)
+        return kernels[0]
 
     async def _refuse_busy(self, kernel_id: str, notebook: str) -> None:
         """A call into a kernel that runs a cell would wait behind it (a restore would then overwrite what
