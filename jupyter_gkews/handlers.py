@@ -219,7 +219,7 @@ class SessionsHandler(SessionRootHandler):
         if lifecycle is not None and isinstance(model, dict):
             kernel = model.get("kernel") if isinstance(model.get("kernel"), dict) else {}
             try:
-                lifecycle.refuse_released_kernel(model.get("path"), model.get("type"), kernel.get("id"))
+                await lifecycle.refuse_released_kernel(model.get("path"), model.get("type"), kernel.get("id"))
             except Conflict as exc:
                 self.set_status(409)
                 self.finish(json.dumps({"message": str(exc), "reason": "Conflict"}))

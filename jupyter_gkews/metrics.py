@@ -15,7 +15,7 @@ SESSION_STATE = Enum("gkews_session_state", "The session's lifecycle state.", st
 PAUSES = Counter("gkews_pauses", "Pauses that finished, by who asked (user or idle policy) and result "
                  "(paused or failed).", ["reason", "result"])
 RESUMES = Counter("gkews_resumes", "Notebooks resumed, by verdict (live-verified, restored-from-checkpoint, "
-                  "partially-restored, failed).", ["verdict"])
+                  "partially-restored, failed); a notebook deleted while paused is not resumed.", ["verdict"])
 CHECKPOINT_SECONDS = Gauge("gkews_last_checkpoint_seconds", "Seconds the last pause took to checkpoint its "
                            "notebooks (pause requested to checkpoints done).")
 CHECKPOINT_BYTES = Gauge("gkews_last_checkpoint_bytes", "Bytes of the checkpoints the last pause kept "
@@ -82,6 +82,8 @@ class MetricsRecorder:
         elif event == Event.NOTEBOOK_RESUMED:
             RESUMES.labels(record.get("verdict") or Verdict.FAILED.value).inc()
             self._resuming.discard(record.get("path"))
+        elif event == Event.NOTEBOOK_DELETED:  # deleted while paused: not resumed, so no resume, failed or not
+            self._resuming.difference_update(record.get("notebooks") or [])
         elif event == Event.FAILED:
             if "resume_requested" not in t:
                 PAUSES.labels(cycle["reason"] or "user", "failed").inc()

@@ -11,7 +11,7 @@ import re
 import time
 
 from .cycles import build_cycles, gpu_hours_released, released_hours
-from .lifecycle.paths import moved_path, under
+from .lifecycle.paths import moved_path, one_line, under
 from .states import OK_VERDICTS, Event, Verdict
 
 DAY = 86400.0
@@ -88,21 +88,47 @@ def follow_renames(events: list[dict]) -> list[dict]:
     for e in reversed(events):
         if e.get("event") == Event.NOTEBOOK_RENAMED and e.get("old") and e.get("new"):
             later.insert(0, (e["old"], e["new"]))
-        elif e.get("path") and later:
-            path = e["path"]
-            for old, new in later:
-                if under(path, old):
-                    path = moved_path(path, old, new)
-            e = {**e, "path": path}
+        elif later and (e.get("path") or e.get("event") == Event.NOTEBOOK_DELETED):
+            e = {**e, "path": _latest(e.get("path"), later)}
+            if isinstance(e.get("notebooks"), list):  # the notebooks a deletion lost
+                e["notebooks"] = [_latest(p, later) for p in e["notebooks"]]
         out.append(e)
     return out[::-1]
+
+
+def _latest(path, renames: list[tuple[str, str]]):
+    """path after the renames, in order."""
+    if not isinstance(path, str):
+        return path
+    for old, new in renames:
+        if under(path, old):
+            path = moved_path(path, old, new)
+    return path
+
+
+def deleted_while_paused(events: list[dict]) -> dict[int, list[str]]:
+    """The notebooks each cycle lost because their file was deleted while paused (however it was noticed:
+    through the contents API, by a rename onto their path, or by the resume): not resumed, so not counted
+    among the resumes, neither failed nor successful."""
+    out: dict[int, list[str]] = {}
+    for e in events:
+        if e.get("event") == Event.NOTEBOOK_DELETED and (e.get("cycle") or 0) > 0:
+            lost = out.setdefault(e["cycle"], [])
+            lost += [p for p in e.get("notebooks") or [] if p not in lost]
+    return out
+
+
+#: an absolute file path: a word of its own (after a space, a bracket or a quote, or first) that starts with
+#: `/`, maybe in brackets or quotes (`the file /c/blobs/1a2b.pkl`, `(/c/blobs/1a2b.pkl)`, `'/c/x.pkl'`); not a
+#: `/` inside a word (`</script>`, `a/b`, `1/2`, `http://`)
+_PATH = re.compile(r""" ?(\()?(['"]?)(?<![^\s(\['"])/[^\s'"()<>\[\]]+\2(?(1)\))""")
 
 
 def _cause(reason: str) -> str:
     """A restore failure's reason without what names one blob or file (`blob 1a2b3c… does not match its hash:
     the file /x/blobs/1a2b….pkl was …`), so that the same cause groups as one."""
     reason = re.sub(r"\bblob [0-9a-f]{6,}", "a blob", reason)
-    return re.sub(r" ?\(?/\S*\)?", "", reason).strip()
+    return _PATH.sub("", reason).strip().rstrip(":").rstrip()
 
 
 def build_report(events: list[dict], until: float | None = None) -> dict:
@@ -110,12 +136,13 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
     until = time.time() if until is None else until
     events = follow_renames([e for e in events if e.get("time", 0) <= until])
     cycles = build_cycles(events)
+    deleted = deleted_while_paused(events)
     rows = []
     for c in cycles:
         rows.append({"cycle": c["cycle"], "reason": c["reason"], "gpus": c["gpus"], "result": c["result"],
                      "timeline": c["timeline"], "notebooks": c["notebooks"], "snapshot_bytes": c["snapshot_bytes"],
                      "pause_failed": c["pause_failed"], "resume_failed": c["resume_failed"],
-                     **measure(c, until)})
+                     "deleted": deleted.get(c["cycle"], []), **measure(c, until)})
     verdicts: dict[str, int] = {}
     fallbacks: dict[str, int] = {}
     failures: dict[str, int] = {}
@@ -148,6 +175,7 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
         "snapshot_bytes": sum(r["snapshot_bytes"] for r in rows),
         "verdicts": verdicts,
         "notebooks_resumed": resumed,
+        "deleted_while_paused": sum(len(r["deleted"]) for r in rows),
         "success_rate": round(sum(verdicts.get(v, 0) for v in OK_VERDICTS) / resumed, 4) if resumed else None,
         "ready_seconds_p50": percentile(ready, 0.5), "ready_seconds_p95": percentile(ready, 0.95),
         "first_cell_seconds_p50": percentile(first, 0.5), "first_cell_seconds_p95": percentile(first, 0.95),
@@ -176,7 +204,8 @@ COLUMNS = ("cycle", "paused at (UTC)", "by", "idle before", "released h", "GPU h
 def text(report: dict) -> str:
     rows = []
     for r in report["cycles"]:
-        verdicts = ", ".join(f"{n} {v}" for v, n in sorted(r["verdicts"].items())) or (
+        verdicts = ", ".join([f"{n} {v}" for v, n in sorted(r["verdicts"].items())]
+                             + ([f"{len(r['deleted'])} deleted"] if r["deleted"] else [])) or (
             "pause failed" if r["pause_failed"] else "resume failed" if r["resume_failed"] else
             "still paused" if r["still_paused"] else "-")
         idle = r["idle_seconds"]
@@ -204,6 +233,10 @@ def text(report: dict) -> str:
     out += [
         f"resumes: {t['notebooks_resumed']} notebook resume(s), success {rate} ("
         + (", ".join(f"{n} {v}" for v, n in sorted(t["verdicts"].items())) or "none") + ")",
+    ]
+    if t["deleted_while_paused"]:
+        out.append(f"deleted while paused (not resumed, not counted above): {t['deleted_while_paused']} notebook(s)")
+    out += [
         f"time to a usable kernel (resume requested -> ready): p50 {_fmt(t['ready_seconds_p50'], '.1f', ' s')}, "
         f"p95 {_fmt(t['ready_seconds_p95'], '.1f', ' s')}; to the first cell run: "
         f"p50 {_fmt(t['first_cell_seconds_p50'], '.1f', ' s')}, p95 {_fmt(t['first_cell_seconds_p95'], '.1f', ' s')}",
@@ -211,7 +244,8 @@ def text(report: dict) -> str:
     for title, causes in (("fallbacks to the checkpoint", t["fallbacks"]), ("failures", t["failures"])):
         if causes:
             out.append(f"{title}:")
-            out += [f"  {n} x {why}" for why, n in sorted(causes.items(), key=lambda kv: -kv[1])]
+            # one line each, as in the status (a reason may hold a newline)
+            out += [f"  {n} x {one_line(why)}" for why, n in sorted(causes.items(), key=lambda kv: -kv[1])]
     out.append(f"week from {w['start']}: {w['observed_hours']:.1f} h observed, {w['allocated_hours']:.1f} h "
                f"allocated, {w['released_hours']:.1f} h released")
     return "\n".join(out)

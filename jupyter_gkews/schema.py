@@ -102,6 +102,7 @@ NOTEBOOK = _obj({
     "skipped_at_save": _SKIPPED_MAP, "warnings": _STR_LIST, "same_process": _BOOL,
     "message": _STR, "gpu": {"type": ["object", "null"], "description": "local GPU suspend: what was suspended"},
     "saved_as": _STR, "reopened": _BOOL,
+    "deleted": {**_BOOL, "description": "its file was deleted while paused: not resumed (no verdict)"},
     "unrestored": {"type": "object", "additionalProperties": _STR,
                    "description": "variables a resume could not restore (why), until a pause saves them again"},
     "unrestored_checkpoints": {**_STR_LIST, "description": "the earlier checkpoints that hold them (pinned)"},

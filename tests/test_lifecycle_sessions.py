@@ -3,6 +3,7 @@ notebook (JupyterLab's "New Console for Notebook": a second session on the noteb
 opened while another one is paused."""
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -62,7 +63,9 @@ async def test_a_console_for_a_paused_notebook_is_refused_until_it_is_resumed(jp
     assert paused["state"] == "paused", paused["message"]
     checkpoint = paused["notebooks"][0]["checkpoint"]
 
-    for kernel, path in [({"id": kid}, "console-2-6f1c"), ({"name": "python3"}, "work/train.ipynb")]:
+    # "/work/train.ipynb": the same notebook to the user, a new empty kernel to jupyter_server
+    for kernel, path in [({"id": kid}, "console-2-6f1c"), ({"name": "python3"}, "work/train.ipynb"),
+                         ({"name": "python3"}, "/work/train.ipynb"), ({"name": "python3"}, "work//./train.ipynb")]:
         r = await jp_fetch("api", "sessions", method="POST", raise_error=False, body=json.dumps(
             {"path": path, "name": "Console 2", "type": "console", "kernel": kernel}))
         assert r.code == 409, (kernel, r.body)
@@ -78,6 +81,74 @@ async def test_a_console_for_a_paused_notebook_is_refused_until_it_is_resumed(jp
         {"path": "console-2-6f1c", "name": "Console 2", "type": "console", "kernel": {"id": kid}}))
     assert json.loads(r.body)["kernel"]["id"] == kid  # resumed: the console shares the notebook's kernel
     assert "42" in await run_cell(jp_serverapp, kid, "print(x + 1)")
+
+
+async def test_a_console_for_a_paused_notebook_reopened_meanwhile_joins_its_live_kernel(
+        jp_fetch, jp_serverapp, jp_root_dir):
+    """Reopened while paused, the notebook has a live kernel again (the resume restores into it): a console at
+    its path was refused, saying it "would get a new, empty kernel", when jupyter_server would have joined
+    the reopened notebook's kernel."""
+    path = "work/train.ipynb"
+    old = (await open_notebook(jp_fetch, jp_root_dir, path))["kernel"]["id"]
+    await run_cell(jp_serverapp, old, "x = 41")
+    assert (await post(jp_fetch, "pause")).code == 202
+    assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
+    r = await jp_fetch("api", "sessions", method="POST", body=json.dumps(
+        {"path": path, "name": "train.ipynb", "type": "notebook", "kernel": {"name": "python3"}}))
+    reopened = json.loads(r.body)["kernel"]["id"]
+    assert reopened != old
+
+    for kernel in ({"id": reopened}, {"name": "python3"}):
+        r = await jp_fetch("api", "sessions", method="POST", raise_error=False, body=json.dumps(
+            {"path": path, "name": "", "type": "console", "kernel": kernel}))
+        assert r.code == 201, (kernel, r.body)
+        assert json.loads(r.body)["kernel"]["id"] == reopened
+    assert jp_serverapp.kernel_manager.list_kernel_ids() == [reopened]  # no empty kernel was started
+    # the released kernel's id is still refused: jupyter_server would start a new kernel under it
+    r = await jp_fetch("api", "sessions", method="POST", raise_error=False, body=json.dumps(
+        {"path": "console-3", "name": "", "type": "console", "kernel": {"id": old}}))
+    assert r.code == 409, r.body
+    # jupyter_server keeps "/work/train.ipynb" as given: a new kernel there, and the message says so
+    r = await jp_fetch("api", "sessions", method="POST", raise_error=False, body=json.dumps(
+        {"path": "/" + path, "name": "", "type": "console", "kernel": {"name": "python3"}}))
+    assert r.code == 409, r.body
+    assert f"was reopened since: a console or session at '/{path}' would get a new, empty kernel; open it at " \
+           f"'{path}'" in json.loads(r.body)["message"], r.body
+
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    [nb] = resumed["notebooks"]
+    assert nb["reopened"] and nb["kernel_id"] == reopened and "x" in nb["restored"], nb
+
+
+async def test_a_console_for_a_notebook_being_resumed_is_told_to_wait(jp_fetch, jp_serverapp, jp_root_dir,
+                                                                      monkeypatch):
+    """While the resume waited for capacity, the 409 said "Resume it first", about a notebook being resumed."""
+    path = "work/train.ipynb"
+    kid = (await open_notebook(jp_fetch, jp_root_dir, path))["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "x = 41")
+    assert (await post(jp_fetch, "pause")).code == 202
+    assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
+    backend = jp_serverapp.web_app.settings["gkews_lifecycle"].backend
+    capacity, acquire = asyncio.Event(), backend.acquire
+
+    async def waiting_for_capacity(notebooks):
+        await capacity.wait()
+        return await acquire(notebooks)
+    monkeypatch.setattr(backend, "acquire", waiting_for_capacity)
+    assert (await post(jp_fetch, "resume")).code == 202
+    for kernel, where in (({"name": "python3"}, path), ({"id": kid}, "console-2")):
+        r = await jp_fetch("api", "sessions", method="POST", raise_error=False, body=json.dumps(
+            {"path": where, "name": "", "type": "console", "kernel": kernel}))
+        assert r.code == 409, r.body
+        message = json.loads(r.body)["message"]
+        assert message.startswith(f"{path!r} is being resumed: ") and "Resume it first" not in message, message
+        assert "wait until the session is ready, then open it again" in message, message
+    capacity.set()
+    assert (await wait_for(jp_fetch, ("active", "failed")))["state"] == "active"
+    r = await jp_fetch("api", "sessions", method="POST", body=json.dumps(
+        {"path": "console-2", "name": "", "type": "console", "kernel": {"id": kid}}))
+    assert json.loads(r.body)["kernel"]["id"] == kid
 
 
 async def test_standalone_consoles_save_under_their_own_session_path(jp_fetch, jp_serverapp):
@@ -114,6 +185,7 @@ async def test_a_pause_from_paused_that_checkpoints_nothing_leaves_the_others_pa
     gate = tmp_path / "gate"
     client = jp_serverapp.kernel_manager.get_kernel(b).client()
     client.start_channels()
+    await client.wait_for_ready(timeout=60)  # a cell sent to a kernel still starting may never show it busy
     client.execute(f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\ny = 1")
     try:
         await wait_kernel_state(jp_serverapp, b, "busy")

@@ -15,6 +15,7 @@ import pytest
 import kernel_state
 from clikit import jupyter_gkews
 from jupyter_gkews.report import build_report, percentile
+from jupyter_gkews.report import text as report_text
 from jupyter_gkews.state import StateStore
 from serverkit import gkews_server_config, open_notebook, post, run_cell, status, wait_for
 
@@ -295,3 +296,31 @@ def test_a_failed_resume_retried_in_the_same_cycle_counts_as_the_metrics_count_i
     assert totals["verdicts"] == {"failed": 2, "restored-from-checkpoint": 1}
     assert totals["success_rate"] == round(1 / 3, 4)
     assert totals["failures"] == {why: 2}
+
+
+def test_failure_causes_print_on_one_line_and_lose_only_file_paths():
+    """A reason with a newline printed over two lines of the text report (the status escapes it), and the
+    grouping of causes stripped anything from a `/` on: `<script>…</script>` became `<script>…<`."""
+    html_reason = "ValueError: first line\nsecond line <script>alert(1)</script> | a/b and 1/2"
+    events = pause_events(1, MONDAY, last_activity=MONDAY - H)
+    events += resume_events(1, MONDAY + H, 5, "partially-restored", "a new process\nof its own")
+    [resumed] = [e for e in events if e["event"] == "notebook-resumed"]
+    resumed["failed"] = {
+        "bad": html_reason,
+        "w": "blob 1a2b3c4d5e6f does not match its hash: the file /c/blobs/1a2b3c4d5e6f.pkl was modified",
+        "v": "blob 0f0f0f0f0f0f is missing from the checkpoint store (/c/blobs/0f0f0f0f0f0f.pkl)",
+        "u": "blob 9e9e9e9e9e9e cannot be read: [Errno 13] Permission denied: '/c/blobs/9e9e9e9e9e9e.pkl'"}
+    events += pause_events(2, MONDAY + 2 * H, last_activity=MONDAY + H)
+    events += resume_events(2, MONDAY + 3 * H, 5, "failed", "the kernel died\nwhile restoring")
+    report = build_report(events, until=MONDAY + 4 * H)
+    assert report["totals"]["failures"] == {
+        f"variable not restored ({html_reason})": 1,
+        "variable not restored (a blob does not match its hash: the file was modified)": 1,
+        "variable not restored (a blob is missing from the checkpoint store)": 1,
+        "variable not restored (a blob cannot be read: [Errno 13] Permission denied)": 1,
+        "the kernel died\nwhile restoring": 1}
+    lines = report_text(report).splitlines()
+    assert "  1 x variable not restored (ValueError: first line\\nsecond line <script>alert(1)</script> | a/b and " \
+           "1/2)" in lines
+    assert "  1 x the kernel died\\nwhile restoring" in lines and "  1 x a new process\\nof its own" in lines
+    assert not [line for line in lines if line.startswith(("second line", "while restoring", "of its own"))]

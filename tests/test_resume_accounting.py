@@ -12,6 +12,7 @@ from prometheus_client import REGISTRY
 from jupyter_gkews import schema
 from jupyter_gkews.metrics import MetricsRecorder
 from jupyter_gkews.report import build_report
+from jupyter_gkews.report import text as report_text
 from kernel_state.store import Store
 from serverkit import events, gkews_server_config, open_notebook, post, run_cell, status, wait_for
 from serverproc import Server
@@ -214,6 +215,106 @@ async def test_a_notebook_deleted_while_paused_is_not_restored_into_a_new_one_at
     assert (await post(jp_fetch, "resume")).code == 202
     await wait_for(jp_fetch, ("active", "failed"))
     assert await run_cell(jp_serverapp, new, "print(result)") == "new work\n"
+
+
+@pytest.mark.parametrize("how", ["contents API", "on disk"])
+async def test_a_notebook_deleted_while_paused_is_not_a_resume_however_it_was_noticed(
+        how, jp_fetch, jp_serverapp, jp_root_dir):
+    """Deleted through the contents API while paused (Lifecycle.notebook_deleted), the notebook was `lost` with
+    verdict failed, but the resume wrote no `notebook-resumed` for it: no failed resume in the metrics, none in
+    the report, none in its message. Deleted on disk and found gone by the resume, it was a failed resume in
+    all of them. Both are now the same: the user deleted it, nothing was resumed, so it has no verdict and is
+    not a resume (neither failed nor successful); `notebook-deleted` says so, and the report and the resume's
+    message name it apart."""
+    keep, gone = "work/keep.ipynb", "work/gone.ipynb"
+    for path in (keep, gone):
+        kid = (await open_notebook(jp_fetch, jp_root_dir, path))["kernel"]["id"]
+        await run_cell(jp_serverapp, kid, "x = 1")
+    before = await scrape(jp_fetch)
+    assert (await post(jp_fetch, "pause")).code == 202
+    assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
+    if how == "contents API":
+        await jp_fetch("api", "contents", gone, method="DELETE")
+    else:  # outside the server (a terminal, a sync): the resume finds the file gone
+        (jp_root_dir / gone).unlink()
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["state"] == "active", resumed["message"]
+    schema.validate_response("status", resumed)
+    nb = {n["path"]: n for n in resumed["notebooks"]}
+    assert nb[keep]["verdict"] == "restored-from-checkpoint", nb[keep]
+    assert nb[gone]["status"] == "lost" and nb[gone]["verdict"] is None and nb[gone]["deleted"], nb[gone]
+    assert "deleted" not in nb[keep], nb[keep]
+    assert "was deleted while paused" in nb[gone]["error"] and "--checkpoint" in nb[gone]["next_step"], nb[gone]
+    assert resumed["message"] == f"resumed: 1 restored-from-checkpoint; deleted while paused, not resumed: {gone}"
+
+    log = await events(jp_fetch)
+    assert [(e["path"], e["notebooks"]) for e in log if e["event"] == "notebook-deleted"] == [(gone, [gone])]
+    assert [e["path"] for e in log if e["event"] == "notebook-resumed"] == [keep]
+    [done] = [e for e in log if e["event"] == "resumed"]
+    assert done["verdicts"] == {"restored-from-checkpoint": 1} and done["deleted"] == [gone]
+
+    after = await scrape(jp_fetch)
+    assert delta(after, before, "gkews_resumes_total", verdict="restored-from-checkpoint") == 1
+    assert delta(after, before, "gkews_resumes_total", verdict="failed") == 0
+
+    report = build_report(log)
+    totals, [cycle] = report["totals"], report["cycles"]
+    assert totals["verdicts"] == {"restored-from-checkpoint": 1} and totals["success_rate"] == 1.0
+    assert totals["failures"] == {} and totals["deleted_while_paused"] == 1 and cycle["deleted"] == [gone]
+    assert "deleted while paused (not resumed, not counted above): 1 notebook(s)" in report_text(report)
+    assert "1 restored-from-checkpoint, 1 deleted" in report_text(report)
+
+
+def test_a_resume_that_stops_counts_no_failed_resume_for_a_notebook_it_found_deleted():
+    """A resume that stops counts each notebook it had not finished as a failed resume: not the one it found
+    deleted (not resumed at all)."""
+    failed = ("gkews_resumes_total", {"verdict": "failed"})
+    before = REGISTRY.get_sample_value(*failed) or 0.0
+    events = pause_events(1, MONDAY, last_activity=MONDAY - H) + [
+        ev(MONDAY + H, "resume-requested", 1, "resuming", "waiting-for-capacity",
+           notebooks=["train.ipynb", "gone.ipynb"]),
+        ev(MONDAY + H + 1, "restoring", 1, "resuming", "restoring"),
+        ev(MONDAY + H + 2, "notebook-deleted", 1, "resuming", "restoring", path="gone.ipynb",
+           notebooks=["gone.ipynb"], noticed="resume"),
+        ev(MONDAY + H + 3, "failed", 1, "failed", reason="The resume stopped at restoring: OSError: boom.")]
+    _metric_over(events, 2)
+    assert (REGISTRY.get_sample_value(*failed) or 0.0) - before == 1  # train.ipynb only
+    assert build_report(events, until=MONDAY + 2 * H)["totals"]["deleted_while_paused"] == 1
+
+
+async def test_a_resume_of_only_deleted_notebooks_says_so(jp_fetch, jp_serverapp, jp_root_dir):
+    path = "work/only.ipynb"
+    kid = (await open_notebook(jp_fetch, jp_root_dir, path))["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "x = 1")
+    assert (await post(jp_fetch, "pause")).code == 202
+    assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
+    await jp_fetch("api", "contents", path, method="DELETE")
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["message"] == f"resumed: nothing to restore; deleted while paused, not resumed: {path}"
+    assert build_report(await events(jp_fetch))["totals"]["deleted_while_paused"] == 1
+
+
+async def test_a_deleted_notebook_resumed_by_name_is_not_called_not_paused(jp_fetch, jp_serverapp, jp_root_dir):
+    """The page (or a script) that asks to resume the notebook by name got 400 "'x' was not paused" for a
+    notebook deleted while paused: it was paused, and its checkpoint is kept."""
+    keep, gone = "work/keep.ipynb", "work/gone.ipynb"
+    for path in (keep, gone):
+        kid = (await open_notebook(jp_fetch, jp_root_dir, path))["kernel"]["id"]
+        await run_cell(jp_serverapp, kid, "x = 1")
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    checkpoint = {nb["path"]: nb["checkpoint"] for nb in paused["notebooks"]}[gone]
+    await jp_fetch("api", "contents", gone, method="DELETE")
+    r = await post(jp_fetch, "resume", {"notebooks": [gone]})
+    assert r.code == 409, r.body
+    message = json.loads(r.body)["message"]
+    assert "was deleted while paused" in message and checkpoint in message and "not paused" not in message, message
+    assert (await status(jp_fetch))["state"] == "paused"  # nothing changed: keep.ipynb is still paused
+    assert (await post(jp_fetch, "resume", {"notebooks": [keep, gone]})).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["message"] == f"resumed: 1 restored-from-checkpoint; deleted while paused, not resumed: {gone}"
 
 
 async def test_a_pause_of_some_notebooks_releases_no_gpu(jp_fetch, jp_serverapp, jp_root_dir):

@@ -24,6 +24,7 @@ from ..state import StateStore, initial_state
 from ..states import Event, NotebookStatus, awaiting_resume
 from .holds import Holds
 from .paths import clean_notebook_paths, moved_path, one_line, under  # noqa: F401  (notebook_actions, handlers)
+from .paths import session_path
 from .pause import Pause
 from .persistence import Persistence, pinned_checkpoints  # noqa: F401  (handlers)
 from .recovery import Recovery
@@ -49,6 +50,7 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
         self._write_lock = asyncio.Lock()  # state.json is replaced in the order the changes happened
         self._holds: dict[str, object] = {}  # kernel id -> bridge.Hold: checkpointed, no cell runs until released
         self._pins: dict | None = None  # the checkpoints last pinned in the store (kernel_state.pins)
+        self._in_resume: set[int] = set()  # id() of the notebook entries the running resume brings back
 
     def status(self) -> dict:
         return copy.deepcopy(self.state)
@@ -87,7 +89,7 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
         """The contents service renamed a file or folder: a notebook of the session in it follows, in every
         state (paused, pausing, or still to resume after a resume): it resumes at its new path, from the
         checkpoint taken under its old name (`saved_as`)."""
-        moved = []
+        moved, lost = [], []
         for nb in self.state["notebooks"]:
             for companion in nb.get("companions", []):  # a second notebook on its kernel
                 if under(companion["path"], old):
@@ -104,8 +106,11 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
             for other in self.state["notebooks"]:  # the rename went onto its path: its file was deleted
                 if other is not nb and other["path"] == nb["path"] and awaiting_resume(other):
                     mark_lost(other, f"and {old} was renamed to its path since: no kernel will be started for it")
+                    lost.append(other["path"])
         if moved:
             await self._persist(Event.NOTEBOOK_RENAMED, old=old, new=new, notebooks=moved)
+        for path in lost:  # found deleted now: counted as every notebook deleted while paused (not a resume)
+            await self._persist(Event.NOTEBOOK_DELETED, path=path, notebooks=[path], noticed="rename")
 
     async def notebook_deleted(self, path: str) -> None:
         """The contents service deleted a file or folder: a paused notebook in it whose kernel is gone is
@@ -121,19 +126,42 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
         if lost:
             await self._persist(Event.NOTEBOOK_DELETED, path=path, notebooks=lost)
 
-    def refuse_released_kernel(self, path: str, session_type: str, kernel_id: str | None) -> None:
+    async def refuse_released_kernel(self, path, session_type, kernel_id) -> None:
         """A session asked for (POST api/sessions) on the kernel a pause released, by its id or as a console
-        at its notebook's path: jupyter_server would start an empty kernel for it (under that very id), which
-        the resume would then take for the notebook's. Conflict until the notebook is resumed."""
+        at its notebook's path (however written: `/a.ipynb` too): jupyter_server would start an empty kernel for
+        it (under that very id), which the resume would then take for the notebook's. Conflict until the
+        notebook is resumed; unless a session with a live kernel is at that path already (the notebook was
+        reopened while paused): jupyter_server answers with it and starts nothing."""
         km = self.serverapp.kernel_manager
+        wanted = session_path(path)
         for nb in self.state["notebooks"]:
             if not awaiting_resume(nb) or nb["kernel_id"] in km:
                 continue  # not paused, or its kernel lives on (suspended): a session may join it
             paths = [nb["path"]] + [c["path"] for c in nb.get("companions", [])]
-            if kernel_id == nb["kernel_id"] or (session_type != "notebook" and path in paths):
-                raise Conflict(f"{nb['path']!r} is paused: the pause released its kernel (its variables are in "
-                               f"checkpoint {nb['checkpoint']}), and a console or session opened on it now would "
-                               f"get a new, empty kernel. Resume it first (GPU session: Resume), then open it again.")
+            if kernel_id != nb["kernel_id"] and (session_type == "notebook" or wanted not in paths):
+                continue
+            if isinstance(path, str) and await self._live_session(path):
+                return  # jupyter_server gives that session as it is: no kernel is started
+            checkpoint = f"its variables are in checkpoint {nb['checkpoint']}"
+            if id(nb) in self._in_resume:
+                raise Conflict(f"{nb['path']!r} is being resumed: wait until the session is ready, then open it "
+                               f"again (a console or session opened on it now would get a new, empty kernel; "
+                               f"{checkpoint}).")
+            if isinstance(path, str) and path != nb["path"] and await self._live_session(nb["path"]):
+                raise Conflict(f"{nb['path']!r} is paused, and was reopened since: a console or session at "
+                               f"{path!r} would get a new, empty kernel; open it at {nb['path']!r} to join the "
+                               f"reopened notebook's kernel ({checkpoint}; the resume restores them into it).")
+            raise Conflict(f"{nb['path']!r} is paused: the pause released its kernel ({checkpoint}), and a "
+                           f"console or session opened on it now would get a new, empty kernel. Resume it first "
+                           f"(GPU session: Resume), then open it again.")
+
+    async def _live_session(self, path: str) -> dict | None:
+        """The session at path (exactly, as jupyter_server looks it up) whose kernel runs, if any."""
+        km = self.serverapp.kernel_manager
+        for session in await self.serverapp.session_manager.list_sessions():
+            if session.get("path") == path and (session.get("kernel") or {}).get("id") in km:
+                return session
+        return None
 
     async def shutdown(self) -> None:
         # held kernels stay held: the server stopping shuts them down, and a restart rolls the pause forward

@@ -44,3 +44,11 @@ def under(path: str, base: str) -> bool:
 def moved_path(path: str, old: str, new: str) -> str:
     """Where path (under old) is once old is renamed new."""
     return new + path[len(old):]
+
+
+def session_path(path) -> str | None:
+    """A session's path (POST api/sessions) as the notebook paths are written: `/a.ipynb` and `a//./a.ipynb`
+    name a.ipynb to the user, though jupyter_server keeps them as given. None for what is not a string."""
+    if not isinstance(path, str):
+        return None
+    return posixpath.normpath("/" + path).lstrip("/")

@@ -23,20 +23,27 @@ class Resume:
         async with Claim(self, "resume", RESUME_FROM) as claim:
             # released by a pause, or left failed by an earlier resume: both come back from their checkpoint
             paused = [nb for nb in self.state["notebooks"] if awaiting_resume(nb)]
+            # deleted while paused (Lifecycle.notebook_deleted): not resumed, but the resume's message names them
+            gone = [nb for nb in self.state["notebooks"] if nb.get("deleted")]
             if wanted is not None:
-                unknown = [p for p in wanted if p not in {nb["path"] for nb in paused}]
+                unknown = [p for p in wanted if p not in {nb["path"] for nb in paused + gone}]
                 if unknown:
                     raise BadRequest(f"{', '.join(map(repr, unknown))} was not paused; paused notebooks: "
                                      f"{', '.join(nb['path'] for nb in paused) or 'none'}")
                 paused = [nb for nb in paused if nb["path"] in wanted]
+                gone = [nb for nb in gone if nb["path"] in wanted]
+            deleted = [nb["path"] for nb in gone]
             if not paused:
+                if wanted is not None:  # asked for by name: only notebooks deleted while paused
+                    raise Conflict("; ".join(f"{nb['error']}: nothing to resume; {nb['next_step']}" for nb in gone))
                 if self.state["state"] != State.PAUSED:
                     raise Conflict("nothing to resume: no notebook is paused")
-                # paused, but every notebook was lost (a server stopped before their checkpoints)
-                message = "resumed: no notebook had a checkpoint to restore"
+                # paused, but every notebook was lost (deleted, or a server stopped before their checkpoints)
+                message = ("resumed: nothing to restore" + deleted_note(deleted) if deleted
+                           else "resumed: no notebook had a checkpoint to restore")
                 await self._begin(lambda state: state.update(state=State.ACTIVE, phase=None, progress=None,
                                                              error=None, message=message),
-                                  Event.RESUMED, message=message)
+                                  Event.RESUMED, message=message, **({"deleted": deleted} if deleted else {}))
                 return self.status()  # not handed over: the claim is given back as the block ends
             if self._restore_watch:  # resumed on request: no longer waiting to wake up in a restored Pod
                 self._restore_watch.cancel()
@@ -48,10 +55,15 @@ class Resume:
                              error=None)
             await self._begin(begin, Event.RESUME_REQUESTED, message="waiting for capacity",
                               notebooks=[nb["path"] for nb in paused])
-            self._spawn_claimed(claim, self._resume(paused, why=why))
+            self._spawn_claimed(claim, self._resume(paused, why=why, deleted=deleted))
         return self.status()
 
-    async def _resume(self, notebooks: list[dict], why: str | None = None, acquired: bool = False) -> None:
+    async def _resume(self, notebooks: list[dict], why: str | None = None, acquired: bool = False,
+                      deleted: list[str] = ()) -> None:
+        """deleted: the paths of notebooks deleted while paused before the resume (Lifecycle.notebook_deleted),
+        for its message; those it finds deleted itself are added."""
+        deleted = list(deleted)
+        self._in_resume = {id(nb) for nb in notebooks}  # a session asked for on them is told to wait
         try:
             if not acquired:
                 await self.backend.acquire(notebooks)
@@ -63,7 +75,11 @@ class Resume:
             for nb in notebooks:
                 nb.update(verdict=None, error=None, failed={})
                 if await self._deleted_while_paused(nb):
+                    # the user's doing, as through the contents API: not a resume (no verdict), not a failure
                     mark_lost(nb, "so no kernel was started for it")
+                    deleted.append(nb["path"])
+                    await self._persist(Event.NOTEBOOK_DELETED, path=nb["path"], notebooks=[nb["path"]],
+                                        noticed="resume")
                     continue
                 try:
                     nb["kernel_id"] = await self.backend.start_kernel(nb)
@@ -75,36 +91,45 @@ class Resume:
             self.state["progress"] = {"notebooks_done": 0, "notebooks_total": len(notebooks)}
 
             async def resume_one(nb):  # kernels are separate processes: restore them side by side
-                if nb.get("verdict") != Verdict.FAILED:
+                lost = nb.get("deleted", False)
+                if nb.get("verdict") != Verdict.FAILED and not lost:
                     await self._verify_or_restore(nb, self._hold_file(held[id(nb)]))
                 await self._let_go(*{held[id(nb)], nb["kernel_id"]})  # the cells sent while paused run now
                 self.state["progress"]["notebooks_done"] += 1
-                await self._persist(Event.NOTEBOOK_RESUMED, path=nb["path"], verdict=nb["verdict"],
-                                    why=nb.get("why_restored") or nb.get("error"), failed=nb["failed"])
+                if not lost:  # a deleted notebook was not resumed: its notebook-deleted event says so
+                    await self._persist(Event.NOTEBOOK_RESUMED, path=nb["path"], verdict=nb["verdict"],
+                                        why=nb.get("why_restored") or nb.get("error"), failed=nb["failed"])
             await asyncio.gather(*(resume_one(nb) for nb in notebooks))
             self.state["progress"] = None
             self.state["timeline"]["restore_done"] = now()
             counts = {}
             for nb in notebooks:
-                counts[nb["verdict"]] = counts.get(nb["verdict"], 0) + 1
+                if nb.get("verdict"):
+                    counts[nb["verdict"]] = counts.get(nb["verdict"], 0) + 1
             self._watch_first_cell(notebooks)  # before the state says active: a user may run a cell at once
-            message = (f"{why}; " if why else "") + "resumed: " + ", ".join(f"{n} {v}" for v, n in counts.items())
+            message = (f"{why}; " if why else "") + "resumed: " + (
+                ", ".join(f"{n} {v}" for v, n in counts.items()) or "nothing to restore")
             for nb in notebooks:
                 if nb["verdict"] == Verdict.PARTIALLY_RESTORED:
                     message += f"; not restored in {nb['path']}: {', '.join(sorted(nb['failed']))}"
+            message += deleted_note(deleted)
             waiting = [nb["path"] for nb in self.state["notebooks"] if awaiting_resume(nb)]
             if waiting:  # not named in this resume, or failed in it: a resume brings them back
                 message += f"; still to resume (Resume brings them back): {', '.join(waiting)}"
             await self._enter(State.ACTIVE, None, message, Event.RESUMED, final=True,
-                              verdicts=counts, timeline=dict(self.state["timeline"]))
+                              verdicts=counts, timeline=dict(self.state["timeline"]),
+                              **({"deleted": deleted} if deleted else {}))
         except Exception as exc:
             if self.log:
                 self.log.exception("gkews: resume failed")
             for nb in notebooks:  # what did not come back is resumed again from its checkpoint
-                if nb.get("status") != NotebookStatus.RESUMED:
+                # but a notebook found deleted, or whose checkpoint is gone: nothing can resume it (lost)
+                if nb.get("status") not in (NotebookStatus.RESUMED, NotebookStatus.LOST):
                     nb["status"] = NotebookStatus.FAILED
             await self._fail(f"The resume stopped at {self.state['phase']}: {type(exc).__name__}: {exc}.",
                              "Resume again; the checkpoints are kept.")
+        finally:
+            self._in_resume = set()
 
     async def _deleted_while_paused(self, nb: dict) -> bool:
         """A notebook whose kernel was shut down and whose file is gone gets no new kernel (it would hold
@@ -256,10 +281,17 @@ def checkpoints_holding(root: str, notebook: str, names: list[str], exclude: str
 
 
 def mark_lost(nb: dict, why: str) -> None:
-    """A paused notebook whose file was deleted: no kernel for it, and where its checkpoint is."""
+    """A paused notebook whose file was deleted: no kernel for it, and where its checkpoint is. Its user deleted
+    it: it is not resumed, so it has no verdict (not a failed resume: the metrics and the report leave it out of
+    the resumes and count it apart, from its `notebook-deleted` event)."""
     checkpoint = nb["checkpoint"]
-    nb.update(status=NotebookStatus.LOST, verdict=Verdict.FAILED,
+    nb.update(status=NotebookStatus.LOST, verdict=None, deleted=True,
               error=f"the notebook file {nb['path']} was deleted while paused, {why}",
               next_step=f"its checkpoint {checkpoint} stays in the store: in another notebook run "
                         f"%gkews_checkpoint restore --notebook {nb.get('saved_as') or nb['path']} "
                         f"--checkpoint {checkpoint}")
+
+
+def deleted_note(paths: list[str]) -> str:
+    """What a resume's message says of the notebooks deleted while paused."""
+    return f"; deleted while paused, not resumed: {', '.join(paths)}" if paths else ""
