@@ -41,7 +41,7 @@ export function display(status: IStatus | null, connected: boolean, attachment?:
     case 'resuming':
       return status.phase === 'waiting-for-capacity' ? 'waiting for capacity' : 'restoring';
     default:
-      if (!status.notebooks.some(nb => nb.verdict)) {
+      if (!status.notebooks.some(resumeOutcome)) {
         return 'active';
       }
       // active after a resume (the notebooks carry verdicts)
@@ -130,8 +130,16 @@ function describeSkipped(name: string, skipped: ISkipped): string {
   return `${name} (${what}${cell})`;
 }
 
+/** Whether a resume says something of this notebook: its verdict, or that it was deleted while paused. */
+export function resumeOutcome(nb: INotebookStatus): boolean {
+  return Boolean(nb.verdict || nb.deleted);
+}
+
 /** One notebook's resume, in the words of the issue: "live model verified" or what came back. */
 export function verdictText(nb: INotebookStatus): string {
+  if (nb.deleted) {
+    return 'deleted while paused: not resumed';
+  }
   if (nb.verdict === 'live-verified') {
     return 'live model verified';
   }
@@ -160,7 +168,10 @@ export function nextStep(status: IStatus): string | null {
     return status.error.next_step;
   }
   // partially-restored: its next_step says how to get back what did not come back
-  const broken = status.notebooks.filter(nb => nb.verdict === 'failed' || nb.verdict === 'partially-restored');
+  // a notebook deleted while paused: its next_step says how to restore its checkpoint elsewhere
+  const broken = status.notebooks.filter(
+    nb => nb.verdict === 'failed' || nb.verdict === 'partially-restored' || nb.deleted
+  );
   if (broken.length) {
     return broken.map(nb => `${nb.path}: ${nb.next_step ?? 'resume again, or re-run its cells'}`).join('; ');
   }
@@ -175,6 +186,10 @@ function their(n: number, what: string): string {
 /** One resumed notebook, as a sentence: "Resumed train.ipynb from its checkpoint: 4 variables restored." */
 export function resumedSentence(nb: INotebookStatus): string {
   const name = baseName(nb.path);
+  if (nb.deleted) {
+    const kept = nb.checkpoint ? `; its checkpoint ${nb.checkpoint} stays in the store` : '';
+    return `${name} was deleted while paused: not resumed${kept}.`;
+  }
   if (nb.verdict === 'live-verified') {
     return `Resumed ${name}; its live model was verified.`;
   }
@@ -301,11 +316,8 @@ export function summarySentence(status: IStatus): string {
     case 'failed':
       return status.error ? `${status.error.reason} ${status.error.next_step}` : status.message;
     default:
-      return status.notebooks.some(nb => nb.verdict)
-        ? status.notebooks
-            .filter(nb => nb.verdict)
-            .map(resumedSentence)
-            .join(' ')
+      return status.notebooks.some(resumeOutcome)
+        ? status.notebooks.filter(resumeOutcome).map(resumedSentence).join(' ')
         : 'The kernels run; Pause checkpoints them and releases the GPU.';
   }
 }
@@ -323,7 +335,7 @@ export function transitionMessage(kind: 'paused' | 'resumed' | 'failed', status:
   if (kind === 'paused') {
     return clip(pausedSentence(status));
   }
-  const resumed = status.notebooks.filter(nb => nb.verdict);
+  const resumed = status.notebooks.filter(resumeOutcome);
   return clip(
     resumed.length ? resumed.map(resumedSentence).join(' ') : 'Resumed; no notebook had a checkpoint to restore.'
   );

@@ -1,7 +1,7 @@
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { display, Display, LEFT_RUNNING, statusLabel } from './describe';
+import { display, Display, LEFT_RUNNING, resumeOutcome, statusLabel } from './describe';
 import { GkewsError, IGkewsApi, INotebookStatus, IStatus } from './types';
 
 export { LEFT_RUNNING };
@@ -385,7 +385,7 @@ export function transitionKind(previous: IStatus | null, current: IStatus): ITra
   if (
     current.state === 'active' &&
     (previous.state === 'resuming' || previous.state === 'paused' || previous.state === 'failed') &&
-    current.notebooks.some(nb => nb.verdict)
+    current.notebooks.some(resumeOutcome)
   ) {
     return 'resumed';
   }

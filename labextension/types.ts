@@ -51,6 +51,8 @@ export interface INotebookStatus {
   gpu?: Record<string, unknown> | null;
   saved_as?: string;
   reopened?: boolean;
+  /** Its file was deleted while paused: not resumed, so no verdict (its checkpoint stays in the store). */
+  deleted?: boolean;
   /** Variables a resume could not restore (name: why), and the checkpoints kept because they hold them. */
   unrestored?: Record<string, string>;
   unrestored_checkpoints?: string[];

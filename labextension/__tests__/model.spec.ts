@@ -191,6 +191,34 @@ describe('GkewsModel', () => {
     );
   });
 
+  it('names a notebook deleted while paused after the resume, and where its checkpoint is', async () => {
+    const deleted: INotebookStatus = {
+      path: 'work/gone.ipynb',
+      kernel_id: 'k2',
+      status: 'lost',
+      verdict: null,
+      deleted: true,
+      checkpoint: '20261203-061500-ab12',
+      error: 'the notebook file work/gone.ipynb was deleted while paused, so no kernel was started for it',
+      next_step: 'its checkpoint 20261203-061500-ab12 stays in the store: in another notebook run ...'
+    };
+    server.answer = status({ state: 'paused', cycle: 1 });
+    await model.refresh();
+    // the only notebook paused was deleted: still a finished resume, and the page says so
+    server.answer = status({ state: 'active', cycle: 1, notebooks: [deleted] });
+    await model.refresh();
+    expect(seen.map(t => t.kind)).toEqual(['resumed']);
+    expect(transitionMessage('resumed', seen[0].status)).toBe(
+      'gone.ipynb was deleted while paused: not resumed; its checkpoint 20261203-061500-ab12 stays in the store.'
+    );
+    const both = status({ state: 'active', cycle: 1, notebooks: [restoredNotebook, deleted] });
+    expect(transitionMessage('resumed', both)).toMatch(
+      /^Resumed train\.ipynb from its checkpoint.* gone\.ipynb was deleted/
+    );
+    expect(verdictText(deleted)).toBe('deleted while paused: not resumed');
+    expect(nextStep(both)).toBe(`work/gone.ipynb: ${deleted.next_step}`);
+  });
+
   it('says live model verified when the same process came back', () => {
     expect(verdictText({ ...restoredNotebook, verdict: 'live-verified' })).toBe('live model verified');
   });
