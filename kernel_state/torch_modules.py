@@ -8,7 +8,11 @@
   tensors), and gets that class back on load without running a parametrization's right_inverse again;
 - a torch.compile'd function holds its compiled code and dynamo's settings: never saved, and the skip
   says to re-run its cell. A compiled module (torch's OptimizedModule) pickles itself: its module and
-  compile settings.
+  compile settings;
+- a module compiled in place (`model.compile(...)`) loses it in torch's own pickle (Module.__getstate__
+  drops `_compiled_call_impl`): it goes with its compile settings (the one object OptimizedModule pickles
+  too), and is compiled again with them on load, so it computes as compiled, not eagerly; those settings
+  come back whole (torch's own pickle of them loses `dynamic`).
 """
 from __future__ import annotations
 
@@ -18,9 +22,14 @@ import types
 
 
 def reduction(obj):
-    """The reduction of a TorchScript or parametrized module, or None for anything else."""
+    """The reduction of a TorchScript, parametrized or in-place compiled module, or of torch.compile's
+    settings; None for anything else."""
     torch = sys.modules.get("torch")
-    if torch is None or not isinstance(obj, torch.nn.Module):
+    if torch is None:
+        return None
+    if type(obj) is getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizeContext", None):
+        return tuple(obj.__reduce__())[:3] + (None, None, compile_settings)
+    if not isinstance(obj, torch.nn.Module):
         return None
     if isinstance(obj, torch.jit.ScriptModule):
         archive = io.BytesIO()
@@ -32,7 +41,41 @@ def reduction(obj):
     if parametrize is not None and type(obj).__module__ == parametrize.__name__ and parametrize.is_parametrized(obj):
         base = parametrize.type_before_parametrizations(obj)
         return parametrized_module, (base, tuple(obj.parametrizations)), base.__getstate__(obj)
+    settings = _compile_settings(obj.__dict__.get("_compiled_call_impl"))
+    if settings is not None:
+        rv = tuple(obj.__reduce_ex__(5))  # torch's own, without the compiled code
+        return rv[:2] + ({"state": rv[2], "compile": settings}, None, None, compiled_in_place)
     return None
+
+
+def _compile_settings(compiled):
+    """The dynamo context torch.compile wrapped a module's call with (what it pickles for OptimizedModule),
+    from the wrapper's closure; None when not compiled or this torch keeps it elsewhere."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    if compiled is None or eval_frame is None:
+        return None
+    for cell in getattr(compiled, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(value, eval_frame._TorchDynamoContext):
+            return value
+    return None
+
+
+def compile_settings(context, state: dict) -> None:
+    """pickle's state setter of torch.compile's settings: torch's own reduction names `dynamic` what its
+    constructor keeps as `_dynamic`, so that `dynamic=False` came back None (automatic) in any compiled module."""
+    context.__dict__.update(state)
+    if "dynamic" in state:
+        context._dynamic = state["dynamic"]
+
+
+def compiled_in_place(module, state: dict) -> None:
+    """pickle's state setter of a module compiled in place: its state, then `module.compile()` as it was."""
+    module.__setstate__(state["state"])
+    module._compiled_call_impl = state["compile"](module._call_impl)
 
 
 def load_script_module(archive: bytes, tensors: dict):

@@ -135,3 +135,36 @@ def test_torch_compiled_modules_come_back_and_compiled_functions_say_how(tmp_pat
         assert changed(fresh) == []
         fresh.run("with torch.no_grad(): model.weight[0, 0] += 1")
         assert changed(fresh) == ["model"]  # `fast` holds the variable `model`, compared under its own name
+
+
+COMPILED_IN_PLACE = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+model.compile(backend="eager", dynamic=False)
+static = torch.compile(torch.nn.Linear(4, 2), backend="eager", dynamic=False)
+x = torch.randn(3, 4)
+y = model(x)
+static(x)
+"""
+COMPILED_NOW = "[model._compiled_call_impl is not None, torch.equal(model(x), y), model(x).tolist(), " \
+    "static(x).tolist()]"
+
+
+def test_a_module_compiled_in_place_comes_back_compiled(tmp_path):
+    """`model.compile()` sets the module's compiled call, which torch's Module.__getstate__ drops: the model came
+    back running eagerly (other kernels, other last bits than before the pause). It comes back compiled with the
+    same settings, reads unchanged, and a change to its weights still reads as one. torch's own pickle of the
+    settings lost `dynamic=False` (a torch.compile'd module read as changed after a restore): kept too."""
+    with Kernel(tmp_path) as first:
+        first.run(COMPILED_IN_PLACE)
+        assert first.call({"op": "save"})["result"]["skipped"] == {}
+        expected = first.value(COMPILED_NOW)
+        assert expected[:2] == [True, True]
+        assert changed(first) == []
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert fresh.value(COMPILED_NOW) == expected
+        assert changed(fresh) == []
+        fresh.run("with torch.no_grad(): model[0].weight[0, 0] += 1")
+        assert changed(fresh) == ["model"]
