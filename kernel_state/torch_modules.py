@@ -1,8 +1,9 @@
 """torch modules that torch's own pickling refuses, and the one torch object no pickle can hold.
 
 - TorchScript modules (torch.jit.script, torch.jit.trace) refuse to pickle: one goes as its torch.jit.save
-  archive plus its parameters and buffers by reference (the checkpoint's tensor table), which replace the
-  archive's copies on load, so it still shares them with the eager model it was made from;
+  archive, saved with empty tensors in place of its parameters and buffers (its code and structure), plus
+  those tensors by reference (the checkpoint's tensor table), set back on load, so it still shares them with
+  the eager model it was made from, and its weights are written once;
 - a parametrized module (torch.nn.utils.parametrize) has a class of its own whose __getstate__ refuses:
   it goes as the module of its class before, with its state (the parametrizations and their original
   tensors), and gets that class back on load without running a parametrization's right_inverse again;
@@ -32,11 +33,9 @@ def reduction(obj):
     if not isinstance(obj, torch.nn.Module):
         return None
     if isinstance(obj, torch.jit.ScriptModule):
-        archive = io.BytesIO()
-        torch.jit.save(obj, archive)
         tensors = {**dict(obj.named_parameters(remove_duplicate=False)),
                    **dict(obj.named_buffers(remove_duplicate=False))}
-        return load_script_module, (archive.getvalue(), tensors)
+        return load_script_module, (_code_archive(obj, tensors, torch), tensors)
     parametrize = sys.modules.get("torch.nn.utils.parametrize")
     if parametrize is not None and type(obj).__module__ == parametrize.__name__ and parametrize.is_parametrized(obj):
         base = parametrize.type_before_parametrizations(obj)
@@ -78,6 +77,36 @@ def compiled_in_place(module, state: dict) -> None:
     module._compiled_call_impl = state["compile"](module._call_impl)
 
 
+def _code_archive(module, tensors: dict, torch) -> bytes:
+    """torch.jit.save's archive of a TorchScript module, each parameter and buffer swapped for an empty tensor
+    of its dtype meanwhile: its code and structure, a few KiB. The tensors themselves are in the checkpoint's
+    table (written once, and not again when unchanged), and load_script_module sets them back."""
+    swapped = []
+    try:
+        for name, tensor in tensors.items():
+            owner, attr = _owner(module, name)
+            empty = torch.empty(0, dtype=tensor.dtype)
+            if isinstance(tensor, torch.nn.Parameter):
+                empty = torch.nn.Parameter(empty, requires_grad=tensor.requires_grad)
+            setattr(owner, attr, empty)
+            swapped.append((owner, attr, tensor))
+        archive = io.BytesIO()
+        torch.jit.save(module, archive)
+        return archive.getvalue()
+    finally:  # the user's module holds its own tensors again, whatever happened (tied ones set twice, in reverse)
+        for owner, attr, tensor in reversed(swapped):
+            setattr(owner, attr, tensor)
+
+
+def _owner(module, name: str):
+    """The submodule holding the tensor at a dotted name, and its attribute (ScriptModules refuse
+    get_submodule)."""
+    *path, attr = name.split(".")
+    for part in path:
+        module = getattr(module, part)
+    return module, attr
+
+
 def load_script_module(archive: bytes, tensors: dict):
     """The archive's module, holding the checkpoint's tensors (on the device the restore chose); what else
     the archive holds (a traced graph's constants) is loaded onto their device too."""
@@ -85,10 +114,7 @@ def load_script_module(archive: bytes, tensors: dict):
     device = next((t.device for t in tensors.values()), "cpu")
     module = torch.jit.load(io.BytesIO(archive), map_location=device)
     for name, tensor in tensors.items():
-        *path, attr = name.split(".")
-        owner = module
-        for part in path:  # ScriptModules refuse get_submodule
-            owner = getattr(owner, part)
+        owner, attr = _owner(module, name)
         setattr(owner, attr, tensor)
     return module
 

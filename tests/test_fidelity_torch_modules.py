@@ -70,6 +70,27 @@ def test_torchscript_modules_come_back_computing_the_same(tmp_path):
         assert changed(fresh) == ["model", "scripted", "traced"]
 
 
+def test_a_scripted_model_s_weights_are_written_once(tmp_path):
+    """A TorchScript module went as its whole torch.jit.save archive besides its tensors: every weight twice on
+    disk, and the whole archive written again at every save, unchanged or not. Its archive holds its code alone
+    now: a checkpoint of it is the size of its weights, and a save of it unchanged writes next to nothing."""
+    with Kernel(tmp_path) as first:
+        first.run("import torch\ntorch.manual_seed(0)\n"
+                  "net = torch.jit.script(torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU()))\n"
+                  "x = torch.randn(2, 512)\nweights = sum(t.nbytes for t in net.state_dict().values())")
+        weights = first.value("weights")
+        result = first.call({"op": "save"})["result"]
+        assert result["skipped"] == {}
+        assert weights <= result["bytes_written"] < weights + 64 * 1024, (weights, result["bytes_written"])
+        assert first.call({"op": "save"})["result"]["bytes_written"] < 64 * 1024
+        expected = first.value("net(x).tolist()")
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert fresh.value("[net(x).tolist(), isinstance(net, torch.jit.ScriptModule), "
+                           "[n for n, _ in net.named_parameters()]]") == [expected, True, ["0.weight", "0.bias"]]
+        assert changed(fresh) == []
+
+
 PARAMETRIZED = """
 import torch
 from torch.nn.utils import parametrize, parametrizations
