@@ -23,6 +23,14 @@ import {
 test.use({ autoGoto: true, viewport: { width: 1280, height: 720 }, sessions: null as any, kernels: null as any });
 test.afterEach(async ({ request }) => shutDownEverything(request));
 
+/**
+ * A cell that runs `before`, waits until the test writes the file "gate", then runs `after`. Typed into
+ * the editor, which indents the line after a `while ...:`: so no block, one line that polls.
+ */
+function GATED(after: string, before = ''): string {
+  return `import os, time\n${before}[time.sleep(0.05) for _ in iter(lambda: os.path.exists("gate"), True)]\n${after}`;
+}
+
 const PAUSED = { timeout: 120_000 };
 const READY = { timeout: 180_000 };
 
@@ -68,14 +76,15 @@ test('Resume pressed the instant "paused" shows: the next cell runs as [2]', asy
 
 test('Resume pressed while the pause is still finishing is queued, then posted', async ({ page, tmpPath }) => {
   await openAndRun(page, tmpPath, ['queued.ipynb']);
-  // a cell that keeps the pause waiting (it waits for the kernel to be idle) for a few seconds
-  await page.notebook.setCell(0, 'code', 'import time\ntime.sleep(4)\nw = 41');
+  // a cell that keeps the pause waiting (it waits for the kernel to be idle) until the test lets it go
+  await page.notebook.setCell(0, 'code', GATED('w = 41'));
   await page.notebook.runCell(0, { inplace: true, wait: false } as any);
   await expect(page.locator('#jp-main-statusbar')).toContainText('Busy');
   await pauseButton(page).click();
   await page.locator('.jp-Dialog').getByRole('button', { name: 'Wait and pause' }).click();
   await page.getByRole('button', { name: /^Resume after pause:/ }).click();
   await expect(statusItem(page)).toContainText('resume queued');
+  await page.contents.uploadContent('', 'text', `${tmpPath}/gate`);
   await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
   const { prompt } = await typeAndRun(page, 'print(w + 1)', '42\n');
   expect(prompt).toBe('[3]:');
@@ -301,14 +310,12 @@ test('a kernel whose cell crashed it while the pause waited: the pause says so, 
 }) => {
   await openAndRun(page, tmpPath, ['crash.ipynb']);
   // it began before the pause: its side effect happened once, then its kernel died without an answer
-  await page.notebook.addCell(
-    'code',
-    'import os, time\nopen("runs.txt", "a").write("ran\\n")\ntime.sleep(3)\nos._exit(1)'
-  );
+  await page.notebook.addCell('code', GATED('os._exit(1)', 'open("runs.txt", "a").write("ran\\n")\n'));
   await page.notebook.runCell(1, { inplace: true, wait: false } as any);
   await expect(page.locator('#jp-main-statusbar')).toContainText('Busy');
   await pauseButton(page).click();
   await page.locator('.jp-Dialog').getByRole('button', { name: 'Wait and pause' }).click();
+  await page.contents.uploadContent('', 'text', `${tmpPath}/gate`);
   // not "paused" with the new, empty kernel's checkpoint: the pause failed and says why
   await expect(statusItem(page)).toHaveText('GPU session: failed', PAUSED);
   await expect(notification(page, 'No notebook could be checkpointed, so nothing was released')).toHaveCount(1);
