@@ -1,0 +1,48 @@
+"""pandas objects, as a notebook holds them (real kernels): what comes back, what verify says, and what a
+save of them unchanged writes."""
+from __future__ import annotations
+
+import pytest
+
+from kernels import Kernel
+from test_fidelity_state import changed
+
+pytest.importorskip("pandas")  # a test dependency: never skipped in `make test`
+
+FRAMES = """
+import pandas as pd, numpy as np
+rng = np.random.default_rng(0)
+n = 100_000
+df = pd.DataFrame({"a": rng.normal(size=n), "b": rng.integers(0, 9, n),
+                   "c": pd.Categorical(rng.choice(["x", "y", "z"], n)),
+                   "t": pd.date_range("2026-01-01", periods=n, freq="min", tz="Europe/Paris"),
+                   "s": [f"row{i}" for i in range(n)]})
+df["d"] = df["a"] * 2
+means = df.groupby("b")["a"].mean()
+sparse = pd.Series([1.5, None, 3.0], index=pd.MultiIndex.from_tuples([("a", 1), ("a", 2), ("b", 1)]))
+"""
+SEEN = ("[df.shape, df.a.sum().hex(), df.t.iloc[5].isoformat(), str(df.c.dtype), list(df.c.cat.categories), "
+        "list(df.columns), [str(t) for t in df.dtypes], df.s.iloc[-1], means.to_dict(), "
+        "sparse.isna().sum().item(), list(sparse.index)]")
+
+
+def test_data_frames_come_back_with_their_dtypes_and_read_unchanged(tmp_path):
+    """A DataFrame of numbers, categories, time-zoned timestamps and strings comes back equal, dtypes and
+    all; verify finds it unchanged after the restore and changed after an edit; and a save of it unchanged
+    writes nothing, an edit of one column not the whole frame again (its numbers, dates and categories are
+    arrays of the checkpoint's table, each written only when changed; the strings are in its pickle)."""
+    with Kernel(tmp_path) as first:
+        first.run(FRAMES)
+        result = first.call({"op": "save"})["result"]
+        assert result["skipped"] == {} and {"df", "means", "sparse"} <= set(result["saved"]), result
+        assert first.call({"op": "save"})["result"]["bytes_written"] == 0
+        first.run("df['d'] += 1")
+        assert changed(first) == ["df"]
+        assert 0 < first.call({"op": "save"})["result"]["bytes_written"] < result["bytes_written"]
+        expected = first.value(SEEN)
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert fresh.value(SEEN) == expected
+        assert changed(fresh) == []
+        fresh.run("df.loc[0, 'b'] = 8")
+        assert changed(fresh) == ["df"]
