@@ -29,8 +29,8 @@ SEEN = ("[df.shape, df.a.sum().hex(), df.t.iloc[5].isoformat(), str(df.c.dtype),
 def test_data_frames_come_back_with_their_dtypes_and_read_unchanged(tmp_path):
     """A DataFrame of numbers, categories, time-zoned timestamps and strings comes back equal, dtypes and
     all; verify finds it unchanged after the restore and changed after an edit; and a save of it unchanged
-    writes nothing, an edit of one column not the whole frame again (its numbers, dates and categories are
-    arrays of the checkpoint's table, each written only when changed; the strings are in its pickle)."""
+    writes nothing, an edit of one column not the whole frame again (its arrays are one safetensors file,
+    written again; its pickle, which holds the strings, is not)."""
     with Kernel(tmp_path) as first:
         first.run(FRAMES)
         result = first.call({"op": "save"})["result"]
