@@ -44,6 +44,26 @@ def test_an_unknown_command_is_named():
     assert "unknown command 'bogus'" in done.stderr and "Commands: cleanup, pause" in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize("command", sorted(GkewsCommand.subcommands))
+def test_a_mistyped_option_or_a_stray_argument_is_refused_not_ignored(command, tmp_path):
+    """traitlets only warned of an unknown option ("it will have no effect") and kept a stray argument, and
+    the command ran without them: `report --sinse=...` reported the whole log, `resume-test my.ipynb` tested
+    a notebook of its own. Both exit 2 now, naming what was not understood; JupyterApp's own options work."""
+    done = run(["jupyter", "gkews", command, "--sinse=2026-12-01"], cwd=tmp_path, timeout=120, code=2)
+    assert "unknown option --sinse" in done.stderr and "--help" in done.stderr, done.stderr
+    done = run(["jupyter", "gkews", command, "my.ipynb"], cwd=tmp_path, timeout=120, code=2)
+    assert f"jupyter gkews {command}: unexpected argument 'my.ipynb'" in done.stderr, done.stderr
+    done = run(["jupyter", "gkews", command, "--debug", "--help"], cwd=tmp_path, timeout=120)
+    assert "--help-all" in done.stdout, done.stdout
+
+
+def test_report_takes_jupyters_own_options():
+    """`jupyter gkews report --debug` was refused ("argument --debug: expected one argument")."""
+    done = run(["jupyter", "gkews", "report", "--debug", "--log-level=DEBUG", "--state-dir=/nonexistent"],
+               timeout=120, code=2)
+    assert "no event log at /nonexistent/events.jsonl" in done.stderr, done.stderr
+
+
 BENCHMARKS = {  # the smallest size of each documented benchmark, and what its report must say
     "bench_checkpoint": (["benchmarks/bench_checkpoint.py", "--smoke"], "kernel_state.restore cold"),
     "bench_lifecycle": (["benchmarks/bench_lifecycle.py", "--notebooks", "1", "--mb", "1", "--cycles", "3",

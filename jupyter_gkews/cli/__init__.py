@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import sys
 
-from jupyter_core.application import JupyterApp
-
 from .._version import __version__
+from .strict import StrictApp
 
 
-class GkewsCommand(JupyterApp):
+class GkewsCommand(StrictApp):
     name = "jupyter-gkews"
     version = __version__
     description = "Pause and resume GPU notebook sessions, and report what it saved."
+    takes_arguments = True  # an unknown command is named by start()
     subcommands: dict = {
         # "name": ("jupyter_gkews.cli.<module>.<App>", "one line of help"),
         "status": ("jupyter_gkews.cli.workspace.StatusCommand",

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+from jupyter_core.application import base_aliases, base_flags
 from traitlets import Bool
 
 from kernel_state.errors import CheckpointError
@@ -21,9 +22,9 @@ class CleanupApp(ServerConfigApp):
                    "Workspace's old PodSnapshots). The newest complete checkpoint of a notebook is never removed.")
     dry_run = Bool(False, config=True, help="Say what would be removed and the bytes it would free; remove nothing.")
     as_json = Bool(False, config=True, help="Print the result as JSON.")
-    aliases = {"checkpoint-root": "GkewsApp.checkpoint_root", "keep-last": "GkewsApp.keep_last",
+    aliases = {**base_aliases, "checkpoint-root": "GkewsApp.checkpoint_root", "keep-last": "GkewsApp.keep_last",
                "max-bytes": "GkewsApp.max_bytes", "max-age-days": "GkewsApp.max_age_days"}
-    flags = {"dry-run": ({"CleanupApp": {"dry_run": True}}, "Remove nothing; say what would go."),
+    flags = {**base_flags, "dry-run": ({"CleanupApp": {"dry_run": True}}, "Remove nothing; say what would go."),
              "json": ({"CleanupApp": {"as_json": True}}, "Print the result as JSON.")}
 
     def start(self) -> None:

@@ -8,6 +8,7 @@ import stat
 import sys
 
 from kernel_state.timestamps import utc_epoch
+from jupyter_core.application import base_aliases, base_flags
 from traitlets import Bool, Unicode
 
 from ..report import build_report, text
@@ -55,9 +56,9 @@ class ReportApp(ServerConfigApp):
     html = Unicode("", config=True, help="Also write the report as a self-contained HTML page to this file.")
     until = Unicode("", config=True, help="End of the report (UTC date YYYY-MM-DD, YYYY-MM-DDTHH:MM, or epoch "
                                           "seconds); default now. The week chart ends here.")
-    aliases = {"state-dir": "GkewsApp.state_dir", "checkpoint-root": "GkewsApp.checkpoint_root",
+    aliases = {**base_aliases, "state-dir": "GkewsApp.state_dir", "checkpoint-root": "GkewsApp.checkpoint_root",
                "html": "ReportApp.html", "until": "ReportApp.until"}
-    flags = {"json": ({"ReportApp": {"as_json": True}}, "Print the report as JSON.")}
+    flags = {**base_flags, "json": ({"ReportApp": {"as_json": True}}, "Print the report as JSON.")}
 
     def start(self) -> None:
         settings = self.server_settings()

@@ -8,18 +8,19 @@ import sys
 import tempfile
 import time
 
-from jupyter_core.application import JupyterApp
+from jupyter_core.application import base_aliases, base_flags
 from traitlets import Bool, Enum, Float, Unicode
 
 from ..resumetest import ResumeTest
 from ..serverclient import UNREACHABLE, ServerClient
+from .strict import StrictApp
 
 
 def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-class ResumeTestApp(JupyterApp):
+class ResumeTestApp(StrictApp):
     name = "jupyter-gkews-resume-test"
     description = ("Start a test kernel holding a secret that exists only in that process, a small model and a "
                    "result file; pause; resume; report 'live restore: the secret value is in the same process' "
@@ -35,9 +36,9 @@ class ResumeTestApp(JupyterApp):
     timeout = Float(600.0, config=True, help="Seconds each step (a cell, the pause, the resume) may take.")
     keep = Bool(False, config=True, help="Keep the scratch notebook, its result file and checkpoints (and the "
                                          "started server's directory).")
-    aliases = {"url": "ResumeTestApp.url", "token": "ResumeTestApp.token", "step": "ResumeTestApp.step",
+    aliases = {**base_aliases, "url": "ResumeTestApp.url", "token": "ResumeTestApp.token", "step": "ResumeTestApp.step",
                "record": "ResumeTestApp.record", "timeout": "ResumeTestApp.timeout"}
-    flags = {"keep": ({"ResumeTestApp": {"keep": True}}, "Keep what the test created.")}
+    flags = {**base_flags, "keep": ({"ResumeTestApp": {"keep": True}}, "Keep what the test created.")}
 
     _started = False
 

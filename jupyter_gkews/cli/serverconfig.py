@@ -9,17 +9,17 @@ from __future__ import annotations
 import os
 import sys
 
-from jupyter_core.application import JupyterApp
 from traitlets import TraitError
 
 from ..app import CHECKPOINT_ROOT_ENV, GkewsApp, bad_setting
+from .strict import StrictApp
 
 #: how to name the store, in the messages of a command that found none
 ROOT_FIX = (f"give the server's with --checkpoint-root=DIR (the server uses ${CHECKPOINT_ROOT_ENV} when it was "
             f"started with it, else c.GkewsApp.checkpoint_root)")
 
 
-class ServerConfigApp(JupyterApp):
+class ServerConfigApp(StrictApp):
     config_file_name = "jupyter_server_config"
     classes = [GkewsApp]
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import sys
 
-from jupyter_core.application import JupyterApp, base_aliases, base_flags
+from jupyter_core.application import base_aliases, base_flags
 from traitlets import Bool, Unicode
 
 from .. import __version__
 from ..k8s import ADDON_ENABLED_ANNOTATION
 from ..k8s.client import KubeError
+from .strict import StrictApp
 
 EXIT_ERROR, EXIT_REFUSED = 1, 3
 
@@ -27,7 +28,7 @@ aliases = {**base_aliases, "workspace": "WorkspaceCommand.workspace", "namespace
 flags = {**base_flags, "json": ({"WorkspaceCommand": {"json": True}}, "Print the result as JSON.")}
 
 
-class WorkspaceCommand(JupyterApp):
+class WorkspaceCommand(StrictApp):
     version = __version__
     aliases = aliases
     flags = flags
