@@ -242,7 +242,14 @@ export function pausedSentence(status: IStatus): string {
     }
   }
   for (const nb of left) {
-    parts.push(`${baseName(nb.path)} is still running: ${nb.error ?? nb.status}.`);
+    if (nb.deleted) {
+      parts.push(resumedSentence(nb).replace('not resumed', 'Resume does not bring it back'));
+    } else if (nb.status === 'lost') {
+      // the server stopped before its checkpoint was written: its kernel is gone, nothing to resume
+      parts.push(`${baseName(nb.path)} was not paused: ${nb.error ?? 'it has no checkpoint'}.`);
+    } else {
+      parts.push(`${baseName(nb.path)} is still running: ${nb.error ?? nb.status}.`);
+    }
   }
   return parts.join(' ');
 }

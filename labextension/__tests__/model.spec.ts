@@ -216,6 +216,24 @@ describe('GkewsModel', () => {
       /^Resumed train\.ipynb from its checkpoint.* gone\.ipynb was deleted/
     );
     expect(verdictText(deleted)).toBe('deleted while paused: not resumed');
+    // while still paused: not "gone.ipynb is still running"
+    const paused = status({
+      state: 'paused',
+      cycle: 1,
+      notebooks: [{ ...restoredNotebook, status: 'released', verdict: null }, deleted]
+    });
+    expect(summarySentence(paused)).toBe(
+      'Paused train.ipynb; Resume brings its kernel back. gone.ipynb was deleted while paused: Resume does not ' +
+        'bring it back; its checkpoint 20261203-061500-ab12 stays in the store.'
+    );
+    const unsaved = {
+      ...deleted,
+      deleted: undefined,
+      error: "the server stopped before this notebook's checkpoint was written"
+    };
+    expect(summarySentence(status({ state: 'paused', cycle: 1, notebooks: [unsaved] }))).toBe(
+      "Paused; no notebook had a kernel to release. gone.ipynb was not paused: the server stopped before this notebook's checkpoint was written."
+    );
     expect(nextStep(both)).toBe(`work/gone.ipynb: ${deleted.next_step}`);
   });
 
