@@ -54,7 +54,8 @@ except ImportError:  # numpy is a dependency, but kernel_state must not die with
     np = None
 
 SMALL_ARRAY = 64 << 10   # numpy arrays below this (and not views of larger ones) are pickled inline
-PACK_LIMIT = 1 << 20     # storages below this share one blob per checkpoint
+PACK_LIMIT = 1 << 20     # storages below this share pack blobs (flush_pack)
+PACK_TARGET = 8 << 20    # about this much in each pack blob, so that one changed small array rewrites one pack
 CHUNKED = 32 << 20       # numpy buffers from this size on are stored as chunks, each a blob of its own,
 CHUNK = 8 << 20          # so that an in-place change to a slice rewrites one chunk, not the whole array
 CHUNKS_ALGORITHM = "xxh3-128-chunks"
@@ -839,16 +840,31 @@ class Capture:
 
     # -- finishing ----------------------------------------------------------------------------------
     def flush_pack(self) -> None:
-        """Write all small storages of this checkpoint as one blob, named by content so it dedups."""
+        """Write the small storages of this checkpoint as pack blobs, each named by its content so it dedups.
+        A storage's pack is chosen by its name (the hash of its bytes), out of as many packs (a power of two)
+        as keep each near PACK_TARGET: one changed array moves between two packs and the others are the blobs
+        an earlier save wrote, where one pack for all rewrote every small array (200 columns of a DataFrame:
+        160 MB for one changed value). Their number changes, and all of them with it, only when the total
+        doubles or halves."""
         if not self._pack:
             return
         entries = {}
         for skey, dtype, shape, data, _keep in self._pack:
             name = self.storages[skey]["name"]
             entries.setdefault(name, (name, dtype, shape, data))
-        digest, size, new = self.store.put_tensors(sorted(entries.values(), key=lambda e: e[0]))
-        self._account(digest, size, new)
+        total, packs = sum(e[3].nbytes for e in entries.values()), 1
+        while packs < 256 and total > packs * PACK_TARGET:  # 256: the first two hex digits of a name
+            packs *= 2
+        groups: dict[int, list] = {}
+        for name in sorted(entries):
+            groups.setdefault(int(name[:2], 16) % packs, []).append(entries[name])
+        blob_of = {}
+        for group in groups.values():
+            digest, size, new = self.store.put_tensors(group)
+            self._account(digest, size, new)
+            blob_of.update((e[0], (digest, size)) for e in group)
         for skey, *_ in self._pack:
+            digest, size = blob_of[self.storages[skey]["name"]]
             self.storages[skey].update(blob=digest, blob_bytes=size)
         self._pack.clear()
 

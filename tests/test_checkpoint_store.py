@@ -48,6 +48,25 @@ def test_tensors_are_safetensors_files_that_the_library_reads(tmp_path):
     assert max(p.stat().st_size for p in pickles) < 1000  # no tensor data inside a variable's pickle
 
 
+def test_one_changed_small_array_rewrites_one_pack_not_every_small_array(tmp_path):
+    """Arrays under 1 MiB share pack blobs. With one pack per checkpoint, a DataFrame-like dict of 200 columns
+    of 800 KB each was written whole again (160 MB) after one value changed; now about two packs are, and
+    the restore still gets every column."""
+    from kernel_state.capture import PACK_TARGET
+    ns = {"cols": {f"c{i}": np.random.default_rng(i).normal(size=100_000) for i in range(200)}}
+    total = sum(a.nbytes for a in ns["cols"].values())
+    assert kernel_state.save(ns, notebook=NB, root=tmp_path)["bytes_written"] >= total
+    assert kernel_state.save(ns, notebook=NB, root=tmp_path)["bytes_written"] == 0
+    ns["cols"]["c5"][0] += 1
+    written = kernel_state.save(ns, notebook=NB, root=tmp_path)["bytes_written"]
+    assert 0 < written < 3 * PACK_TARGET, written
+    expected = {k: v.copy() for k, v in ns["cols"].items()}
+    ns.clear()
+    kernel_state.restore(ns, notebook=NB, root=tmp_path)
+    assert sorted(ns["cols"]) == sorted(expected)
+    assert all(np.array_equal(ns["cols"][k], v) for k, v in expected.items())
+
+
 def test_no_raw_notebook_path_in_any_file_name(tmp_path):
     kernel_state.save({"x": 1}, notebook=NB, root=tmp_path)
     names = [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")]
