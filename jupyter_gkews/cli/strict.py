@@ -22,13 +22,19 @@ class StrictApp(JupyterApp):
     #: whether the command takes positional arguments (the top command: the name of a subcommand)
     takes_arguments = False
 
+    @property
+    def command(self) -> str:
+        """How the user typed it: `jupyter gkews resume-test` (its name is jupyter-gkews-resume-test)."""
+        return self.name.replace("jupyter-", "jupyter ").replace("gkews-", "gkews ")
+
     def _create_loader(self, argv, aliases, flags, classes):
-        return _StrictLoader(argv, aliases, flags, classes=classes, log=self.log, subcommands=self.subcommands)
+        # prog: argparse's errors name the command, not the script (`jupyter-gkews: error: ...` for report)
+        return _StrictLoader(argv, aliases, flags, classes=classes, log=self.log, subcommands=self.subcommands,
+                             prog=self.command)
 
     def initialize(self, argv=None) -> None:
         super().initialize(argv)
         if self.extra_args and not self.takes_arguments and self.subapp is None:
-            command = self.name.replace("jupyter-", "jupyter ").replace("gkews-", "gkews ")
-            print(f"{command}: unexpected argument {self.extra_args[0]!r}: this command takes options only "
-                  f"(`{command} --help` lists them)", file=sys.stderr)
+            print(f"{self.command}: unexpected argument {self.extra_args[0]!r}: this command takes options only "
+                  f"(`{self.command} --help` lists them)", file=sys.stderr)
             self.exit(2)
