@@ -31,6 +31,7 @@ import sys
 import types
 import warnings
 import weakref
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import dill
@@ -841,11 +842,11 @@ class Capture:
     # -- finishing ----------------------------------------------------------------------------------
     def flush_pack(self) -> None:
         """Write the small storages of this checkpoint as pack blobs, each named by its content so it dedups.
-        A storage's pack is chosen by its name (the hash of its bytes), out of as many packs (a power of two)
-        as keep each near PACK_TARGET: one changed array moves between two packs and the others are the blobs
-        an earlier save wrote, where one pack for all rewrote every small array (200 columns of a DataFrame:
-        160 MB for one changed value). Their number changes, and all of them with it, only when the total
-        doubles or halves."""
+        A storage's pack is chosen by its name (the hash of its bytes, crc32 spreads it), out of as many
+        packs (a power of two, at most 256) as keep each near PACK_TARGET: one changed array moves between
+        two packs and the others are the blobs an earlier save wrote, where one pack for all rewrote every
+        small array (200 columns of a DataFrame: 160 MB for one changed value). Their number changes, and
+        all of them with it, only when the total doubles or halves."""
         if not self._pack:
             return
         entries = {}
@@ -853,11 +854,11 @@ class Capture:
             name = self.storages[skey]["name"]
             entries.setdefault(name, (name, dtype, shape, data))
         total, packs = sum(e[3].nbytes for e in entries.values()), 1
-        while packs < 256 and total > packs * PACK_TARGET:  # 256: the first two hex digits of a name
+        while packs < 256 and total > packs * PACK_TARGET:
             packs *= 2
         groups: dict[int, list] = {}
         for name in sorted(entries):
-            groups.setdefault(int(name[:2], 16) % packs, []).append(entries[name])
+            groups.setdefault(zlib.crc32(name.encode()) % packs, []).append(entries[name])
         blob_of = {}
         for group in groups.values():
             digest, size, new = self.store.put_tensors(group)
