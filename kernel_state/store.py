@@ -378,7 +378,7 @@ class Store:
             manifest["checksum"] = manifest_checksum(manifest)
             data = json.dumps(manifest).encode()  # one line: json's C encoder (indenting is its Python one)
             write_bytes_durable(data, os.path.join(mdir, manifest["id"] + ".json"), self.tmp_dir)
-            _remember_verified(data, manifest)  # the retention and the collection after it read it
+            _remember(data, manifest)  # the retention and the collection after it read it
             COMMITTED.add(config.canonical_notebook(notebook))
         except SymlinkRefused as exc:
             raise _refuse_link(exc.filename, self.root) from None
@@ -541,14 +541,15 @@ class Store:
                 ids.update(n[:-5] for n in os.listdir(mdir) if n.endswith(".json") and CHECKPOINT_ID.fullmatch(n[:-5]))
         return sorted(ids, reverse=True)
 
-    def load_manifest(self, notebook: str, checkpoint_id: str | None = None) -> dict:
+    def load_manifest(self, notebook: str, checkpoint_id: str | None = None, lean: bool = False) -> dict:
         """The newest checkpoint of the notebook, or the one named: also one saved under this name before a
-        rename moved it (move_notebook), which a paused notebook, a pin or a message may still name so."""
+        rename moved it (move_notebook), which a paused notebook, a pin or a message may still name so.
+        lean: only what retention reads (read_manifest_file)."""
         ids = self.checkpoint_ids(notebook)
         if checkpoint_id is not None and checkpoint_id not in ids and isinstance(checkpoint_id, str):
             path = self._manifest_path(notebook, checkpoint_id, forwarded=True)
             if path is not None:
-                return self.read_manifest_file(path)
+                return self.read_manifest_file(path, lean)
         if not ids:
             raise CheckpointNotFound(
                 f"no checkpoint for notebook {notebook!r} in {self.root}; save one with %gkews_checkpoint save")
@@ -561,14 +562,20 @@ class Store:
         path = self._manifest_path(notebook, checkpoint_id, forwarded=True)
         if path is None:  # deleted since it was listed
             raise CheckpointNotFound(f"checkpoint {checkpoint_id!r} does not exist for notebook {notebook!r}")
-        return self.read_manifest_file(path)
+        return self.read_manifest_file(path, lean)
 
     @staticmethod
-    def read_manifest_file(path: str) -> dict:
+    def read_manifest_file(path: str, lean: bool = False) -> dict:
+        """The manifest, checked. lean: only `auto`, `created` and `blobs` (what retention and the collection
+        read at every save, in every manifest of the store), shared and not to be changed: the same bytes
+        are not parsed again."""
         name = os.path.basename(path)
         try:
             with open(path, "rb") as f:
                 data = f.read()
+            digest = digest_bytes(data)
+            if lean and digest in _LEAN:
+                return _LEAN[digest]
             manifest = json.loads(data)
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             raise CorruptManifest(f"manifest {name} cannot be read ({exc}); delete it with "
@@ -579,7 +586,7 @@ class Store:
             raise CorruptManifest(f"manifest {name} has format version {manifest.get('version')}; this "
                                   f"kernel_state reads version {MANIFEST_VERSION}: upgrade jupyter-gkews")
         checksum = manifest.get("checksum")
-        known = checksum is not None and _VERIFIED.get(digest_bytes(data)) == checksum  # these very bytes
+        known = checksum is not None and _VERIFIED.get(digest) == checksum  # these very bytes, verified
         if not known and checksum != manifest_checksum(manifest):
             # a flipped digit in an offset, a shape or a name would otherwise restore a wrong value silently
             raise CorruptManifest(f"manifest {name} does not match its checksum: it was modified or damaged; "
@@ -588,8 +595,8 @@ class Store:
                             ("blobs", dict), ("skipped", dict), ("modules", dict), ("id", str)):
             if not isinstance(manifest.get(field), kind):
                 raise CorruptManifest(f"manifest {name} lacks a valid {field!r} field")
-        _remember_verified(data, manifest)
-        return manifest
+        _remember(data, manifest)
+        return _LEAN[digest] if lean else manifest
 
     def list(self, notebook: str) -> list[dict]:
         rows = []
@@ -666,7 +673,7 @@ class Store:
         manifests = {}
         for cid in self.checkpoint_ids(notebook):
             try:
-                manifest = self.load_manifest(notebook, cid)
+                manifest = self.load_manifest(notebook, cid, lean=True)
             except CorruptManifest:
                 continue
             if bool(manifest.get("auto")) == auto:  # the other set's limits are not these
@@ -710,7 +717,7 @@ class Store:
                             or os.path.join(mdir, name) in dropped:
                         continue
                     where = os.path.join(mdir, name)
-                    referenced.update(self.read_manifest_file(where)["blobs"])
+                    referenced.update(self.read_manifest_file(where, lean=True)["blobs"])
         except (CorruptManifest, NotAStore) as exc:
             referenced = None  # cannot tell what every checkpoint needs: keep every blob until that is fixed
             at = f" ({where})" if isinstance(exc, CorruptManifest) else ""
@@ -766,17 +773,22 @@ def _flock(fd: int, mode: int, timeout: float | None, root: str) -> None:
             pause = min(pause * 2, 0.5)
 
 
-#: the checksums of the manifests this process verified or wrote, by the xxh3 of their bytes (about 1 ms for
-#: 10 MB). Each save reads the notebook's manifests (retention) and every manifest (the collection), and the
-#: checksum (canonical JSON, then xxh3) cost more than the read: 0.36 s for a manifest of 20,000 tensors.
+#: what this process knows of the manifests it verified or wrote, by the xxh3 of their bytes (about 1 ms for
+#: 10 MB): their checksum, and the lean view retention reads. Each save reads the notebook's manifests
+#: (retention) and every manifest of the store (the collection); checking and parsing them again cost more
+#: than the save of 20,000 tiny tensors itself (0.36 s to check one manifest of them, 0.14 s to parse it).
 _VERIFIED: dict[str, str] = {}
-_VERIFIED_MAX = 4096
+_LEAN: dict[str, dict] = {}
+_KNOWN_MAX = 4096
 
 
-def _remember_verified(data: bytes, manifest: dict) -> None:
-    if len(_VERIFIED) >= _VERIFIED_MAX:
+def _remember(data: bytes, manifest: dict) -> None:
+    if len(_VERIFIED) >= _KNOWN_MAX:
         _VERIFIED.clear()
-    _VERIFIED[digest_bytes(data)] = manifest["checksum"]
+        _LEAN.clear()
+    digest = digest_bytes(data)
+    _VERIFIED[digest] = manifest["checksum"]
+    _LEAN[digest] = {"auto": manifest.get("auto"), "created": manifest.get("created"), "blobs": dict(manifest["blobs"])}
 
 
 def manifest_checksum(manifest: dict) -> str:
