@@ -22,6 +22,7 @@ from .hashing import new_hasher
 ALIGN = 4096
 CHUNK = 8 << 20  # bytes per write or read call
 IN_FLIGHT = 4  # concurrent chunk writes: one at a time leaves a virtio disk mostly idle
+SMALL_WRITE = 64 << 10  # tensors below this are copied into one buffer and written together
 MAX_HEADER = 100 << 20
 
 ITEMSIZE = {
@@ -71,25 +72,45 @@ def write_blob(entries, tmp_dir: str, progress=None) -> tuple[str, str, int]:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     hasher = new_hasher()
     pending: list = []
+
+    def write(piece, offset: int) -> None:
+        pending.append((_io_pool.submit(_pwrite_all, fd, piece, offset), len(piece)))
+        while len(pending) > IN_FLIGHT:
+            future, n = pending.pop(0)
+            future.result()
+            if progress:
+                progress(n)
+
+    # small tensors (a pack of 20,000 embeddings) are gathered into one write: a write call each cost more
+    # than the bytes
+    batch, batch_at = bytearray(), 0
     try:
         _pwrite_all(fd, header, 0)
         hasher.update(header)
         offset = len(header)
         for _name, _dtype, _shape, mv in entries:
-            if hasattr(mv, "write_to"):  # device memory: it streams itself through pinned buffers (cuda_io)
+            device = hasattr(mv, "write_to")
+            if batch and (device or mv.nbytes >= SMALL_WRITE or len(batch) + mv.nbytes > CHUNK):
+                write(batch, batch_at)  # the batch is contiguous: ended before anything not added to it
+                batch = bytearray()
+            if device:  # device memory: it streams itself through pinned buffers (cuda_io)
                 offset = mv.write_to(fd, offset, hasher, progress)
                 continue
             mv = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+            if len(mv) < SMALL_WRITE:
+                if not batch:
+                    batch_at = offset
+                batch += mv
+                hasher.update(mv)
+                offset += len(mv)
+                continue
             for start in range(0, len(mv), CHUNK):
                 piece = mv[start:start + CHUNK]
-                pending.append((_io_pool.submit(_pwrite_all, fd, piece, offset), len(piece)))
+                write(piece, offset)
                 hasher.update(piece)
                 offset += len(piece)
-                while len(pending) > IN_FLIGHT:
-                    future, n = pending.pop(0)
-                    future.result()
-                    if progress:
-                        progress(n)
+        if batch:
+            write(batch, batch_at)
         while pending:
             future, n = pending.pop(0)
             future.result()

@@ -84,6 +84,23 @@ def test_a_manifest_damaged_after_this_process_read_it_is_still_refused(tmp_path
     assert torch.equal(ns["w"], torch.arange(10.0))
 
 
+def test_a_blob_of_small_and_large_tensors_in_any_order_is_the_file_the_library_reads(tmp_path):
+    """write_blob gathers tensors under 64 KiB into one write: a batch ends before a larger tensor, so each
+    lands at its own offset, and the blob's name is still the hash of the file's bytes."""
+    from safetensors.numpy import load_file
+
+    from kernel_state.hashing import digest_bytes
+    from kernel_state.safetensors_io import write_blob
+    rng = np.random.default_rng(0)
+    sizes = [10, 70_000, 5, 3, 200_000, 8, 9_000_000, 4, 65_535, 65_536, 1, 70_000] + [100] * 500
+    arrays = {f"t{i}": rng.integers(0, 255, n, dtype=np.uint8) for i, n in enumerate(sizes)}
+    tmp, digest, size = write_blob([(k, "U8", [v.size], memoryview(v)) for k, v in arrays.items()], str(tmp_path))
+    got = load_file(tmp)
+    assert all(np.array_equal(got[k], v) for k, v in arrays.items())
+    data = open(tmp, "rb").read()
+    assert size == len(data) and digest == digest_bytes(data)
+
+
 def test_no_raw_notebook_path_in_any_file_name(tmp_path):
     kernel_state.save({"x": 1}, notebook=NB, root=tmp_path)
     names = [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")]
