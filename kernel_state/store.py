@@ -375,8 +375,11 @@ class Store:
             info = os.path.join(self.notebook_dir(notebook), "notebook.json")
             if not os.path.exists(info):
                 write_json_durable({"notebook": config.canonical_notebook(notebook)}, info, self.tmp_dir)
-            manifest["checksum"] = manifest_checksum(manifest)
-            data = json.dumps(manifest).encode()  # one line: json's C encoder (indenting is its Python one)
+            # the file is the checksummed text itself plus the checksum: one encoding of a manifest that may
+            # list 20,000 tensors, with json's C encoder (indenting takes its Python one)
+            body = _canonical(manifest)
+            manifest["checksum"] = digest_bytes(body)
+            data = body[:-1] + b',"checksum":"' + manifest["checksum"].encode() + b'"}'
             write_bytes_durable(data, os.path.join(mdir, manifest["id"] + ".json"), self.tmp_dir)
             _remember(data, manifest)  # the retention and the collection after it read it
             COMMITTED.add(config.canonical_notebook(notebook))
@@ -793,8 +796,13 @@ def _remember(data: bytes, manifest: dict) -> None:
 
 def manifest_checksum(manifest: dict) -> str:
     """The xxh3-128 of the manifest's content without its own checksum field, independent of key order."""
-    body = {k: v for k, v in manifest.items() if k != "checksum"}
-    return digest_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+    return digest_bytes(_canonical(manifest))
+
+
+def _canonical(manifest: dict) -> bytes:
+    """The manifest without its checksum field as the checksum reads it: sorted keys, no spaces."""
+    return json.dumps({k: v for k, v in manifest.items() if k != "checksum"}, sort_keys=True,
+                      separators=(",", ":")).encode()
 
 
 def _created_epoch(manifest: dict) -> float:

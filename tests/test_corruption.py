@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -250,7 +251,7 @@ def test_a_real_kernel_survives_damage_and_says_what_to_do(tmp_path):
         big_blob.write_bytes(pristine[big_blob])
 
         text = pristine[manifest_file].decode()
-        at = text.index('"offset"') + len('"offset": ')
+        at = re.search(r'"offset": ?', text).end()  # the manifest is one line of compact JSON
         manifest_file.write_text(text[:at] + "8" + text[at + 1:])  # a plausible offset, not the saved one
         out = kernel.run("%gkews_checkpoint restore", allow_error=True)
         assert "does not match its checksum" in out and "%gkews_checkpoint delete" in out, out
