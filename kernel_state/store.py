@@ -28,6 +28,7 @@ import os
 import re
 import secrets
 import stat
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -780,18 +781,26 @@ def _flock(fd: int, mode: int, timeout: float | None, root: str) -> None:
 #: 10 MB): their checksum, and the lean view retention reads. Each save reads the notebook's manifests
 #: (retention) and every manifest of the store (the collection); checking and parsing them again cost more
 #: than the save of 20,000 tiny tensors itself (0.36 s to check one manifest of them, 0.14 s to parse it).
+#: Bounded by the blobs the lean views list (a few MB; in a kernel, beside the user's state): the oldest go
+#: first. A lock: kernel undo's writer thread commits too.
 _VERIFIED: dict[str, str] = {}
 _LEAN: dict[str, dict] = {}
-_KNOWN_MAX = 4096
+_KNOWN_BLOBS = 100_000
+_known = {"listed": 0}
+_known_lock = threading.Lock()
 
 
 def _remember(data: bytes, manifest: dict) -> None:
-    if len(_VERIFIED) >= _KNOWN_MAX:
-        _VERIFIED.clear()
-        _LEAN.clear()
     digest = digest_bytes(data)
-    _VERIFIED[digest] = manifest["checksum"]
-    _LEAN[digest] = {"auto": manifest.get("auto"), "created": manifest.get("created"), "blobs": dict(manifest["blobs"])}
+    view = {"auto": manifest.get("auto"), "created": manifest.get("created"), "blobs": dict(manifest["blobs"])}
+    with _known_lock:
+        old = _LEAN.pop(digest, None)
+        _known["listed"] += len(view["blobs"]) + 1 - (len(old["blobs"]) + 1 if old else 0)
+        _LEAN[digest], _VERIFIED[digest] = view, manifest["checksum"]
+        while _known["listed"] > _KNOWN_BLOBS and len(_LEAN) > 1:
+            oldest = next(iter(_LEAN))
+            _known["listed"] -= len(_LEAN.pop(oldest)["blobs"]) + 1
+            _VERIFIED.pop(oldest, None)
 
 
 def manifest_checksum(manifest: dict) -> str:

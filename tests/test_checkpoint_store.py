@@ -101,6 +101,23 @@ def test_a_blob_of_small_and_large_tensors_in_any_order_is_the_file_the_library_
     assert size == len(data) and digest == digest_bytes(data)
 
 
+def test_what_a_process_remembers_of_manifests_stays_bounded(tmp_path, monkeypatch):
+    """The lean views of the manifests a process read (retention, the collection) are dropped oldest first
+    beyond a bound, in a kernel that saves after every cell; a manifest dropped from them is read again."""
+    from kernel_state import store as store_module
+    monkeypatch.setattr(store_module, "_KNOWN_BLOBS", 12)
+    for i in range(6):
+        kernel_state.save({"w": torch.full((300_000,), float(i)), "b": torch.full((3,), float(i))},
+                          notebook=NB, root=tmp_path, keep_last=10)
+        listed = sum(len(view["blobs"]) + 1 for view in store_module._LEAN.values())
+        assert listed == store_module._known["listed"] and (listed <= 12 or len(store_module._LEAN) == 1)
+        assert set(store_module._VERIFIED) == set(store_module._LEAN)
+    assert len(kernel_state.list_checkpoints(notebook=NB, root=tmp_path)) == 6
+    ns = {}
+    kernel_state.restore(ns, notebook=NB, root=tmp_path)
+    assert torch.equal(ns["w"], torch.full((300_000,), 5.0))
+
+
 def test_no_raw_notebook_path_in_any_file_name(tmp_path):
     kernel_state.save({"x": 1}, notebook=NB, root=tmp_path)
     names = [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")]
