@@ -318,3 +318,20 @@ def test_verify_sees_gradient_hooks_and_a_sparse_grad(tmp_path):
         assert _changed(fresh.call({"op": "verify"})["result"]) == []
         fresh.run("model.weight._backward_hooks.clear()\nemb.weight.grad = None")
         assert _changed(fresh.call({"op": "verify"})["result"]) == ["emb", "model"]
+
+
+def test_a_variable_holding_a_later_one_reads_unchanged_and_shares_it_after_a_restore(tmp_path):
+    """`cfg` holds `model`, defined before it but named after it in the alphabet: a manifest whose variables
+    were written in sorted order, not in the order the save took them, made verify call `cfg` changed right
+    after the save (it walked `cfg` before `model` was known as a variable)."""
+    setup = "shared = [0]\nmodel = {'w': [1.5]}\ncfg = {'model': model, 'pair': (shared, shared)}"
+    seen = "[cfg['model'] is model, cfg['pair'][0] is shared, cfg['pair'][1] is shared]"
+    with Kernel(tmp_path) as first:
+        first.run(setup)
+        first.call({"op": "save"})
+        verdicts = first.call({"op": "verify"})["result"]["variables"]
+        assert {n: v["verdict"] for n, v in verdicts.items()} == {"shared": "match", "model": "match", "cfg": "match"}
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert fresh.value(seen) == [True, True, True]
+        assert all(v["verdict"] == "match" for v in fresh.call({"op": "verify"})["result"]["variables"].values())
