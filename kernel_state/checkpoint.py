@@ -1,6 +1,8 @@
 """The operations: save, restore, verify, probe, list, delete, status. Plain dicts in, plain dicts out."""
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import pickle
@@ -117,6 +119,22 @@ class Staged:
         self.started = started
 
 
+@contextlib.contextmanager
+def gc_paused():
+    """Python's cyclic collector off while a save builds its records: the tens of thousands of small objects
+    it allocates set off full collections over the whole heap, the user's included (1.0 s of 2.3 s for a
+    list of 20,000 tiny tensors). It makes no cycles worth collecting meanwhile, and the collector is on
+    again after (unless it was off before: the user's choice stands)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+@gc_paused()
 def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tracker=None,
           random_state: bool = True, probes: bool = True, extra: dict | None = None) -> Staged:
     """The first half of every save: capture the namespace into `store` and build the manifest.
@@ -176,6 +194,7 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
     return Staged(manifest, capture, skipped, modules, started)
 
 
+@gc_paused()
 def save(namespace=None, *, notebook=None, root=None, names=None, exclude=(), progress=None,
          keep_last=None, max_bytes=None, random_state: bool = True, auto_label: dict | None = None,
          retention: bool = True, read_back: bool = False) -> dict:

@@ -118,6 +118,25 @@ def test_what_a_process_remembers_of_manifests_stays_bounded(tmp_path, monkeypat
     assert torch.equal(ns["w"], torch.full((300_000,), 5.0))
 
 
+def test_a_save_leaves_pythons_collector_as_it_found_it(tmp_path):
+    """A save turns the cyclic collector off while it builds its records (collections over the whole heap cost
+    a save of 20,000 tiny tensors 1 s of 2.3 s); on again after it, also after a failed save; left off when
+    the user had turned it off."""
+    import gc
+    assert gc.isenabled()
+    kernel_state.save({"tiny": [torch.randn(4) for _ in range(100)]}, notebook=NB, root=tmp_path)
+    assert gc.isenabled()
+    with pytest.raises(Exception):
+        kernel_state.save({"x": 1}, notebook=NB, root=tmp_path, keep_last=-3)  # refused: a wrong setting
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        kernel_state.save({"x": 1}, notebook=NB, root=tmp_path)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_no_raw_notebook_path_in_any_file_name(tmp_path):
     kernel_state.save({"x": 1}, notebook=NB, root=tmp_path)
     names = [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")]
