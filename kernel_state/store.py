@@ -382,7 +382,7 @@ class Store:
             # Python one (0.37 s against 0.08 s for a manifest of 20,000 tensors)
             data = json.dumps(manifest).encode()
             write_bytes_durable(data, os.path.join(mdir, manifest["id"] + ".json"), self.tmp_dir)
-            _remember(data, manifest)  # the retention and the collection after it read it
+            _remember(digest_bytes(data), manifest)  # the retention and the collection after it read it
             COMMITTED.add(config.canonical_notebook(notebook))
         except SymlinkRefused as exc:
             raise _refuse_link(exc.filename, self.root) from None
@@ -599,7 +599,7 @@ class Store:
                             ("blobs", dict), ("skipped", dict), ("modules", dict), ("id", str)):
             if not isinstance(manifest.get(field), kind):
                 raise CorruptManifest(f"manifest {name} lacks a valid {field!r} field")
-        _remember(data, manifest)
+        _remember(digest, manifest)
         return _LEAN[digest] if lean else manifest
 
     def list(self, notebook: str) -> list[dict]:
@@ -790,8 +790,8 @@ _known = {"listed": 0}
 _known_lock = threading.Lock()
 
 
-def _remember(data: bytes, manifest: dict) -> None:
-    digest = digest_bytes(data)
+def _remember(digest: str, manifest: dict) -> None:
+    """What to know of the manifest whose bytes have this digest (hashed once, by the caller)."""
     view = {"auto": manifest.get("auto"), "created": manifest.get("created"), "blobs": dict(manifest["blobs"])}
     with _known_lock:
         old = _LEAN.pop(digest, None)
