@@ -317,6 +317,38 @@ async def test_a_deleted_notebook_resumed_by_name_is_not_called_not_paused(jp_fe
     assert resumed["message"] == f"resumed: 1 restored-from-checkpoint; deleted while paused, not resumed: {gone}"
 
 
+async def test_a_notebook_deleted_while_paused_is_still_named_after_another_is_paused(
+        jp_fetch, jp_serverapp, jp_root_dir):
+    """A notebook opened while paused and paused too (a pause from paused) started a new cycle without the
+    deleted notebook: the resume's message no longer named it, as if it had never been paused."""
+    keep, gone, later = "work/keep.ipynb", "work/gone.ipynb", "work/later.ipynb"
+    for path in (keep, gone):
+        kid = (await open_notebook(jp_fetch, jp_root_dir, path))["kernel"]["id"]
+        await run_cell(jp_serverapp, kid, "x = 1")
+    assert (await post(jp_fetch, "pause")).code == 202
+    assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
+    await jp_fetch("api", "contents", gone, method="DELETE")
+    kid = (await open_notebook(jp_fetch, jp_root_dir, later))["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "y = 2")
+    assert (await post(jp_fetch, "pause", {"notebooks": [later]})).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused", paused["message"]
+    nb = {n["path"]: n for n in paused["notebooks"]}
+    assert nb[gone]["deleted"] and nb[gone]["status"] == "lost", paused["notebooks"]
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["message"] == f"resumed: 2 restored-from-checkpoint; deleted while paused, not resumed: {gone}"
+    assert await run_cell(jp_serverapp, kid_of(await status(jp_fetch), later), "print(y)") == "2\n"
+    assert build_report(await events(jp_fetch))["totals"]["deleted_while_paused"] == 1
+    # named once: the pause after this resume starts without it
+    assert (await post(jp_fetch, "pause")).code == 202
+    assert gone not in {n["path"] for n in (await wait_for(jp_fetch, ("paused", "failed")))["notebooks"]}
+
+
+def kid_of(state: dict, path: str) -> str:
+    return next(n["kernel_id"] for n in state["notebooks"] if n["path"] == path)
+
+
 async def test_a_pause_of_some_notebooks_releases_no_gpu(jp_fetch, jp_serverapp, jp_root_dir):
     """Local: the notebook left running keeps the GPUs, so the pause of the other one released none."""
     a = await open_notebook(jp_fetch, jp_root_dir, "work/a.ipynb")

@@ -33,6 +33,11 @@ class Pause:
                           if wanted and nb["path"] in wanted and nb.get("status") == NotebookStatus.FAILED}
             waiting = [nb for nb in waiting if nb["path"] not in superseded]
             targets = await self._running_notebooks(wanted, {nb["path"] for nb in waiting})
+            # deleted while paused, not yet named by a resume: a pause from paused carries them to the resume's
+            # message (unless a new notebook at that path is paused now: the path is that one's)
+            paths = {t["path"] for t in targets}
+            deleted = [nb for nb in self.state["notebooks"] if nb.get("deleted") and nb["path"] not in paths
+                       and self.state["state"] == State.PAUSED]
             for nb in targets:  # variables a resume could not restore stay missing until a checkpoint holds them
                 nb.update({k: v for old in self.state["notebooks"] if old["path"] == nb["path"]
                            for k, v in old.items() if k in ("unrestored", "unrestored_checkpoints")})
@@ -51,8 +56,8 @@ class Pause:
             message, requested = f"checkpointing {len(targets)} notebook(s)", now()
 
             def begin(state):
-                state.update(cycle=state["cycle"] + 1, notebooks=targets + waiting, progress=None, state=State.PAUSING,
-                             phase=Phase.CHECKPOINTING, message=message, error=None,
+                state.update(cycle=state["cycle"] + 1, notebooks=targets + waiting + deleted, progress=None,
+                             state=State.PAUSING, phase=Phase.CHECKPOINTING, message=message, error=None,
                              timeline={"last_activity": last_activity, "pause_requested": requested})
             await self._begin(begin, Event.PAUSE_REQUESTED, message=message,
                               notebooks=[nb["path"] for nb in targets], interrupt=interrupt, reason=reason,
@@ -113,7 +118,7 @@ class Pause:
 
     async def _pause(self, interrupt: bool) -> None:
         try:
-            notebooks = [nb for nb in self.state["notebooks"] if not awaiting_resume(nb)]
+            notebooks = [nb for nb in self.state["notebooks"] if not awaiting_resume(nb) and not nb.get("deleted")]
             carried = [nb["path"] for nb in self.state["notebooks"] if awaiting_resume(nb)]  # paused before
             for i, nb in enumerate(notebooks):
                 self.state["progress"] = {"notebook": nb["path"], "notebooks_done": i,
