@@ -216,9 +216,8 @@ class _Digest:
         np = sys.modules.get("numpy")
         if np is not None and type(obj) in (np.ndarray, np.memmap) and not obj.dtype.hasobject:
             # a subclass (a masked array: its mask and fill value) is compared through its reduction
-            data = np.ascontiguousarray(obj)
             self.emit("ndarray", dtype_key(obj.dtype), obj.shape)
-            self.hasher.update(memoryview(data).cast("B") if data.nbytes else b"")
+            self.hasher.update(_raw_bytes(np, obj))
             return
         if np is not None and type(obj) is np.ma.MaskedArray and not obj.dtype.hasobject and not (
                 self.capture and self.capture.reduction(obj)):  # saved as its data's view: walked as such
@@ -226,7 +225,7 @@ class _Digest:
             fill = obj._fill_value if obj._fill_value is not None else np.ma.default_fill_value(obj)
             self.emit("masked", dtype_key(obj.dtype), obj.shape, np.asarray(fill).tobytes())
             for part in (obj.data, np.ma.getmaskarray(obj)):
-                self.hasher.update(memoryview(np.ascontiguousarray(part)).cast("B") if part.nbytes else b"")
+                self.hasher.update(_raw_bytes(np, part))
             return
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(obj, torch.jit.ScriptModule):
@@ -377,3 +376,9 @@ class _Digest:
         self.emit("reduce", len(rv))
         for i, part in enumerate(rv):
             self.walk(list(part) if i in (3, 4) and part is not None and not isinstance(part, list) else part)
+
+
+def _raw_bytes(np, arr):
+    """An array's bytes in C order, of any dtype: a memoryview of datetime64 or timedelta64 refuses them
+    (no buffer format), so verify compared such a variable's pickle, which differs after a restore."""
+    return np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data if arr.nbytes else b""

@@ -46,3 +46,25 @@ def test_data_frames_come_back_with_their_dtypes_and_read_unchanged(tmp_path):
         assert changed(fresh) == []
         fresh.run("df.loc[0, 'b'] = 8")
         assert changed(fresh) == ["df"]
+
+
+def test_a_small_frame_of_dates_reads_unchanged_after_a_restore(tmp_path):
+    """A frame of a few rows with dates or durations, or a small datetime64 array, read as changed right
+    after a restore (and so would fail a live verify): verify could not read the bytes of a datetime64
+    array (no buffer format) and compared the variable's pickle instead, which a restore changes."""
+    small = ("import pandas as pd, numpy as np\n"
+             "events = pd.DataFrame({'when': pd.date_range('2024-03-10', periods=3, freq='h', tz='America/New_York'),"
+             " 'took': pd.to_timedelta([1, 2, 3], unit='s'), 'ok': pd.array([True, None, False], dtype='boolean'),"
+             " 'bin': pd.interval_range(0, 3)})\n"
+             "stamps = np.array(['2024-01-01', 'NaT'], dtype='datetime64[s]')")
+    with Kernel(tmp_path) as first:
+        first.run(small)
+        first.run("%gkews_checkpoint save")
+        assert changed(first) == []
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert fresh.value("[str(events.when.iloc[2]), events.took.sum().total_seconds(), str(stamps[1])]") == [
+            "2024-03-10 03:00:00-04:00", 6.0, "NaT"]
+        assert changed(fresh) == []
+        fresh.run("stamps[0] = np.datetime64('2025-01-01')")
+        assert changed(fresh) == ["stamps"]
