@@ -584,8 +584,11 @@ class Capture:
             # there, which a table row does not record); their storages still come back here
             return None
         key = self._tensor_keys.get(id(t))
-        if key is not None:
-            self._use(self.tensors[key]["storage"])
+        if key is not None:  # met again (another variable, or dill's second try at this one): its grad too
+            record = self.tensors[key]
+            self._use(record["storage"])
+            if "grad" in record:
+                self._use(self.tensors[record["grad"]]["storage"])
             return key
         dtype = str(t.dtype)[6:]
         skey = self._storage(t.untyped_storage(), t, TORCH_DTYPES.get(dtype))
