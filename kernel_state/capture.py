@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import dill
 
-from . import byvalue, cuda_io, module_objects, pending_names, shared_memory, torch_modules
+from . import byvalue, cuda_io, module_objects, packed, pending_names, shared_memory, torch_modules
 from .alignment import array_from_layout, hook_dict, masked_view, small_root, tensor_extras, view_of, view_of_bytearray
 from .dirty_pages import PAGE, TRACKER
 from .dtype_json import dtype_to_json
@@ -199,6 +199,7 @@ class Capture:
         self._seen: dict[str, list] = {}
         self._keep: list = []
         self._pack: list = []
+        self._packs_present: dict[str, bool] = {}
         self._current: str | None = None
         self._var_storages: dict[str, int] = {}  # the storages this variable's pickle uses -> their order
         self._var_refs: list[tuple] = []  # the tensors and arrays this variable's pickle refers to
@@ -661,7 +662,8 @@ class Capture:
         else:
             value = cpu_fingerprint(dtype, shape, data)
             record.update(name=value[:32], fingerprint=fingerprint or {"algorithm": "xxh3-128", "value": value})
-            self._pack.append((skey, dtype, shape, data, cpu))
+            if not self._packed_before(record):
+                self._pack.append((skey, dtype, shape, data, cpu))
             self._progress_bytes(nbytes)  # counted when staged: the pack is written at the end, in one go
         return record
 
@@ -828,8 +830,26 @@ class Capture:
                 record.update(blob=digest, name="t")
         else:
             record["name"] = value[:32]
-            self._pack.append((skey, dtype, shape, data, root))
+            if not self._packed_before(record):
+                self._pack.append((skey, dtype, shape, data, root))
             self._progress_bytes(root.nbytes)  # as for a small torch storage
+
+    def _packed_before(self, record: dict) -> bool:
+        """A small storage whose bytes a pack holds (packed.py) refers to that pack, as an unchanged torch
+        storage does (_torch_storage): only new bytes go into this save's packs. Packing every small storage
+        again rewrote the packs of unchanged arrays whenever their company changed (a training step of a
+        small model beside 40 MB of small arrays wrote 30-40 MB at every save)."""
+        known = packed.find(self.store.root, record["name"])
+        if known is None:
+            return False
+        present = self._packs_present.get(known[0])
+        if present is None:  # one look per pack and save, not one per storage
+            present = self._packs_present[known[0]] = self.store.has_blob(known[0], "safetensors")
+        if not present:  # collected since: packed again
+            return False
+        record.update(blob=known[0], blob_bytes=known[1])
+        self._account(known[0], known[1], False)
+        return True
 
     def _write_chunks(self, record, pieces, ident) -> None:
         """Write the chunks no earlier checkpoint (nor this one) has; account for all of them."""
@@ -844,12 +864,11 @@ class Capture:
 
     # -- finishing ----------------------------------------------------------------------------------
     def flush_pack(self) -> None:
-        """Write the small storages of this checkpoint as pack blobs, each named by its content so it dedups.
-        A storage's pack is chosen by its name (the hash of its bytes, crc32 spreads it), out of as many
-        packs (a power of two, at most 256) as keep each near PACK_TARGET: one changed array moves between
-        two packs and the others are the blobs an earlier save wrote, where one pack for all rewrote every
-        small array (200 columns of a DataFrame: 160 MB for one changed value). Their number changes, and
-        all of them with it, only when the total doubles or halves."""
+        """Write the small storages that no pack holds yet (_packed_before) as pack blobs, each named by its
+        content so that it dedups. A storage's pack is chosen by its name (the hash of its bytes, crc32
+        spreads it), out of as many packs (a power of two, at most 256) as keep each near PACK_TARGET: the
+        same bytes make the same packs (a kernel that packs everything again, its first save since a start
+        without a restore, finds them written)."""
         if not self._pack:
             return
         entries = {}
@@ -866,7 +885,9 @@ class Capture:
         for group in groups.values():
             digest, size, new = self.store.put_tensors(group)
             self._account(digest, size, new)
-            blob_of.update((e[0], (digest, size)) for e in group)
+            for e in group:
+                blob_of[e[0]] = (digest, size)
+                packed.note(self.store.root, e[0], digest, size)
         for skey, *_ in self._pack:
             digest, size = blob_of[self.storages[skey]["name"]]
             self.storages[skey].update(blob=digest, blob_bytes=size)

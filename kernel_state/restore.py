@@ -16,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import dill
 
-from . import byvalue, cuda_io
+from . import byvalue, cuda_io, packed
 from .alignment import address, aligned_copy, is_aligned
 from .dtype_json import array_dtype
 from .errors import CheckpointError, CorruptBlob
@@ -227,6 +227,8 @@ class Restorer:
             raise CorruptBlob(f"blob {record['blob'][:12]}: tensor {record['name']!r} has {end - begin} bytes, "
                               f"the manifest expects {record['nbytes']}")
         view = memoryview(buf)[begin:end]
+        if record["name"] != "t":  # a pack's entry: a save of these bytes refers to this pack (packed.py)
+            packed.note(self.store.root, record["name"], record["blob"], len(buf))
         region = (record["blob"], record["name"])
         if region in self._regions or not is_aligned(address(view)):
             # a packed blob puts storages at any offset, and equal contents are stored once: each
