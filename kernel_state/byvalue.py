@@ -99,7 +99,7 @@ def create_type(meta, name, bases, namespace):
     registries already hold what they did. Hooks of imported classes still run: what they write (a
     library's registry) is no part of the checkpoint."""
     with _hooks_silenced(bases, namespace.values()):
-        return meta(name, bases, namespace)
+        return _class_from(meta, name, bases, namespace)
 
 
 def new_class(name, bases=(), kwds=None, exec_body=None):
@@ -107,8 +107,28 @@ def new_class(name, bases=(), kwds=None, exec_body=None):
     namespace = {}
     if exec_body is not None:
         exec_body(namespace)
-    with _hooks_silenced(types.resolve_bases(bases), namespace.values()):
-        return types.new_class(name, bases, kwds, lambda ns: ns.update(namespace))
+    resolved = types.resolve_bases(bases)
+    meta, prepared, kwds = types.prepare_class(name, resolved, kwds)
+    prepared.update(namespace)
+    if resolved is not bases:
+        prepared["__orig_bases__"] = bases
+    with _hooks_silenced(resolved, namespace.values()):
+        return _class_from(meta, name, resolved, prepared, kwds)
+
+
+def _class_from(meta, name, bases, namespace, kwds=None):
+    """meta(name, bases, namespace), without the `__new__` and `__init__` of metaclasses the notebook defined:
+    a class statement ran them, and what they did is in the saved class dict (what they set on the class)
+    and in the restored variables (a registry they appended to, which doubled when they ran again)."""
+    kwds = kwds or {}
+    notebook = [m for m in meta.__mro__ if m.__module__ == "__main__" and {"__new__", "__init__"} & set(m.__dict__)]
+    if not notebook:
+        return meta(name, bases, namespace, **kwds)
+    library = next(m for m in meta.__mro__ if m.__module__ != "__main__")  # type, or ABCMeta, EnumMeta...
+    cls = library.__new__(meta, name, bases, namespace, **kwds)
+    if isinstance(cls, meta):
+        library.__init__(cls, name, bases, namespace, **kwds)
+    return cls
 
 
 @contextlib.contextmanager
@@ -167,7 +187,8 @@ def is_enum_class(obj) -> bool:
 
 
 def reduce_enum(cls):
-    members = [(name, member._value_) for name, member in cls.__members__.items() if member.name == name]
+    # aliases too (`CRIMSON = 1` after `RED = 1`): defined again after their member, they are aliases again
+    members = [(name, member._value_) for name, member in cls.__members__.items()]
     namespace = {k: v for k, v in cls.__dict__.items()
                  if k not in _ENUM_INTERNAL and k not in cls.__members__ and _defined_by_user(k, v)}
     return rebuild_enum, (type(cls), cls.__name__, cls.__qualname__, cls.__bases__, members, namespace,

@@ -10,10 +10,12 @@ import enum, dataclasses, functools, typing
 class Color(enum.Enum):
     RED = 1
     GREEN = "g"
+    CRIMSON = 1
     def shout(self): return self.name + "!"
 class Flags(enum.IntFlag):
     R = 4
     W = 2
+    RW = 6
 @dataclasses.dataclass(frozen=True)
 class Config:
     lr: float
@@ -53,7 +55,7 @@ CHECK = ("[favourite is Color.GREEN, favourite.shout(), Color('g') is favourite,
          " cfg, cfg == Config(0.5, tags=['a']), dataclasses.is_dataclass(cfg), pair, pair._fields, Pair(1).right,"
          " slot.total(), hasattr(slot, '__dict__'), area(2, 3), area.__name__, area.__doc__, area.__qualname__,"
          " fib(30), fib.cache_info().maxsize, cube(3), table['color'] is Color.RED, table['fn'] is fib,"
-         " table['cfg'] is cfg]")
+         " table['cfg'] is cfg, Color.CRIMSON is Color.RED, list(Color.__members__), perms is Flags.RW]")
 
 
 def test_notebook_definitions_round_trip_in_a_fresh_kernel(tmp_path):
@@ -67,6 +69,7 @@ def test_notebook_definitions_round_trip_in_a_fresh_kernel(tmp_path):
         assert "Not restored" not in out, out
         assert fresh.run(f"print({CHECK})") == expected
         assert "True, 'GREEN!', True, 6, True" in expected
+        assert expected.endswith("True, ['RED', 'GREEN', 'CRIMSON'], True]\n"), expected  # an alias is one
 
 
 def test_what_only_main_could_name_is_reported_at_save(tmp_path):
@@ -291,3 +294,48 @@ class Row:
         assert {v["verdict"] for v in verdicts.values()} == {"match"}, verdicts
         fresh.run("class C(Base):\n    pass")  # the restored hook still works for new classes
         assert fresh.value("Base.registry") == ["A", "B", "C"]
+
+
+def test_restoring_a_class_does_not_run_its_notebook_metaclass_again(tmp_path):
+    """A plugin registry kept by a notebook metaclass doubled on restore (['Plugin', 'Resize', 'Plugin',
+    'Resize']): the class came back through its metaclass, whose `__new__` registered it again. What that
+    `__new__` set on the class comes back with it, a library metaclass under it (ABCMeta) still does its
+    part, and a class defined after the restore is registered as before."""
+    build = """
+import abc
+class PluginMeta(type):
+    registry = []
+    def __new__(mcls, name, bases, ns):
+        cls = super().__new__(mcls, name, bases, ns)
+        cls.slug = name.lower()
+        mcls.registry.append(name)
+        return cls
+class Plugin(metaclass=PluginMeta):
+    pass
+class Resize(Plugin):
+    pass
+class Counted(abc.ABCMeta):
+    made = 0
+    def __init__(cls, name, bases, ns):
+        super().__init__(name, bases, ns)
+        Counted.made += 1
+class Shape(metaclass=Counted):
+    @abc.abstractmethod
+    def area(self): ...
+class Square(Shape):
+    def area(self): return 4
+"""
+    check = ("[PluginMeta.registry, Resize.slug, issubclass(Resize, Plugin), Counted.made, Square().area(), "
+             "sorted(Shape.__abstractmethods__), isinstance(Square(), Shape)]")
+    expected = [["Plugin", "Resize"], "resize", True, 2, 4, ["area"], True]
+    with Kernel(tmp_path) as first:
+        first.run(build)
+        assert "Skipped" not in first.run("%gkews_checkpoint save")
+        assert first.value(check) == expected
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out and "Warning" not in out, out
+        assert fresh.value(check) == expected
+        assert fresh.run("try:\n    Shape()\nexcept TypeError:\n    print('abstract')") == "abstract\n"
+        fresh.run("class Crop(Plugin):\n    pass")
+        assert fresh.value("[PluginMeta.registry, Crop.slug]") == [["Plugin", "Resize", "Crop"], "crop"]
