@@ -96,6 +96,23 @@ def defined_interactively(obj) -> bool:
     return getattr(obj, "__module__", None) in ("__main__", None)
 
 
+def _missed_by_dill(obj) -> bool:
+    """A class or function of a module that dill looks for as an attribute of its package, which it is not
+    (torch.optim's `optimizer` is no longer the module): dill then pickles it by value, and fails (a notebook
+    optimizer class was skipped: its base's methods cannot be pickled by value). pickle finds it by name."""
+    name = getattr(obj, "__module__", None)
+    if not isinstance(name, str) or name == "__main__" or "." not in name:
+        return False
+    module = sys.modules.get(name)
+    package, _, last = name.rpartition(".")
+    if module is None or getattr(sys.modules.get(package), last, None) is module:
+        return False
+    found = module
+    for part in getattr(obj, "__qualname__", "<locals>").split("."):
+        found = getattr(found, part, None)
+    return found is obj
+
+
 def type_name(value) -> str:
     t = type(value)
     return t.__qualname__ if t.__module__ in ("builtins", "__main__") else f"{t.__module__}.{t.__qualname__}"
@@ -136,6 +153,12 @@ class DillPickler(_Hooks, dill.Pickler):
             if hash_ is not None:  # the class itself, inside the arguments, goes by dill's own code
                 self._rehashed.add(id(obj))
                 return byvalue.restore_hash, (obj, hash_)
+        if (t is types.FunctionType or isinstance(obj, type)) and _missed_by_dill(obj):
+            return obj.__qualname__  # by reference, as pickle finds it
+        if t is types.FunctionType and defined_interactively(obj):
+            rv = torch_modules.unwrapped_step(obj)
+            if rv is not None:
+                return rv
         if (t in _BASIC or t in dill.Pickler.dispatch) and not (
                 byvalue.is_namedtuple_class(obj) and defined_interactively(obj)  # dill drops its methods
                 or module_objects.owner_of(obj)  # bound to random's own generator: by reference
@@ -496,10 +519,13 @@ class Capture:
         """torch's Optimizer.__getstate__ leaves out its hooks (register_step_post_hook and the others) and
         __setstate__ resets what is missing to empty: the state gets those the optimizer has. __setstate__
         also adds `differentiable: False` to defaults that lack it (SparseAdam, LBFGS): the state has it
-        already, so that verify finds the restored optimizer equal to the live one."""
+        already, so that verify finds the restored optimizer equal to the live one. And it leaves out what
+        the optimizer's __init__ set beyond its state: LBFGS's `_params` (a restored LBFGS failed at its next
+        step), a notebook optimizer's own attributes; the state holds them."""
         if len(rv) < 3 or not isinstance(rv[2], dict):
             return rv
         state = {k: v for k, v in rv[2].items() if k not in OPTIMIZER_HOOKS}
+        state.update((k, v) for k, v in vars(opt).items() if k not in state and k not in OPTIMIZER_HOOKS)
         defaults = state.get("defaults")
         if isinstance(defaults, dict) and "differentiable" not in defaults:
             state["defaults"] = {**defaults, "differentiable": False}

@@ -13,7 +13,10 @@
 - a module compiled in place (`model.compile(...)`) loses it in torch's own pickle (Module.__getstate__
   drops `_compiled_call_impl`): it goes with its compile settings (the one object OptimizedModule pickles
   too), and is compiled again with them on load, so it computes as compiled, not eagerly; those settings
-  come back whole (torch's own pickle of them loses `dynamic`).
+  come back whole (torch's own pickle of them loses `dynamic`);
+- an optimizer class the notebook defines has its `step` wrapped by torch's Optimizer.__init__ in a
+  profiling closure of torch's, which cannot be pickled by value (the class was skipped): it goes with its
+  own `step`, which the restored optimizer's __setstate__ (or the next __init__) wraps again.
 """
 from __future__ import annotations
 
@@ -137,3 +140,18 @@ def refuse_compiled(obj) -> None:
         name = getattr(obj._torchdynamo_orig_callable, "__qualname__", "?")
         raise TypeError(f"cannot pickle a torch.compile'd function ({name}): its compiled code exists only in this "
                         f"process; re-run the cell that compiles it after a restore (a compiled nn.Module is saved)")
+
+
+def unwrapped_step(function):
+    """`(same, (the class's own step,))` for torch's profiling wrapper of an optimizer class's step, else None."""
+    torch = sys.modules.get("torch")
+    code = getattr(function, "__code__", None)
+    if torch is None or code is None or not getattr(function, "hooked", False):
+        return None
+    if code is not torch.optim.Optimizer.profile_hook_step(same).__code__:
+        return None
+    return same, (function.__wrapped__,)
+
+
+def same(value):
+    return value
