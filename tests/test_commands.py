@@ -57,6 +57,17 @@ def test_a_mistyped_option_or_a_stray_argument_is_refused_not_ignored(command, t
     assert "--help-all" in done.stdout, done.stdout
 
 
+@pytest.mark.parametrize("command", sorted(GkewsCommand.subcommands))
+def test_a_mistyped_option_without_a_value_is_named_unknown(command, tmp_path):
+    """`cleanup --dryrun` (a flag typo, no `=value`) said "argument --dryrun: expected one argument", as
+    though the option existed and lacked its value. It is named unknown, as `--dryrun=1` is."""
+    done = run(["jupyter", "gkews", command, "--dryrun"], cwd=tmp_path, timeout=120, code=2)
+    assert (f"jupyter gkews {command}: error: unknown option --dryrun: `--help` lists this command's options"
+            in done.stderr), done.stderr
+    done = run(["jupyter", "gkews", command, "--dryrun", "--debug"], cwd=tmp_path, timeout=120, code=2)
+    assert "unknown option --dryrun" in done.stderr, done.stderr
+
+
 def test_report_takes_jupyters_own_options():
     """`jupyter gkews report --debug` was refused ("argument --debug: expected one argument")."""
     done = run(["jupyter", "gkews", "report", "--debug", "--log-level=DEBUG", "--state-dir=/nonexistent"],

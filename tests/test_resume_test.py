@@ -88,6 +88,16 @@ def test_bad_use_is_named(tmp_path, args, words):
     assert r.returncode == 2 and words in r.stderr
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_a_timeout_that_is_not_more_than_zero_is_named(tmp_path, value):
+    """--timeout=0 started a server and a kernel, then said "cannot reach the server ... Check --url": 0 was
+    each request's timeout. It is refused at once, naming --timeout and what it must be."""
+    r = jupyter_gkews("resume-test", f"--timeout={value}", home=tmp_path, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"--timeout must be more than 0 seconds (each step's limit), not {float(value):g}" in r.stderr, r.stderr
+    assert "cannot reach" not in r.stderr and "starting a jupyter server" not in r.stdout, r.stdout + r.stderr
+
+
 def test_a_wrong_token_is_named(server, tmp_path):
     r = jupyter_gkews("resume-test", f"--url={server.url}", "--token=wrong", home=tmp_path, timeout=120)
     assert r.returncode == 2 and "refused the token: give the right one with --token" in r.stderr

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sys
@@ -49,6 +50,8 @@ class ResumeTestApp(StrictApp):
 
     def start(self) -> None:
         self._started = True
+        if not (math.isfinite(self.timeout) and self.timeout > 0):  # 0 failed every request: "cannot reach"
+            self._usage(f"--timeout must be more than 0 seconds (each step's limit), not {self.timeout:g}")
         if self.step != "all" and not self.url:
             self._usage(f"--step={self.step} needs --url: the server must outlive this command between the steps")
         server = None

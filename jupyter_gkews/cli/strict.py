@@ -3,19 +3,53 @@
 traitlets only warns of an option it does not know (`Unrecognized alias: 'since', it will have no effect`)
 and keeps a positional argument it has no use for, then runs without it: `jupyter gkews report
 --sinse=2026-12-01` reported the whole log, `resume-test my.ipynb` tested a notebook of its own. Here both
-exit with code 2, naming the argument and where the options are listed.
+exit with code 2, naming the argument and where the options are listed. An unknown option without a value
+(`cleanup --dryrun`) is refused the same way: traitlets makes every `--name` an option that takes one, so argparse
+answered "argument --dryrun: expected one argument", as though the option existed.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 
 from jupyter_core.application import JupyterApp
-from traitlets.config.loader import KVArgParseConfigLoader
+from traitlets.config.loader import KVArgParseConfigLoader, _DefaultOptionDict, _KVArgParser
+
+
+def _unknown(parser: argparse.ArgumentParser, option: str) -> None:
+    parser.error(f"unknown option {option}: `--help` lists this command's options")
+
+
+class _UnknownOption(argparse.Action):
+    """An option that is no alias, flag or --Class.trait: refused with or without a value."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(nargs="?", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        _unknown(parser, option_string)
+
+
+class _StrictOptions(_DefaultOptionDict):
+    def _add_kv_action(self, key: str) -> None:
+        if "." in key:  # --Class.trait: it exists, and argparse rightly asks for its value
+            return super()._add_kv_action(key)
+        self[key] = _UnknownOption(option_strings=[key], dest=argparse.SUPPRESS)
+
+
+class _StrictParser(_KVArgParser):
+    def parse_known_args(self, args=None, namespace=None):
+        # as _KVArgParser does, with --name (no dot) an unknown option rather than a trait awaiting its value
+        for container in (self, self._optionals):
+            container._option_string_actions = _StrictOptions(container._option_string_actions)
+        return argparse.ArgumentParser.parse_known_args(self, args, namespace)
 
 
 class _StrictLoader(KVArgParseConfigLoader):
+    parser_class = _StrictParser
+
     def _handle_unrecognized_alias(self, arg: str) -> None:
-        self.parser.error(f"unknown option --{arg}: `--help` lists this command's options")
+        _unknown(self.parser, f"--{arg}")
 
 
 class StrictApp(JupyterApp):
