@@ -50,6 +50,8 @@ class KernelStateMissing(KernelCallError):
 
 #: kernel_state's exception classes (by name, as they cross the bridge) that mean "no such thing"
 KERNEL_NOT_FOUND = frozenset({"CheckpointNotFound"})
+#: ... and "cannot be read": a damaged manifest (or one of a format this kernel_state does not read)
+KERNEL_UNREADABLE = frozenset({"CorruptManifest"})
 #: ... and "not now": a checkpoint a pausing or paused notebook needs (kernel_state.pins)
 KERNEL_CONFLICT = frozenset({"CheckpointPinned"})
 

@@ -6,7 +6,7 @@ import asyncio
 
 from .errors import Conflict, KernelCallError, from_kernel
 from .lifecycle import clean_notebook_paths
-from .states import State, awaiting_resume
+from .states import NotebookStatus, State, awaiting_resume
 
 #: seconds a kernel seen running a cell may take to be seen idle before a call into it is refused
 BUSY_GRACE = 2.0
@@ -26,11 +26,15 @@ class NotebookActions:
             raise Conflict(f"the session is {state}; wait for it to finish, then try again")
         # the kernel the pause released, or holds (GPU suspend: a call would wait in that hold as long as it
         # lasts); a notebook reopened since has a kernel of its own, which runs cells
-        paused = {nb["kernel_id"] for nb in self.lifecycle.state["notebooks"]
-                  if nb["path"] == notebook and awaiting_resume(nb)}
+        waiting = [nb for nb in self.lifecycle.state["notebooks"] if nb["path"] == notebook and awaiting_resume(nb)]
+        paused = {nb["kernel_id"] for nb in waiting}
         kernels = [s["kernel"]["id"] for s in await self.lifecycle.serverapp.session_manager.list_sessions()
                    if s["path"] == notebook and (s.get("kernel") or {}).get("id")]
         if paused and (not kernels or kernels[0] in paused):
+            if all(nb["status"] == NotebookStatus.FAILED for nb in waiting):  # its kernel may well run cells
+                raise Conflict(f"{notebook!r} is still to be resumed from its checkpoint: its last resume failed "
+                               f"(its error says why). Resume it first (GPU session: Resume), or name it in a pause "
+                               f"to checkpoint the kernel it runs now instead; nothing was changed")
             raise Conflict(f"{notebook!r} is paused: its kernel is not running cells until it is resumed. Resume it "
                            f"first (GPU session: Resume), then try again; nothing was changed")
         if not kernels:

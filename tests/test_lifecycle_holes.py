@@ -355,32 +355,31 @@ async def test_notebooks_a_resume_left_behind_stay_resumable_and_are_never_overw
     assert s["state"] == "active" and "still to resume (Resume brings them back): b.ipynb, c.ipynb" in s["message"]
     assert set(pinned(str(tmp_path / "ckpt"))) == {ckpt["b.ipynb"], ckpt["c.ipynb"]}
 
-    # b's manifest is damaged: its resume fails, and it stays to be resumed
+    # b's manifest is damaged: its resume fails once (no resume could read it: it is lost, not retried), c waits
     manifest = next((tmp_path / "ckpt" / "notebooks").rglob(f"{ckpt['b.ipynb']}.json"))
-    good = manifest.read_bytes()
     manifest.write_bytes(b"{damaged")
     assert (await post(jp_fetch, "resume", {"notebooks": ["b.ipynb"]})).code == 202
     s = await wait_for(jp_fetch, ("active", "failed"))
     by_path = {nb["path"]: nb for nb in s["notebooks"]}
-    assert by_path["b.ipynb"]["status"] == "failed" and by_path["b.ipynb"]["verdict"] == "failed", by_path
-    assert "still to resume (Resume brings them back): b.ipynb, c.ipynb" in s["message"], s["message"]
+    assert by_path["b.ipynb"]["status"] == "lost" and by_path["b.ipynb"]["verdict"] == "failed", by_path
+    assert "still to resume (Resume brings them back): c.ipynb" in s["message"], s["message"]
+    await run_cell(jp_serverapp, by_path["b.ipynb"]["kernel_id"], "x = 'b-redone'")  # its cells run again
 
-    # a pause now takes a only: b's (empty) kernel is not checkpointed over its checkpoint, c is carried over
+    # a pause now takes a and b's new kernel; c is carried over, never checkpointed empty
     r = await post(jp_fetch, "pause", {"notebooks": ["c.ipynb"]})
     assert r.code == 409 and "still to be resumed" in r.body.decode()  # c never failed: resume it first
     assert (await post(jp_fetch, "pause")).code == 202
     s = await wait_for(jp_fetch, ("paused", "failed"))
     by_path = {nb["path"]: nb for nb in s["notebooks"]}
-    assert s["state"] == "paused" and s["message"].startswith("paused 1 "), s["message"]
-    assert by_path["b.ipynb"]["checkpoint"] == ckpt["b.ipynb"] and by_path["c.ipynb"]["checkpoint"] == ckpt["c.ipynb"]
+    assert s["state"] == "paused" and s["message"].startswith("paused 2 "), s["message"]
+    assert by_path["c.ipynb"]["checkpoint"] == ckpt["c.ipynb"]
 
-    manifest.write_bytes(good)  # repaired: every notebook comes back with its value
     assert (await post(jp_fetch, "resume")).code == 202
     s = await wait_for(jp_fetch, ("active", "failed"))
     assert s["state"] == "active" and "still to resume" not in s["message"], s["message"]
     sessions = {x["path"]: x["kernel"]["id"] for x in json.loads((await jp_fetch("api", "sessions")).body)}
-    for name in ("a.ipynb", "b.ipynb", "c.ipynb"):
-        assert (await run_cell(jp_serverapp, sessions[name], "print(x)")).strip() == name[0] + "-val", name
+    for name, value in (("a.ipynb", "a-val"), ("b.ipynb", "b-redone"), ("c.ipynb", "c-val")):
+        assert (await run_cell(jp_serverapp, sessions[name], "print(x)")).strip() == value, name
     assert (await post(jp_fetch, "resume")).code == 409  # nothing is left to resume
 
 
@@ -466,21 +465,35 @@ async def test_a_notebook_left_running_by_a_pause_is_paused_by_the_next_one(jp_f
     assert (await run_cell(jp_serverapp, b, "print(y)")).strip() == "b-val"
 
 
+#: a value whose restore ends the kernel process: a resume from its checkpoint fails (not for want of it)
+KILLS_ITS_RESTORE = """
+class Bomb:
+    def __reduce__(self):
+        import os
+        return (os._exit, (1,))
+bomb = Bomb()
+"""
+
+
 async def test_a_notebook_whose_resume_failed_is_paused_again_when_named(
         jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
-    """Its checkpoint cannot be read, the user re-ran its cells in the fresh kernel: naming it in a pause
-    checkpoints that kernel (the old checkpoint stays in the store, unpinned); unnamed, it is carried over
-    and the answer says how to take it."""
+    """Its resume failed (its kernel died in the restore), the user re-ran its cells in the restarted kernel:
+    naming it in a pause checkpoints that kernel (the old checkpoint stays in the store, unpinned); unnamed,
+    it is carried over and the answer says how to take it."""
     kid = (await open_notebook(jp_fetch, jp_root_dir, "b.ipynb"))["kernel"]["id"]
-    await run_cell(jp_serverapp, kid, "x = 'old'")
+    await run_cell(jp_serverapp, kid, "x = 'old'\n" + KILLS_ITS_RESTORE)
     assert (await post(jp_fetch, "pause")).code == 202
     old = (await wait_for(jp_fetch, ("paused", "failed")))["notebooks"][0]["checkpoint"]
-    next((tmp_path / "ckpt" / "notebooks").rglob(f"{old}.json")).write_bytes(b"{damaged")
     assert (await post(jp_fetch, "resume")).code == 202
     s = await wait_for(jp_fetch, ("active", "failed"))
     assert s["notebooks"][0]["status"] == "failed", s
     kid = s["notebooks"][0]["kernel_id"]
-    await run_cell(jp_serverapp, kid, "x = 'redone'")
+    await run_cell(jp_serverapp, kid, "x = 'redone'")  # once the restarter brought the kernel back
+    r = await post(jp_fetch, "checkpoints/now", {"notebook": "b.ipynb"})  # its kernel runs: not "is paused"
+    assert r.code == 409 and "is paused" not in r.body.decode(), r.body
+    assert ("'b.ipynb' is still to be resumed from its checkpoint: its last resume failed (its error says why). "
+            "Resume it first (GPU session: Resume), or name it in a pause to checkpoint the kernel it runs now "
+            "instead; nothing was changed") in r.body.decode(), r.body
 
     r = await post(jp_fetch, "pause")
     assert r.code == 409 and "or name b.ipynb in a pause to checkpoint the kernel it runs now" in r.body.decode()

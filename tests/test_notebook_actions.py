@@ -49,6 +49,24 @@ async def test_a_notebook_name_with_outer_spaces_lists_its_checkpoints(jp_fetch,
         assert e.value.code == 400 and "is outside the contents root" in e.value.response.body.decode()
 
 
+async def test_a_notebook_whose_name_starts_with_a_tilde_can_be_named(jp_fetch, jp_serverapp, jp_root_dir):
+    """~draft.ipynb (JupyterLab creates such names) is in the contents root, yet every route naming it answered
+    400 "outside the contents root": the contents API expands no home folder, and neither do these routes."""
+    for name in ("~draft.ipynb", "~/draft.ipynb"):
+        s = await open_notebook(jp_fetch, jp_root_dir, name)
+        kid = s["kernel"]["id"]
+        await run_cell(jp_serverapp, kid, "weights = [1, 2, 3]")
+        r = await post(jp_fetch, "checkpoints/now", {"notebook": name})
+        assert r.code == 201, r.body
+        saved = json.loads(r.body)
+        listed = json.loads((await jp_fetch("gkews", "checkpoints", params={"notebook": name})).body)
+        assert [c["id"] for c in listed["checkpoints"]] == [saved["id"]]
+        await run_cell(jp_serverapp, kid, "weights.append(4)")
+        r = await post(jp_fetch, f"checkpoints/{saved['id']}/restore", {"notebook": name})
+        assert r.code == 200, r.body
+        assert (await run_cell(jp_serverapp, kid, "print(weights)")).strip() == "[1, 2, 3]"
+
+
 async def test_bad_requests_name_the_problem_and_change_nothing(jp_fetch, jp_serverapp, jp_root_dir):
     s = await open_notebook(jp_fetch, jp_root_dir, "b.ipynb")
     await run_cell(jp_serverapp, s["kernel"]["id"], "x = 1")

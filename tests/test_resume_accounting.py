@@ -391,6 +391,47 @@ async def test_a_lost_checkpoint_fails_once_and_is_not_resumed_again(jp_fetch, j
     assert build_report(await events(jp_fetch))["totals"]["verdicts"] == {"failed": 1}
 
 
+async def test_a_damaged_checkpoint_fails_once_and_its_advice_works(jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    """A resume that failed on a damaged manifest said "delete it with %gkews_checkpoint delete ID and restore an
+    older one", but the delete answered 409 ("resume first"), a restore or a checkpoint of the notebook's
+    kernel 409 "'b.ipynb' is paused: its kernel is not running cells" (its fresh kernel ran cells), and every
+    resume failed on it again, counted each time. Now it fails once, as a lost checkpoint does, and the
+    advice (and the next step, which names the restore that works) can be followed."""
+    path = "work/damaged.ipynb"
+    kid = (await open_notebook(jp_fetch, jp_root_dir, path))["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "x = 'older'")
+    older = json.loads((await post(jp_fetch, "checkpoints/now", {"notebook": path})).body)["id"]
+    await run_cell(jp_serverapp, kid, "x = 'newest'")
+    before = await scrape(jp_fetch)
+    assert (await post(jp_fetch, "pause")).code == 202
+    damaged = (await wait_for(jp_fetch, ("paused", "failed")))["notebooks"][0]["checkpoint"]
+    [manifest_file] = (tmp_path / "ckpt").glob(f"notebooks/*/manifests/{damaged}.json")
+    manifest_file.write_bytes(manifest_file.read_bytes()[:40])  # a copy cut short
+
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    [nb] = resumed["notebooks"]
+    assert nb["status"] == "lost" and nb["verdict"] == "failed", nb
+    assert f"delete it with %gkews_checkpoint delete {damaged} and restore an older one" in nb["error"], nb
+    assert nb["next_step"] == (
+        f"its checkpoint {damaged} cannot be read, so its kernel runs without the saved state: restore an older "
+        "checkpoint into it (the Checkpoints panel, or %gkews_checkpoint restore --checkpoint ID with an ID from "
+        "%gkews_checkpoint list), or re-run its cells"), nb
+    assert "still to resume" not in resumed["message"], resumed["message"]
+    r = await post(jp_fetch, "resume")
+    assert r.code == 409 and "nothing to resume" in json.loads(r.body)["message"]  # not tried again
+
+    kid = nb["kernel_id"]
+    r = await jp_fetch("gkews", "checkpoints", damaged, method="DELETE")
+    assert r.code == 204
+    r = await post(jp_fetch, f"checkpoints/{older}/restore", {"notebook": path})
+    assert r.code == 200, r.body
+    assert (await run_cell(jp_serverapp, kid, "print(x)")).strip() == "older"
+    assert (await post(jp_fetch, "checkpoints/now", {"notebook": path})).code == 201
+    after = await scrape(jp_fetch)
+    assert delta(after, before, "gkews_resumes_total", verdict="failed") == 1
+
+
 def metrics_text(server: Server) -> str:
     request = urllib.request.Request(server.url + "metrics", headers={"Authorization": f"token {server.token}"})
     with urllib.request.urlopen(request, timeout=30) as answer:

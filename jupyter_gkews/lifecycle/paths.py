@@ -26,9 +26,10 @@ def clean_notebook_paths(paths) -> list[str] | None:
     for p in paths:
         if "\0" in p:
             raise BadRequest(f"notebook path {p!r} contains a NUL character, which no file name can hold")
-        # a backslash is an ordinary character of a POSIX file name (run\1.ipynb), but never a way out
+        # a backslash is an ordinary character of a POSIX file name (run\1.ipynb), but never a way out. So is a
+        # leading ~: the contents API expands no home folder (~draft.ipynb, and even ~/a.ipynb, are in the root)
         escape = posixpath.normpath(p.replace("\\", "/"))
-        if p.startswith(("/", "~", "\\")) or escape == ".." or escape.startswith("../"):
+        if p.startswith(("/", "\\")) or escape == ".." or escape.startswith("../"):
             raise BadRequest(f"notebook path {p!r} is outside the contents root; give a path relative to it")
         norm = posixpath.normpath(p)
         if norm not in out:  # a notebook named twice is paused (and resumed) once

@@ -9,7 +9,7 @@ from kernel_state.errors import CheckpointError
 from kernel_state.store import Store
 
 from ..claim import Claim
-from ..errors import KERNEL_NOT_FOUND, BadRequest, Conflict, KernelCallError
+from ..errors import KERNEL_NOT_FOUND, KERNEL_UNREADABLE, BadRequest, Conflict, KernelCallError
 from ..state import now
 from ..states import RESUME_FROM, Event, NotebookStatus, Phase, State, Verdict, awaiting_resume
 from .paths import clean_notebook_paths
@@ -166,10 +166,16 @@ class Resume:
             result = await self.bridge.call(nb["kernel_id"], {"op": "restore", **request}, label=nb["path"],
                                             hold_file=hold_file)
         except KernelCallError as exc:
-            if exc.kind in KERNEL_NOT_FOUND:  # its checkpoint is gone: no later resume could restore it
+            # its checkpoint is gone, or damaged: no later resume could restore it, so none tries (each would
+            # count one more failed resume), and it is no longer pinned (it can be deleted, as the error says)
+            why = ("is gone from the store" if exc.kind in KERNEL_NOT_FOUND
+                   else "cannot be read" if exc.kind in KERNEL_UNREADABLE else None)
+            if why:
                 nb.update(status=NotebookStatus.LOST, verdict=Verdict.FAILED, error=str(exc),
-                          next_step=f"its checkpoint {nb['checkpoint']} is gone from the store, so its kernel runs "
-                                    "without the saved state: re-run its cells")
+                          next_step=f"its checkpoint {nb['checkpoint']} {why}, so its kernel runs without the "
+                                    "saved state: restore an older checkpoint into it (the Checkpoints panel, or "
+                                    "%gkews_checkpoint restore --checkpoint ID with an ID from %gkews_checkpoint "
+                                    "list), or re-run its cells")
                 return
             nb.update(status=NotebookStatus.FAILED, verdict=Verdict.FAILED, error=str(exc),
                       next_step="open the notebook and run %gkews_checkpoint restore, or re-run its cells")
