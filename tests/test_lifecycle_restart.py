@@ -153,8 +153,11 @@ def test_killed_during_pause_finishes_on_restart(tmp_path):
         if on_disk:
             assert s["notebooks"][1]["verdict"] == "restored-from-checkpoint"
             assert "big" in s["notebooks"][1]["restored"]
-        else:
+        else:  # named, with what brings it back (the resume said only "resumed: 1 restored-from-checkpoint")
             assert s["notebooks"][1]["status"] == "lost"
+            assert s["message"] == (f"resumed: 1 restored-from-checkpoint; not resumed: {BIG} (the server stopped "
+                                    "before this notebook's checkpoint was written; open it and re-run its cells, "
+                                    "or restore an earlier checkpoint: %gkews_checkpoint list)"), s["message"]
         sessions = {x["path"]: x for x in server.get("api/sessions")}
         assert sessions[SMALL]["id"] == small["id"] and sessions[SMALL]["kernel"]["id"] == small_kid
         after = json.loads(server.run_cell(small_kid, SMALL_CHECK))

@@ -33,6 +33,10 @@ class Resume:
                 paused = [nb for nb in paused if nb["path"] in wanted]
                 gone = [nb for nb in gone if nb["path"] in wanted]
             deleted = [nb["path"] for nb in gone]
+            # the pause could not checkpoint them (the server stopped first): named by the resume that ends it
+            unsaved = [] if wanted is not None or self.state["state"] != State.PAUSED else [
+                nb for nb in self.state["notebooks"]
+                if nb.get("status") == NotebookStatus.LOST and not nb.get("deleted") and not nb.get("verdict")]
             if not paused:
                 if wanted is not None:  # asked for by name: only notebooks deleted while paused
                     raise Conflict("; ".join(f"{nb['error']}: nothing to resume; {nb['next_step']}" for nb in gone))
@@ -40,7 +44,7 @@ class Resume:
                     raise Conflict("nothing to resume: no notebook is paused")
                 # paused, but every notebook was lost (deleted, or a server stopped before their checkpoints)
                 message = ("resumed: nothing to restore" + deleted_note(deleted) if deleted
-                           else "resumed: no notebook had a checkpoint to restore")
+                           else "resumed: no notebook had a checkpoint to restore") + unsaved_note(unsaved)
                 await self._begin(lambda state: state.update(state=State.ACTIVE, phase=None, progress=None,
                                                              error=None, message=message),
                                   Event.RESUMED, message=message, **({"deleted": deleted} if deleted else {}))
@@ -55,13 +59,13 @@ class Resume:
                              error=None)
             await self._begin(begin, Event.RESUME_REQUESTED, message="waiting for capacity",
                               notebooks=[nb["path"] for nb in paused])
-            self._spawn_claimed(claim, self._resume(paused, why=why, deleted=deleted))
+            self._spawn_claimed(claim, self._resume(paused, why=why, deleted=deleted, unsaved=unsaved))
         return self.status()
 
     async def _resume(self, notebooks: list[dict], why: str | None = None, acquired: bool = False,
-                      deleted: list[str] = ()) -> None:
+                      deleted: list[str] = (), unsaved: list[dict] = ()) -> None:
         """deleted: the paths of notebooks deleted while paused before the resume (Lifecycle.notebook_deleted),
-        for its message; those it finds deleted itself are added."""
+        for its message; those it finds deleted itself are added. unsaved: those the pause did not checkpoint."""
         deleted = list(deleted)
         self._in_resume = {id(nb) for nb in notebooks}  # a session asked for on them is told to wait
         try:
@@ -112,7 +116,7 @@ class Resume:
             for nb in notebooks:
                 if nb["verdict"] == Verdict.PARTIALLY_RESTORED:
                     message += f"; not restored in {nb['path']}: {', '.join(sorted(nb['failed']))}"
-            message += deleted_note(deleted)
+            message += deleted_note(deleted) + unsaved_note(unsaved)
             waiting = [nb["path"] for nb in self.state["notebooks"] if awaiting_resume(nb)]
             if waiting:  # not named in this resume, or failed in it: a resume brings them back
                 message += f"; still to resume (Resume brings them back): {', '.join(waiting)}"
@@ -301,3 +305,10 @@ def mark_lost(nb: dict, why: str) -> None:
 def deleted_note(paths: list[str]) -> str:
     """What a resume's message says of the notebooks deleted while paused."""
     return f"; deleted while paused, not resumed: {', '.join(paths)}" if paths else ""
+
+
+def unsaved_note(notebooks: list[dict]) -> str:
+    """What a resume's message says of the notebooks its pause could not checkpoint: no kernel, nothing restored."""
+    return "".join(f"; not resumed: {nb['path']} ({nb.get('error') or 'not checkpointed by the pause'}; open it "
+                   f"and re-run its cells, or restore an earlier checkpoint: %gkews_checkpoint list)"
+                   for nb in notebooks)
