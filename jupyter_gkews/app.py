@@ -21,6 +21,7 @@ from .metrics import MetricsRecorder
 from .renames import Renames
 from .handlers import handlers, session_handlers
 from .lifecycle import Lifecycle
+from .lifecycle.paths import session_path
 from .state import StateDirInUse, StateStore
 
 #: Environment variable through which kernels started by this server learn
@@ -289,7 +290,7 @@ class GkewsApp(ExtensionApp):
         def get_kernel_env(path, name=None):
             env = plain(path, name)
             if path:
-                env[NOTEBOOK_ENV] = path.strip("/")
+                env[NOTEBOOK_ENV] = session_path(path)  # `/a.ipynb`, `a//./a.ipynb`: a.ipynb
             return env
         sm.get_kernel_env = get_kernel_env
 

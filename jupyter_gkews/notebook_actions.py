@@ -6,6 +6,7 @@ import asyncio
 
 from .errors import Conflict, KernelCallError, from_kernel
 from .lifecycle import clean_notebook_paths
+from .lifecycle.paths import session_path
 from .states import NotebookStatus, State, awaiting_resume
 
 #: seconds a kernel seen running a cell may take to be seen idle before a call into it is refused
@@ -29,7 +30,7 @@ class NotebookActions:
         waiting = [nb for nb in self.lifecycle.state["notebooks"] if nb["path"] == notebook and awaiting_resume(nb)]
         paused = {nb["kernel_id"] for nb in waiting}
         kernels = [s["kernel"]["id"] for s in await self.lifecycle.serverapp.session_manager.list_sessions()
-                   if s["path"] == notebook and (s.get("kernel") or {}).get("id")]
+                   if session_path(s["path"]) == notebook and (s.get("kernel") or {}).get("id")]
         if paused and (not kernels or kernels[0] in paused):
             if all(nb["status"] == NotebookStatus.FAILED for nb in waiting):  # its kernel may well run cells
                 raise Conflict(f"{notebook!r} is still to be resumed from its checkpoint: its last resume failed "

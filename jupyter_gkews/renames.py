@@ -30,7 +30,7 @@ from kernel_state.store import Store
 
 from .bridge import hold_file
 from .errors import KernelCallError, KernelStateMissing
-from .lifecycle.paths import moved_path, one_line, under
+from .lifecycle.paths import moved_path, one_line, session_path, under
 
 
 def move_checkpoints(root: str, old: str, new: str, timeout: float, log=None) -> dict[str, list[str]]:
@@ -92,7 +92,7 @@ class Renames:
         """Every session in the renamed file or folder goes to its new path."""
         sm = self.serverapp.session_manager
         for s in await sm.list_sessions():
-            path = s["path"]
+            path = session_path(s["path"])  # `/a.ipynb` is a.ipynb to the contents API
             if not under(path, old) or old == new:  # one moved by its client already is at new: not in old
                 continue
             changes = {"path": moved_path(path, old, new)}
@@ -114,8 +114,9 @@ class Renames:
         out = {}
         for s in await self.serverapp.session_manager.list_sessions():
             kid = (s.get("kernel") or {}).get("id")
-            if kid and kid in km and (under(s["path"], old) or under(s["path"], new)):
-                out[kid] = s["path"]
+            path = session_path(s["path"])
+            if kid and kid in km and (under(path, old) or under(path, new)):
+                out[kid] = path
         return out
 
     async def _tell(self, kernel_id: str, path: str, old: str, new: str, order: float) -> None:

@@ -265,3 +265,38 @@ async def test_a_second_notebook_on_the_kernel_renamed_while_paused_comes_back_a
     assert (await wait_for(jp_fetch, ("active", "failed")))["state"] == "active"
     assert sorted((s["path"], s["kernel"]["id"]) for s in await sessions(jp_fetch)) == [
         ("n1.ipynb", kid), ("n3.ipynb", kid)]
+
+
+async def test_a_session_whose_path_a_client_spelled_oddly_is_followed_as_its_notebook(
+        jp_fetch, jp_serverapp, jp_root_dir):
+    """jupyter_server keeps a session's path as the client gave it (`/x.ipynb`, `sub//./y.ipynb`); the contents
+    API and these routes name the notebook x.ipynb. Such a notebook could not be named in a pause ("no running
+    kernel"), deleted while paused it had its variables restored into a new notebook created at its path, and
+    renamed while paused it was taken for deleted: no kernel, no variables."""
+    import nbformat
+    kernels = {}
+    for spelled, path in (("/x.ipynb", "x.ipynb"), ("sub//./y.ipynb", "sub/y.ipynb")):
+        (jp_root_dir / path).parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nbformat.v4.new_notebook(), str(jp_root_dir / path))
+        r = await jp_fetch("api", "sessions", method="POST", body=json.dumps(
+            {"path": spelled, "name": "n", "type": "notebook", "kernel": {"name": "python3"}}))
+        kernels[path] = json.loads(r.body)["kernel"]["id"]
+        await run_cell(jp_serverapp, kernels[path], f"secret = 'of {path}'")
+    assert (await post(jp_fetch, "pause", {"notebooks": ["x.ipynb", "sub/y.ipynb"]})).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused" and {nb["path"] for nb in paused["notebooks"]} == {"x.ipynb", "sub/y.ipynb"}
+    listed = json.loads((await jp_fetch("gkews", "checkpoints", params={"notebook": "x.ipynb"})).body)
+    assert [c["id"] for c in listed["checkpoints"]] == [
+        next(nb["checkpoint"] for nb in paused["notebooks"] if nb["path"] == "x.ipynb")]
+
+    await jp_fetch("api", "contents", "x.ipynb", method="DELETE")
+    fresh = (await open_notebook(jp_fetch, jp_root_dir, "x.ipynb"))["kernel"]["id"]
+    await rename(jp_fetch, "sub/y.ipynb", "sub/z.ipynb")
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["state"] == "active", resumed["message"]
+    by_path = {nb["path"]: nb for nb in resumed["notebooks"]}
+    assert by_path["x.ipynb"]["deleted"] and by_path["sub/z.ipynb"]["verdict"] == "restored-from-checkpoint", by_path
+    assert (await run_cell(jp_serverapp, fresh, "print(globals().get('secret'))")).strip() == "None"
+    z = {s["path"]: s["kernel"]["id"] for s in await sessions(jp_fetch)}["sub/z.ipynb"]
+    assert (await run_cell(jp_serverapp, z, "print(secret)")).strip() == "of sub/y.ipynb"

@@ -29,7 +29,7 @@ from kernel_state.hold import held_pid
 from ..bridge import hold_file, kernel_pid
 from ..gpu_suspend import GIB, DriverError, GpuUnavailable, gib, keepalive, procs
 from ..gpu_suspend.driver import refusal
-from ..lifecycle.paths import one_line
+from ..lifecycle.paths import one_line, session_path
 from ..states import NotebookStatus
 from .base import KEPT_RUNNING, LIVE_STATUSES, SUSPENDED, Backend, in_range
 
@@ -300,8 +300,9 @@ class LocalBackend(Backend):
     async def _bind_session(self, notebook: dict, kernel_id: str) -> str:
         """The notebook's session, and those that shared its kernel (a console for it), on kernel_id."""
         sm = self.serverapp.session_manager
+        live = {s["id"] for s in await sm.list_sessions()}  # by id too: a client may have spelled it `/a.ipynb`
         for session in [notebook, *notebook.get("companions", [])]:
-            if await sm.session_exists(session["path"]):
+            if session["session_id"] in live or await sm.session_exists(session["path"]):
                 await sm.update_session(session["session_id"], kernel_id=kernel_id)
             else:  # the session table dropped it when its kernel stopped: put it back under its old id
                 await sm.save_session(session["session_id"], path=session["path"], name=session["name"],
@@ -313,7 +314,7 @@ class LocalBackend(Backend):
         km = self.serverapp.kernel_manager
         for session in await self.serverapp.session_manager.list_sessions():
             kernel = session.get("kernel") or {}
-            if session["path"] == path and kernel.get("id") in km:
+            if session_path(session["path"]) == path and kernel.get("id") in km:
                 return session
         return None
 

@@ -10,7 +10,7 @@ from ..claim import Claim
 from ..errors import BadRequest, Conflict, KernelCallError
 from ..state import now
 from ..states import PAUSE_FROM, Event, NotebookStatus, Phase, State, awaiting_resume
-from .paths import clean_notebook_paths
+from .paths import clean_notebook_paths, session_path
 
 
 class Pause:
@@ -73,9 +73,12 @@ class Pause:
         sessions = await self.serverapp.session_manager.list_sessions()
         by_kernel: dict[str, dict] = {}
         for s in sessions:
-            if not (s.get("kernel") and s["kernel"].get("id")) or s["path"] in waiting:
+            # as a notebook path is written (jupyter_server keeps `/a.ipynb` as a client gave it): the contents
+            # API's renames and deletions, the routes and the kernel's own checkpoints name it so
+            path = session_path(s["path"])
+            if not (s.get("kernel") and s["kernel"].get("id")) or path in waiting:
                 continue
-            entry = {"path": s["path"], "name": s["name"], "type": s["type"], "session_id": s["id"],
+            entry = {"path": path, "name": s["name"], "type": s["type"], "session_id": s["id"],
                      "kernel_id": s["kernel"]["id"], "kernel_name": s["kernel"]["name"],
                      "status": NotebookStatus.RUNNING}
             lead = by_kernel.setdefault(entry["kernel_id"], entry)
