@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernels import Kernel
-from test_fidelity_state import changed
+from test_fidelity_state import changed, unchanged_after_restore
 
 pytest.importorskip("pandas")  # a test dependency: never skipped in `make test`
 
@@ -57,14 +57,8 @@ def test_a_small_frame_of_dates_reads_unchanged_after_a_restore(tmp_path):
              " 'took': pd.to_timedelta([1, 2, 3], unit='s'), 'ok': pd.array([True, None, False], dtype='boolean'),"
              " 'bin': pd.interval_range(0, 3)})\n"
              "stamps = np.array(['2024-01-01', 'NaT'], dtype='datetime64[s]')")
-    with Kernel(tmp_path) as first:
-        first.run(small)
-        first.run("%gkews_checkpoint save")
-        assert changed(first) == []
-    with Kernel(tmp_path) as fresh:
-        fresh.run("%gkews_checkpoint restore")
-        assert fresh.value("[str(events.when.iloc[2]), events.took.sum().total_seconds(), str(stamps[1])]") == [
-            "2024-03-10 03:00:00-04:00", 6.0, "NaT"]
-        assert changed(fresh) == []
+    seen = "[str(events.when.iloc[2]), events.took.sum().total_seconds(), str(stamps[1])]"
+    with unchanged_after_restore(tmp_path, small, seen) as fresh:
+        assert fresh.value(seen) == ["2024-03-10 03:00:00-04:00", 6.0, "NaT"]
         fresh.run("stamps[0] = np.datetime64('2025-01-01')")
         assert changed(fresh) == ["stamps"]

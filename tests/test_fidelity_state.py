@@ -593,6 +593,22 @@ def restored_run(tmp_path, setup: str, step: str, seen: str):
         yield fresh
 
 
+@contextlib.contextmanager
+def unchanged_after_restore(tmp_path, setup: str, seen: str):
+    """`setup` saved in one kernel and restored in a fresh one: verify finds nothing changed in either, and
+    what `seen` reads is equal. Yields the fresh kernel for more checks."""
+    with Kernel(tmp_path) as first:
+        first.run(setup)
+        first.run("%gkews_checkpoint save")
+        assert changed(first) == []
+        expected = first.value(seen)
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert fresh.value(seen) == expected
+        assert changed(fresh) == []
+        yield fresh
+
+
 def test_gradient_hooks_on_parameters_come_back(tmp_path):
     """`p.register_hook(fn)` (per-parameter clipping) came back without its hook: the next backward gave
     unclipped gradients. The hooks come back in order, once, and a hook registered after the restore does

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernels import Kernel
-from test_fidelity_state import changed, restored_run
+from test_fidelity_state import changed, restored_run, unchanged_after_restore
 
 torch = pytest.importorskip("torch")
 
@@ -163,15 +163,7 @@ def test_a_weight_normed_module_with_gradients_reads_unchanged(tmp_path):
     setup = ("import torch\ntorch.manual_seed(0)\n"
              "model = torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(4, 4))\n"
              "model(torch.ones(4)).sum().backward()")
-    with Kernel(tmp_path) as first:
-        first.run(setup)
-        first.run("%gkews_checkpoint save")
-        assert changed(first) == []
-        grads = first.value("[p.grad.tolist() for p in model.parameters()]")
-    with Kernel(tmp_path) as fresh:
-        fresh.run("%gkews_checkpoint restore")
-        assert fresh.value("[p.grad.tolist() for p in model.parameters()]") == grads
-        assert changed(fresh) == []
+    with unchanged_after_restore(tmp_path, setup, "[p.grad.tolist() for p in model.parameters()]") as fresh:
         fresh.run("model.parametrizations.weight.original1.grad[0, 0] += 1")
         assert changed(fresh) == ["model"]
 
