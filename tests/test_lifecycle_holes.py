@@ -465,6 +465,15 @@ async def test_a_notebook_left_running_by_a_pause_is_paused_by_the_next_one(jp_f
     assert (await run_cell(jp_serverapp, b, "print(y)")).strip() == "b-val"
 
 
+async def restarted(serverapp, kernel_id: str, timeout: float = 60) -> None:
+    """Wait until the kernel whose process died is alive again (a new process, started by the restarter)."""
+    kernel = serverapp.kernel_manager.get_kernel(kernel_id)
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await kernel.is_alive():
+        assert asyncio.get_running_loop().time() < deadline, f"kernel {kernel_id} was not restarted in {timeout}s"
+        await asyncio.sleep(0.1)
+
+
 #: a value whose restore ends the kernel process: a resume from its checkpoint fails (not for want of it)
 KILLS_ITS_RESTORE = """
 class Bomb:
@@ -488,7 +497,8 @@ async def test_a_notebook_whose_resume_failed_is_paused_again_when_named(
     s = await wait_for(jp_fetch, ("active", "failed"))
     assert s["notebooks"][0]["status"] == "failed", s
     kid = s["notebooks"][0]["kernel_id"]
-    await run_cell(jp_serverapp, kid, "x = 'redone'")  # once the restarter brought the kernel back
+    await restarted(jp_serverapp, kid)  # its process died in the restore: the server's restarter brings it back
+    await run_cell(jp_serverapp, kid, "x = 'redone'")
     r = await post(jp_fetch, "checkpoints/now", {"notebook": "b.ipynb"})  # its kernel runs: not "is paused"
     assert r.code == 409 and "is paused" not in r.body.decode(), r.body
     assert ("'b.ipynb' is still to be resumed from its checkpoint: its last resume failed (its error says why). "
