@@ -19,11 +19,12 @@ from test_gke_cli import COMMAND
 from test_gke_k8s import backend
 
 RBAC = DEPLOY / "rbac.yaml"
+CLI_BINDING = DEPLOY / "examples" / "cli-rolebinding.yaml"  # the example binding of a CLI user
 CLI_USER = "alice@example.com"
 
 
 def manifests() -> list[dict]:
-    return [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
+    return [d for path in (RBAC, CLI_BINDING) for d in yaml.safe_load_all(path.read_text()) if d]
 
 
 def granted(*names: str) -> set[tuple[str, str]]:

@@ -26,7 +26,7 @@ WS = "gpu-notebook"
 
 
 def crd_docs() -> list[tuple[str, dict]]:
-    return [(f"{path.name}#{i}", doc) for path in sorted(DEPLOY.glob("*.yaml"))
+    return [(f"{path.name}#{i}", doc) for path in sorted(DEPLOY.rglob("*.yaml"))
             for i, doc in enumerate(yaml.safe_load_all(path.read_text())) if doc and doc["kind"] in crd_schemas.KINDS]
 
 
