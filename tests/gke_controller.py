@@ -12,6 +12,7 @@ this process or another one. What kmock does not do is added here, and said so:
   bindings are evaluated for every request, plus the RoleBinding the Kubeflow controller makes for each
   ClusterRole of the WorkspaceKind's `spec.podTemplate.serviceAccount.clusterRoles`; a request they do not
   allow answers 403 as the API server words it. `deny(verb, plural)` forces a 403 for one call;
+  `fail(verb, plural, status, times)` answers the next `times` such calls with a transient error (5xx);
 - admission: writes to the CRD resources are checked against the published schemas and their CEL rules
   (tests/crd_schemas.py) and refused with 422, as the API server refuses them;
 - label selectors are ignored by kmock (our code filters on its side too);
@@ -117,6 +118,7 @@ class Cluster(kmock.KubernetesEmulator):
 
     gke: "FakeGke" = attrs.field(default=None)
     denied: set = attrs.field(factory=set)
+    faults: list = attrs.field(factory=list)  # [verb, plural, status, times left]: transient errors to answer
     calls: list = attrs.field(factory=list)
     callers: list = attrs.field(factory=list)
 
@@ -159,6 +161,12 @@ class Cluster(kmock.KubernetesEmulator):
                 status=503, reason="ServiceUnavailable",
                 message=f"the Pod {gke.pod} was completed after its checkpoint (postCheckpoint: stop): its processes "
                         "are gone, so this request could not have been sent")
+        for fault in self.faults:
+            if fault[:2] == [verb, plural] and fault[3] > 0:
+                fault[3] -= 1
+                raise kmock.KubernetesError(status=fault[2], reason="ServiceUnavailable" if fault[2] == 503 else
+                                            "InternalError", message=f"injected: a transient {fault[2]} on {verb} "
+                                                                     f"{plural} (the API server or its etcd)")
         forbidden = (verb, plural) in self.denied or not gke.allowed(user, verb, group, plural, request.namespace)
         if forbidden:
             where = f' in the namespace "{request.namespace}"' if request.namespace else " at the cluster scope"
@@ -322,6 +330,14 @@ class FakeGke:
 
     def deny(self, verb: str, plural: str) -> None:
         self.call(lambda: self.emu.denied.add((verb, plural)))
+
+    def fail(self, verb: str, plural: str, status: int = 503, times: int = 1) -> None:
+        """The next `times` such requests answer `status`, as a real API server does now and then (an apiserver
+        restarting, etcd slow, a Pod just unfrozen after its snapshot upload holding dead connections)."""
+        self.call(lambda: self.emu.faults.append([verb, plural, status, times]))
+
+    def faults_left(self) -> int:
+        return self.call(lambda: sum(f[3] for f in self.emu.faults))
 
     def calls(self, user: str | None = None) -> list[tuple]:
         return self.call(lambda: [c for c, u in zip(self.emu.calls, self.emu.callers) if user in (None, u)])

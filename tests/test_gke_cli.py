@@ -65,7 +65,7 @@ def wait_status(gkews, state: str) -> dict:
 def test_status_pause_resume_and_capacity(fake, gkews):
     s = gkews("status", "--workspace", "gpu-notebook").stdout  # namespace from the kubeconfig context
     assert s.splitlines()[0] == "Workspace team-a/gpu-notebook: ready"
-    assert "started (not restored from a snapshot)" in s and "last snapshot: none" in s
+    assert "not marked restored from a snapshot" in s and "last snapshot: none" in s
 
     # a snapshot, as the server in the Pod would take one
     kube = Kube("team-a", gkews.kubeconfig)

@@ -208,6 +208,33 @@ async def test_snapshot_failure_is_named_and_the_pause_completes_on_the_checkpoi
     assert s["timeline"]["snapshot_ready"] is None
     assert fake.get(WORKSPACES, WS)["spec"]["paused"] is True  # the GPU is released all the same
     assert "snapshot-failed" in [e["event"] for e in await events(jp_fetch)]
+    # withdrawn before the release: GKE must not act on it late, nor leave a snapshot a Pod start would restore
+    assert await gone(fake, TRIGGERS) == [] and await gone(fake, SNAPSHOTS) == []
+    if cause == "hang":
+        assert "this pause's trigger gkews-gpu-notebook-" in s["snapshot"]["error"]
+
+
+async def test_transient_api_errors_during_the_snapshot_wait_do_not_cost_the_snapshot(
+        fake, jp_fetch, jp_serverapp, jp_root_dir):
+    """A Pod snapshot takes minutes and the Pod is frozen while it uploads, so the wait's reads meet an API server
+    that fails now and then (503, dead pooled connections after the freeze). GKE goes on meanwhile: so does the
+    wait, until its deadline; the snapshot comes and the pause completes on it."""
+    fake.hold.set()  # GKE is still checkpointing the Pod
+    await start_session(jp_fetch, jp_serverapp, jp_root_dir)
+    r = await post(jp_fetch, "pause")
+    assert r.code == 202, r.body
+    while not fake.all(TRIGGERS):
+        await asyncio.sleep(0.05)
+    fake.fail("get", "podsnapshotmanualtriggers", 503, times=3)
+    while fake.faults_left() and (await status(jp_fetch))["state"] == "pausing":  # each failed read answered
+        await asyncio.sleep(0.05)
+    fake.hold.clear()
+
+    s = await wait_for(jp_fetch, ("active", "paused", "failed"))
+    assert s["state"] == "paused", s["message"]
+    assert s["snapshot"]["status"] == "ready", s["snapshot"]
+    assert "snapshot failed" not in s["message"]
+    assert fake.get(WORKSPACES, WS)["spec"]["paused"] is True
 
 
 @pytest.mark.parametrize("backend_traits", [{"abort_on_snapshot_failure": True}])

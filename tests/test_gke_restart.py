@@ -11,8 +11,9 @@ import json
 import signal
 
 import pytest
-from gke_controller import SNAPSHOTS, WORKSPACES, FakeGke
+from gke_controller import SNAPSHOTS, TRIGGERS, WORKSPACES, FakeGke
 from serverproc import Server
+from test_hold import wait_until
 from test_lifecycle_restart import SMALL, SMALL_CELL, SMALL_CHECK, SMALL_NAMES, event_names, kill_pids
 
 from jupyter_gkews.k8s.api import Kube
@@ -86,6 +87,46 @@ def test_cold_start_after_pause_restores_from_checkpoints(tmp_path, monkeypatch,
         names = event_names(server)
         assert names.index("paused") < names.index("resume-requested") < names.index("resumed")
         assert "recovered-paused" in names
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.signal(signal.SIGKILL)
+        kill_pids(pids)
+        fake.stop()
+
+
+def test_a_server_killed_while_waiting_for_the_snapshot_resumes_by_itself_and_withdraws_the_trigger(
+        tmp_path, monkeypatch):
+    """The server dies (an OOM kill, a container restart) while GKE is still taking the Pod snapshot: the
+    container starts again in the same Pod, the Workspace was never paused, the kernels died with the server.
+    The new server resumes by itself from the checkpoints, as after a cold start, and withdraws the dead
+    pause's trigger, which GKE would otherwise turn into a snapshot that a later Pod start restores."""
+    fake = FakeGke().start()
+    fake.hold.set()  # GKE has not picked the trigger up yet (a GPU snapshot takes minutes)
+    server = gke_server(tmp_path, fake, monkeypatch)
+    pids: list[int] = []
+    try:
+        server.start()
+        kid = server.open_notebook(SMALL)["kernel"]["id"]
+        assert "ready" in server.run_cell(kid, SMALL_CELL)
+        before = json.loads(server.run_cell(kid, SMALL_CHECK))
+        pids.append(before["pid"])
+        assert server.post("gkews/pause")[0] == 202
+        wait_until(lambda: server.get("gkews/status")["phase"] == "snapshotting" and fake.all(TRIGGERS))
+        server.signal(signal.SIGKILL)
+        kill_pids(pids)  # its kernels go with the container
+        server.start()
+
+        s = server.wait_for(("active", "failed"))
+        assert s["state"] == "active", s["message"]
+        assert s["message"].startswith("the server restarted during the pause, and its kernels stopped with it"), \
+            s["message"]
+        nb = s["notebooks"][0]
+        assert nb["verdict"] == "restored-from-checkpoint" and sorted(nb["restored"]) == SMALL_NAMES
+        after = json.loads(server.run_cell(nb["kernel_id"], SMALL_CHECK))
+        pids.append(after["pid"])
+        assert after.pop("pid") != before.pop("pid") and after == before
+        wait_until(lambda: not fake.all(TRIGGERS))
+        assert fake.get(WORKSPACES, fake.workspace)["spec"]["paused"] is False  # nothing was released
     finally:
         if server.proc is not None and server.proc.poll() is None:
             server.signal(signal.SIGKILL)

@@ -75,8 +75,9 @@ class Backend(LoggingConfigurable):
         would be, with dry_run): at least "kind", "name" and "bytes" (0 when unknown)."""
         return []
 
-    async def recover_paused(self, lifecycle) -> None:
-        """The server started and found the state `paused`: do what this backend's users expect."""
+    async def recover_paused(self, lifecycle, interrupted: bool = False) -> None:
+        """The server started and found the state `paused` (interrupted: a pause it stopped in, rolled
+        forward to paused): do what this backend's users expect."""
 
     async def server_stopping(self, lifecycle) -> None:
         """The server is stopping (before it shuts its kernels down)."""

@@ -76,7 +76,10 @@ class GkeBackend(LocalBackend):
         False, config=True,
         help="When the Pod snapshot fails: False (default) completes the pause on the application checkpoints "
         "(the resume restores from them); True fails the pause and releases nothing.")
-    keep_snapshots = Int(1, config=True, help="Ready PodSnapshots of this Workspace that cleanup keeps (newest).")
+    keep_snapshots = Int(0, config=True, help="Ready PodSnapshots of this Workspace, beyond the one a pending "
+                         "resume needs, that cleanup keeps (newest). GKE restores the newest Ready snapshot at the "
+                         "Workspace's next Pod start, rolling its kernels back to it: more than 0 is for inspecting "
+                         "snapshots only.")
 
     @validate("snapshot_timeout", "poll_interval")
     def _more_than_zero(self, proposal):
@@ -132,7 +135,10 @@ class GkeBackend(LocalBackend):
         try:
             return await self._snapshot()
         except (KubeError, SnapshotError, ValueError) as exc:
-            if self.abort_on_snapshot_failure and self._made:  # the pause fails and the kernels run on
+            # Withdrawn whether the kernels run on (abort) or the Workspace pauses next: GKE may still act on
+            # the trigger, and must not freeze or snapshot a Pod that is going, nor leave a snapshot that a
+            # later Pod start would restore.
+            if self._made:
                 raise SnapshotFailed(f"{exc}; {await self._withdraw()}") from None
             raise SnapshotFailed(str(exc)) from None
 
@@ -169,33 +175,49 @@ class GkeBackend(LocalBackend):
         await self._io(kube.create, TRIGGERS, body)
         self._made = {"trigger": name, "snapshot": ""}
         self._say(f"snapshot requested: PodSnapshotManualTrigger {name} for Pod {me.pod}")
-        detail = "waiting for GKE to pick up the trigger"
+        self._detail = "waiting for GKE to pick up the trigger"
         deadline = started + self.snapshot_timeout
         while True:
-            trigger = await self._io(kube.get, TRIGGERS, name)
-            snap_name = snapshot_created(trigger)
-            if await self._detect():  # we are the restored copy: the lifecycle takes the resume path
-                if not snap_name:  # the trigger we read may predate the restore; it names the snapshot now
-                    snap_name = snapshot_created(await self._io(kube.get, TRIGGERS, name))
-                return {"mode": "trigger", "status": "restored", "name": snap_name or None, "trigger": name,
-                        "policy": policy}
-            state, detail = trigger_progress(trigger)
-            if snap_name:
-                self._made["snapshot"] = snap_name
-                snap = await self._io(kube.find, SNAPSHOTS, snap_name)
-                if snap is not None:
-                    ready, detail = snapshot_progress(snap)
-                    if ready == "ready":
-                        seconds = round(time.monotonic() - started, 1)
-                        self._say(f"PodSnapshot {snap_name} is Ready after {seconds} s")
-                        path = ((snap.get("status") or {}).get("storageStatus") or {}).get("gcs", {})
-                        return {"mode": "trigger", "status": "ready", "name": snap_name, "trigger": name,
-                                "policy": policy, "seconds": seconds, "gcs_path": path.get("observedGCSPath")}
-                    self._say(f"PodSnapshot {snap_name}: {detail} ({time.monotonic() - started:.0f} s)")
+            try:
+                found = await self._progress(kube, name, policy, started)
+            except KubeError as exc:  # GKE goes on whether or not we could read: so do we, until the deadline
+                if not (exc.transient or exc.status == 401):  # 401: a restored Pod's token is renewed soon
+                    raise
+                self._say(f"the API server did not answer ({exc}); asking again")
+            else:
+                if found is not None:
+                    return found
             if time.monotonic() > deadline:
                 raise SnapshotError(f"no Ready PodSnapshot {self.snapshot_timeout:.0f} s after the trigger {name} "
-                                    f"(last seen: {detail}); raise c.GkeBackend.snapshot_timeout for large GPU memory")
+                                    f"(last seen: {self._detail}); raise c.GkeBackend.snapshot_timeout for large "
+                                    "GPU memory")
             await asyncio.sleep(self.poll_interval)
+
+    async def _progress(self, kube: Kube, name: str, policy: str, started: float) -> dict | None:
+        """One look at the trigger, its snapshot and this Pod: the pause's snapshot, or None to wait on."""
+        trigger = await self._io(kube.get, TRIGGERS, name)
+        snap_name = snapshot_created(trigger)
+        if await self._detect():  # we are the restored copy: the lifecycle takes the resume path
+            if not snap_name:  # the trigger we read may predate the restore; it names the snapshot now
+                snap_name = snapshot_created(await self._io(kube.get, TRIGGERS, name))
+            return {"mode": "trigger", "status": "restored", "name": snap_name or None, "trigger": name,
+                    "policy": policy}
+        self._detail = trigger_progress(trigger)[1]
+        if not snap_name:
+            return None
+        self._made["snapshot"] = snap_name
+        snap = await self._io(kube.find, SNAPSHOTS, snap_name)
+        if snap is None:
+            return None
+        ready, self._detail = snapshot_progress(snap)
+        if ready != "ready":
+            self._say(f"PodSnapshot {snap_name}: {self._detail} ({time.monotonic() - started:.0f} s)")
+            return None
+        seconds = round(time.monotonic() - started, 1)
+        self._say(f"PodSnapshot {snap_name} is Ready after {seconds} s")
+        path = ((snap.get("status") or {}).get("storageStatus") or {}).get("gcs", {})
+        return {"mode": "trigger", "status": "ready", "name": snap_name, "trigger": name,
+                "policy": policy, "seconds": seconds, "gcs_path": path.get("observedGCSPath")}
 
     async def release(self, notebooks: list[dict]) -> None:
         """Pause the Workspace: its controller stops the Pod and the GPU node is released."""
@@ -273,7 +295,7 @@ class GkeBackend(LocalBackend):
             self._mark_snapshot(snap, "deleted", "the pause failed after it: deleted so that no Pod start brings "
                                                  "the kernels back to it")
             return f"the PodSnapshot {snap} this pause took was deleted: no Pod start can roll the kernels back to it"
-        return f"this pause's trigger {trigger} was withdrawn, so GKE takes no late snapshot of the running kernels"
+        return f"this pause's trigger {trigger} was withdrawn, so GKE takes no late snapshot of this Pod"
 
     def _mark_snapshot(self, name: str, status: str, why: str) -> None:
         """Show in the server's status what became of the snapshot it recorded."""
@@ -307,12 +329,16 @@ class GkeBackend(LocalBackend):
         return None
 
     # -- start-up and cleanup ---------------------------------------------------------------------------
-    async def recover_paused(self, lifecycle) -> None:
+    async def recover_paused(self, lifecycle, interrupted: bool = False) -> None:
         """A server that starts while the state says paused is a new process: the Pod started cold (a restored
-        Pod would have kept the old server). Bring the kernels back from their checkpoints, unasked."""
+        Pod would have kept the old server). Bring the kernels back from their checkpoints, unasked. So too
+        after a pause this server stopped in (killed, or the Pod stopped before `paused` was written): the
+        kernels stopped with the old server, whether or not the Workspace was paused."""
         from ..errors import LifecycleError
         snap = lifecycle.state.get("snapshot") or {}
-        if snap.get("status") == "failed":
+        if interrupted:
+            why = "the server restarted during the pause, and its kernels stopped with it"
+        elif snap.get("status") == "failed":
             why = f"cold start after a pause whose Pod snapshot failed ({snap['error']})"
         elif snap.get("name"):  # before the retirement below deletes it
             unused = await self._why_not_restored(snap["name"])

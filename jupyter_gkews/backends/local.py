@@ -369,7 +369,9 @@ class LocalBackend(Backend):
             await km.shutdown_kernel(nb["kernel_id"], now=True)
 
     # -- server start and stop --------------------------------------------------------------------------
-    async def recover_paused(self, lifecycle) -> None:
+    async def recover_paused(self, lifecycle, interrupted: bool = False) -> None:
+        if interrupted:  # the roll-forward's message says what became of each notebook; resume is the user's
+            return
         live = [nb for nb in lifecycle.state["notebooks"] if nb.get("status") in LIVE_STATUSES and nb.get("gpu")]
         km = self.serverapp.kernel_manager
         gone = []

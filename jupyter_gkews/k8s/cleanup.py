@@ -11,7 +11,8 @@ from .snapshots import is_our_trigger, is_ready, of_workspace, policy_name, snap
 
 def plan(kube: Kube, workspace: str, keep: int, needed: set[str], *, pausing: bool = False) -> list[dict]:
     """What to delete, in order: [{kind, name, bytes, why}]. pausing: a pause may be waiting for a snapshot
-    still being taken (its name not yet known): none that is not Ready yet is deleted."""
+    still being taken (its name not yet known): no snapshot that is not Ready yet, and no trigger GKE has not
+    picked up, is deleted."""
     snaps = of_workspace(kube.list(SNAPSHOTS), workspace, ours_only=True)
     ready = [name_of(s) for s in snaps if is_ready(s)]  # newest first
     kept = set(ready[:max(keep, 0)]) | (needed & {name_of(s) for s in snaps})
@@ -27,6 +28,9 @@ def plan(kube: Kube, workspace: str, keep: int, needed: set[str], *, pausing: bo
         spent = condition(t, "Triggered") is not None
         if spent and snapshot_created(t) not in remaining:
             out.append({"kind": "PodSnapshotManualTrigger", "name": name_of(t), "bytes": 0, "why": "spent"})
+        elif not spent and not pausing:  # left by a pause that stopped (its server died): GKE could still act on it
+            out.append({"kind": "PodSnapshotManualTrigger", "name": name_of(t), "bytes": 0,
+                        "why": "never picked up, and no pause waits for it"})
     if not snaps and kube.find(POLICIES, policy_name(workspace)) is not None:
         # only once GKE has finalized every snapshot (a deleted one stays, Terminating, until its storage
         # is gone): the finalizer finds the bucket through the policy, and without it leaves the files

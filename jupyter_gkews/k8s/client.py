@@ -18,6 +18,12 @@ class KubeError(Exception):
         super().__init__(message)
         self.status = status
 
+    @property
+    def transient(self) -> bool:
+        """Worth asking again: no answer (a timeout, a reset connection: a Pod just unfrozen after its
+        snapshot upload holds dead pooled connections), too many requests, or a server-side error."""
+        return self.status is None or self.status == 429 or self.status >= 500
+
 
 def make_api_client(kubeconfig: str = "", context: str = ""):
     """An ApiClient from the service account (in a Pod, no kubeconfig given) or from a kubeconfig."""

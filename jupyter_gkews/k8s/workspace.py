@@ -137,7 +137,8 @@ def describe(kube: Kube, workspace: str) -> dict:
             out.update(state="waiting-for-capacity", message=why.strip())
         elif ready is not None and ready.get("status") == "True":
             how = (f"restored from a snapshot ({restored.get('message') or 'PodRestored'})"
-                   if restored and restored.get("status") == "True" else "started (not restored from a snapshot)")
+                   if restored and restored.get("status") == "True" else
+                   "not marked restored from a snapshot (GKE adds PodRestored up to some seconds after Ready)")
             out.update(state="ready", message=f"the Pod is ready; {how}")
         else:
             phase = (pod.get("status") or {}).get("phase") or "Pending"

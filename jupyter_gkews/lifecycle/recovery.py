@@ -34,10 +34,10 @@ class Recovery:
             self._record(Event.STARTED)
 
     async def recover(self) -> None:
-        """After the server started: what a backend does on finding the state paused (the GKE backend
-        restores a cold-started Pod; the local one waits for the user)."""
-        if self._found == State.PAUSED and self.state["state"] == State.PAUSED:
-            await self.backend.recover_paused(self)
+        """After the server started: what a backend does on finding the state paused, or a pause it rolled
+        forward (the GKE backend restores a cold-started Pod; the local one waits for the user)."""
+        if self._found in (State.PAUSED, State.PAUSING) and self.state["state"] == State.PAUSED:
+            await self.backend.recover_paused(self, interrupted=self._found == State.PAUSING)
             await self._persist(Event.RECOVERED_PAUSED)
 
     def _recovered(self, message: str, event: Event, **changes) -> None:
