@@ -69,6 +69,8 @@ def test_server_restart_while_suspended(tmp_path, monkeypatch, stop):
         assert b["verdict"] == "restored-from-checkpoint", b
         assert b["why_restored"] == f"its kernel process {b_pid} is gone (the server restarted meanwhile)"
         assert json.loads(server.run_cell(kids["a"], CHECK)) == [332833500, "live", a_pid]
+        # and as the page reaches it: the kernel websocket of the restarted server
+        assert json.loads(server.execute(kids["a"], CHECK)) == [332833500, "live", a_pid]
         b_after = json.loads(server.run_cell(kids["b"], CHECK))
         pids.append(b_after[2])
         assert b_after[:2] == [332833500, "live"] and b_after[2] != b_pid

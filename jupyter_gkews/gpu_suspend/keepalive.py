@@ -80,8 +80,9 @@ def adopt(km, kernel_id: str, connection_file: str, kernel_name: str, pid: int) 
     """Register a running kernel process the server did not start (the previous server did)."""
     from jupyter_server._tz import utcnow
 
+    # kernel_id: the websocket handler looks the kernel up by it (None: 404 "Kernel does not exist")
     kernel = km.kernel_manager_factory(connection_file=connection_file, parent=km, log=km.log,
-                                       kernel_name=kernel_name, owns_kernel=False)
+                                       kernel_name=kernel_name, owns_kernel=False, kernel_id=kernel_id)
     kernel.load_connection_file(connection_file)
     ready = asyncio.get_running_loop().create_future()
     ready.set_result(None)
