@@ -233,3 +233,28 @@ async def test_a_notebook_suspended_by_the_pause_refuses_checkpoint_restore_and_
     await resume(jp_fetch)
     r = await post(jp_fetch, "checkpoints/now", {"notebook": "gpu.ipynb"})
     assert r.code == 201, r.body
+
+
+async def test_a_suspended_kernel_that_dies_while_paused_is_said_and_its_successor_keeps_its_cells(
+        jp_fetch, jp_serverapp, jp_root_dir, fake_gpu):
+    """Suspend moves GPU memory into host memory, so the OOM killer may end a suspended kernel. The status says
+    so at once (not "suspended in host memory" on), and the kernel Jupyter's restarter starts in its place is
+    where the resume restores the checkpoint: what its user ran there meanwhile is kept, not thrown away."""
+    from test_lifecycle_holes import restarted
+    kid, pid = await start(jp_fetch, jp_serverapp, jp_root_dir, "gpu.ipynb")
+    hold(fake_gpu, pid, 1024)
+    assert (await pause(jp_fetch))["gpu.ipynb"]["status"] == "suspended"
+
+    os.kill(pid, 9)
+    while "died while paused" not in (await status(jp_fetch))["notebooks"][0].get("message", ""):
+        await asyncio.sleep(0.1)
+    s = await status(jp_fetch)
+    assert s["state"] == "paused" and f"gpu.ipynb: its kernel process {pid} died while paused" in s["message"]
+    await restarted(jp_serverapp, kid)
+    assert (await run_cell(jp_serverapp, kid, "meanwhile = 42\nprint('weights' in globals())")).strip() == "False"
+
+    nb = (await resume(jp_fetch))["gpu.ipynb"]
+    assert nb["verdict"] == "restored-from-checkpoint" and f"its kernel process {pid} died while paused" in \
+        nb["why_restored"], nb
+    assert (await run_cell(jp_serverapp, kid, "print(sum(weights), label, meanwhile)")).split() == \
+        ["332833500", "live", "42"]

@@ -139,6 +139,7 @@ class LocalBackend(Backend):
                 continue
             record = {"kernel_pid": pids[nb["path"]], "kernel_start": procs.start_time(pids[nb["path"]]),
                       "connection_file": kernels[nb["path"]].connection_file, **(detail or {})}
+            self._watch_death(kernels[nb["path"]], nb["kernel_id"], pids[nb["path"]])
             if kind == "suspend":
                 results[nb["path"]] = {"status": SUSPENDED, "gpu": record,
                                        "message": f"suspended in host memory ({gib(record['bytes'])})"}
@@ -149,6 +150,22 @@ class LocalBackend(Backend):
         await asyncio.gather(*(km.shutdown_kernel(nb["kernel_id"]) for nb in notebooks
                                if plan[nb["path"]][0] == "shutdown" and nb["kernel_id"] in km))
         return results
+
+    def _watch_death(self, kernel, kernel_id: str, pid: int) -> None:
+        """A kernel that lives on while paused can still die (the OOM killer: its GPU memory now sits in host
+        memory). Jupyter's restarter then starts a new, empty kernel under the same id, which nothing holds:
+        say so at once, and let the resume restore the checkpoint into that kernel (start_kernel) rather
+        than replace it and what ran in it meanwhile."""
+        def died():
+            kernel.remove_restart_callback(died, "restart")
+            lifecycle = getattr(self.parent, "lifecycle", None)
+            for nb in lifecycle.state["notebooks"] if lifecycle is not None else []:
+                if nb.get("kernel_id") == kernel_id and nb.get("status") in LIVE_STATUSES:
+                    nb["gpu_fallback"] = f"its kernel process {pid} died while paused"
+                    nb["message"] = (f"its kernel process {pid} died while paused; Jupyter started a new kernel in "
+                                     "its place, and resume restores the checkpoint into it")
+                    self._say(f"paused; {nb['path']}: {nb['message']}")
+        kernel.add_restart_callback(died, "restart")
 
     def _plan(self, notebooks: list[dict], pids: dict) -> dict:
         """Blocking: per path ("suspend", {held processes}), ("keep", None) or ("shutdown", why)."""
@@ -263,7 +280,7 @@ class LocalBackend(Backend):
                 return await self._bind_session(notebook, notebook["kernel_id"])
             self.log.warning("gkews: %s; restarting it from its checkpoint", one_line(f"{notebook['path']}: {why}"))
             notebook["fallback"] = why
-            await self._kill(notebook)
+            await self._kill(notebook, keep_kernel=self._replaced_meanwhile(notebook))
         notebook.pop("gpu", None)
         reopened = await self._open_session(notebook["path"])
         if reopened is not None:  # its user opened it again while paused: restore into that kernel
@@ -357,16 +374,24 @@ class LocalBackend(Backend):
             return f"the GPU cannot be reached to restore it: {exc}"
         return None
 
-    async def _kill(self, nb: dict) -> None:
-        """Stop a kernel that cannot come back live, whoever started it; its checkpoint brings it back."""
+    async def _kill(self, nb: dict, keep_kernel: bool = False) -> None:
+        """Stop a kernel that cannot come back live, whoever started it; its checkpoint brings it back.
+        keep_kernel: the kernel under its id is the restarter's new one; only the old processes go."""
         gpu = nb.get("gpu") or {}
         for pid, start in [(gpu.get("kernel_pid"), gpu.get("kernel_start"))] + \
                 [(h["pid"], h["start"]) for h in gpu.get("held", [])]:
             if pid and procs.same_process(pid, start):
                 keepalive.kill(pid)
         km = self.serverapp.kernel_manager
-        if nb["kernel_id"] in km:
+        if nb["kernel_id"] in km and not keep_kernel:
             await km.shutdown_kernel(nb["kernel_id"], now=True)
+
+    def _replaced_meanwhile(self, nb: dict) -> bool:
+        """Whether the kernel under the notebook's id is a new process the restarter started (its suspended
+        one died while paused): cells its user ran there since are kept, the checkpoint is restored into it."""
+        km = self.serverapp.kernel_manager
+        pid = kernel_pid(km.get_kernel(nb["kernel_id"])) if nb["kernel_id"] in km else None
+        return bool(pid) and pid != (nb.get("gpu") or {}).get("kernel_pid") and procs.same_process(pid, None)
 
     # -- server start and stop --------------------------------------------------------------------------
     async def recover_paused(self, lifecycle, interrupted: bool = False) -> None:
