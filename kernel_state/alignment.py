@@ -21,11 +21,18 @@ def address(buffer) -> int:
     return ctypes.addressof(ctypes.c_char.from_buffer(view))
 
 
+def private_memory(nbytes: int) -> mmap.mmap:
+    """Page-aligned anonymous memory (at least one byte) private to this process. mmap's default is
+    MAP_SHARED, which a forked child (a DataLoader worker) shares instead of copying on write: its writes
+    would reach the notebook's variables, and dirty-page tracking cannot follow shared mappings."""
+    return mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE)
+
+
 def aligned_buffer(nbytes: int) -> memoryview:
     """A writable byte buffer of `nbytes` whose first byte is 64-byte aligned. The memoryview keeps its
     owner alive; numpy and torch arrays built on it keep the memoryview alive."""
     if nbytes >= _PAGE_FROM:
-        return memoryview(mmap.mmap(-1, nbytes))  # mappings start on a page
+        return memoryview(private_memory(nbytes))  # mappings start on a page
     raw = bytearray(nbytes + ALIGNMENT)
     pad = -address(raw) % ALIGNMENT
     return memoryview(raw)[pad:pad + nbytes]

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import mmap
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from .alignment import private_memory
 from . import config
 from .errors import CorruptBlob
 from .hashing import digest_file, new_hasher
@@ -35,7 +35,7 @@ _read_pool = ThreadPoolExecutor(max_workers=MAX_BUFFERS, thread_name_prefix="gke
 
 def aligned_host_memory(nbytes: int) -> tuple[int, object]:
     """(address, owner) of nbytes of page-aligned memory that is not pinned (mmap: 4096-aligned)."""
-    owner = mmap.mmap(-1, max(nbytes, 1))
+    owner = private_memory(nbytes)
     return ctypes.addressof(ctypes.c_char.from_buffer(owner)), owner
 
 
@@ -323,7 +323,7 @@ def copy_to_host(device, storage) -> memoryview:
     with _ring_lock:
         buffers = ring(device)
         size, count, nbytes = buffers[0].nbytes, len(buffers), storage.nbytes()
-        owner = mmap.mmap(-1, max(nbytes, 1))
+        owner = private_memory(nbytes)
         out = memoryview(owner)[:nbytes]
         spans = [(start, min(size, nbytes - start)) for start in range(0, nbytes, size)]
         copies: dict[int, object] = {}

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import zstandard
 
+from .alignment import private_memory
 from .errors import CorruptBlob
 from .fsutil import remove_quietly, temp_path
 from .hashing import new_hasher
@@ -148,7 +149,7 @@ def read(path: str, digest: str, into: memoryview | None, read_base) -> tuple[mm
     if (length + block - 1) // block != len(meta["frames"]):
         raise CorruptBlob(f"{what}: {len(meta['frames'])} frames for {length} bytes")
     if into is None:
-        buf = mmap.mmap(-1, max(length, 1))
+        buf = private_memory(length)
         view = memoryview(buf)[:length]
     elif len(into) != length:
         raise CorruptBlob(f"{what} holds {length} bytes of data, the manifest expects {len(into)}")

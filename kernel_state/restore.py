@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import io
-import mmap
 import pickle
 import time
 import types
@@ -17,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import dill
 
 from . import byvalue, cuda_io, packed
-from .alignment import address, aligned_copy, is_aligned
+from .alignment import address, aligned_copy, is_aligned, private_memory
 from .dtype_json import array_dtype
 from .errors import CheckpointError, CorruptBlob
 from .identity import TOKEN
@@ -110,7 +109,7 @@ class Restorer:
             if sum(n for _digest, n in chunks) != record["nbytes"]:
                 cached = CorruptBlob(f"storage {skey}: its chunks do not add up to {record['nbytes']} bytes")
             else:
-                buf = mmap.mmap(-1, max(record["nbytes"], 1))
+                buf = private_memory(record["nbytes"])
                 view = memoryview(buf)
                 starts = [sum(n for _d, n in chunks[:i]) for i in range(len(chunks))]
 

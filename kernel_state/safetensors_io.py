@@ -15,6 +15,7 @@ import os
 import struct
 from concurrent.futures import ThreadPoolExecutor
 
+from .alignment import private_memory
 from .errors import CorruptBlob
 from .fsutil import remove_quietly, temp_path
 from .hashing import new_hasher
@@ -213,7 +214,7 @@ def read_blob(path: str, digest: str, into: memoryview | None = None, _depth: in
         hasher.update(os.pread(fd, start, 0))
         length = size - start
         if into is None:
-            buf = mmap.mmap(-1, max(length, 1))
+            buf = private_memory(length)
             view = memoryview(buf)
         elif len(into) != length:
             raise CorruptBlob(f"{what} holds {length} bytes of data, the manifest expects {len(into)}")

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from . import config
+from .alignment import private_memory
 
 MIN_POOLED = 1 << 20  # smaller copies are cheap to allocate and too varied in size to match
 PIECE = 1 << 20      # copied on one thread, then hashed from the cache on this one
@@ -29,7 +30,7 @@ def _fresh(n: int):
     which is neither zeroed first (a bytearray is) nor backed by huge pages (numpy asks for them, and
     zeroing 2 MiB pages on first touch made a cold copy twice as slow here), and which goes back to the
     system when dropped."""
-    return bytearray(n) if n < MIN_POOLED else mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE)
+    return bytearray(n) if n < MIN_POOLED else private_memory(n)
 
 
 class StagingPool:

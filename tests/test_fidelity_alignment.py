@@ -111,3 +111,34 @@ def test_restored_storages_are_aligned_and_outputs_are_bit_identical(tmp_path):
         assert fresh.value("layouts()") == expected_layouts  # values, strides, memory order, flags
         assert fresh.value("np.shares_memory(negative_large, large) and np.shares_memory(fortran_view, fortran_large)")
         assert fresh.value("broadcast_large.strides[0] == 0 and broadcast_large.base.nbytes < 200_000")
+
+
+FORK_WRITES = r'''
+import os
+def child_writes():
+    """What a DataLoader worker forked from the kernel may do: write its own copy of the data."""
+    pid = os.fork()
+    if pid == 0:
+        data[0] = 42.0; weights[0] = 42.0; rows[1] = -1.0
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return [float(data[0]), float(weights[0]), rows[1].tolist()]
+'''
+
+
+def test_a_forked_childs_writes_do_not_reach_restored_variables(tmp_path):
+    """A fork gives the child a copy-on-write copy of the kernel's memory, restored or not: a DataLoader worker
+    that changes its rows must not change the notebook's dataset (restored storages were shared mappings)."""
+    setup = ("import numpy as np, torch\ndata = np.zeros(2_000_000)\nweights = torch.zeros(1_000_000)\n"
+             "rows = np.zeros((4, 3))")
+    with Kernel(tmp_path) as first:
+        first.run(setup)
+        first.run(FORK_WRITES)
+        assert first.value("child_writes()") == [0.0, 0.0, [0.0, 0.0, 0.0]]  # as any process behaves
+        assert "Saved checkpoint" in first.run("%gkews_checkpoint save")
+
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out, out
+        fresh.run(FORK_WRITES)
+        assert fresh.value("child_writes()") == [0.0, 0.0, [0.0, 0.0, 0.0]]
