@@ -723,10 +723,11 @@ class Capture:
     def _same_bytes(ust, dtype, shape, fingerprint: dict) -> bool:
         """The same tensor at the same version is a hint, not a proof: fused optimizers (AdamW(fused=True)),
         writes through .data, .numpy() or DLPack change the bytes without bumping the version. So the bytes
-        are fingerprinted again (on the GPU for CUDA). Only a storage kernel undo staged a moment ago, which
-        its writer has not named yet, is taken on its version: there is no fingerprint to compare with."""
+        are fingerprinted again (on the GPU for CUDA). A storage kernel undo staged a moment ago, which its
+        writer has not named yet, has no fingerprint to compare with: it is staged again (a copy), since its
+        version says nothing about such writes."""
         if pending_names.is_pending(fingerprint["value"]):
-            return True
+            return False
         return storage_fingerprint(ust, dtype, shape, fingerprint["algorithm"]) == fingerprint
 
     # -- numpy --------------------------------------------------------------------------------------
@@ -854,6 +855,7 @@ class Capture:
                                                            position=ident, digest=value)
                 self._account(digest, size, new)
                 record.update(blob=digest, name="t")
+                record["fingerprint"]["value"] = digest  # another thread may have written it after the hash
         else:
             record["name"] = value[:32]
             if not self._packed_before(record):
@@ -887,6 +889,11 @@ class Capture:
             written, size, new = self.store.put_tensors([("t", "U8", [n], piece)], self._progress_bytes,
                                                         position=ident + (index,), digest=digest)
             self._account(written, size, new)
+            if written != digest:  # another thread wrote the chunk after it was hashed: name what was written
+                record["chunks"][index][0] = written
+                joined = ",".join(d for d, _n in record["chunks"]).encode()
+                record["fingerprint"]["value"] = digest_bytes(joined)
+                _chunks_known.pop(ident, None)
 
     # -- finishing ----------------------------------------------------------------------------------
     def flush_pack(self) -> None:

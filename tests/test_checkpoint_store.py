@@ -337,3 +337,29 @@ def test_without_torch_plain_state_and_arrays_still_work(tmp_path):
         "print('ok', 'torch' in sys.modules and sys.modules['torch'] is not None)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "ok False", proc.stderr
+
+
+@pytest.mark.parametrize("size", [2_000_000, 26_000_000], ids=["one blob", "chunked"])
+def test_an_array_another_thread_writes_during_the_save_restores_as_written(tmp_path, monkeypatch, size):
+    """A training thread writes into an array after the save hashed it and before its bytes reach the disk. The
+    checkpoint must name what it wrote: it restores (the bytes written, old or new), and verify right after that
+    restore says match. (It named the hash taken first: a chunk no file has, so the array was lost.)"""
+    from kernel_state import capture
+    a = np.zeros(size)
+    written = {"put": 0}
+    put = kernel_state.store.Store.put_tensors
+
+    def write_meanwhile(self, entries, *args, **kwargs):
+        written["put"] += 1
+        a[-1] = 7.0  # after the hash, before the copy
+        return put(self, entries, *args, **kwargs)
+    monkeypatch.setattr(kernel_state.store.Store, "put_tensors", write_meanwhile)
+    assert capture.CHUNKED <= a.nbytes or size == 2_000_000
+    kernel_state.save({"a": a}, notebook=NB, root=tmp_path)
+    monkeypatch.setattr(kernel_state.store.Store, "put_tensors", put)
+    assert written["put"] >= 1
+
+    ns = {}
+    result = kernel_state.restore(ns, notebook=NB, root=tmp_path)
+    assert result["failed"] == {} and ns["a"][-1] == 7.0 and not ns["a"][:-1].any()
+    assert kernel_state.verify(ns, notebook=NB, root=tmp_path)["variables"]["a"]["verdict"] == "match"

@@ -476,6 +476,28 @@ def test_changes_a_version_counter_misses_are_in_the_cells_checkpoint(store):
             assert k.quietly("digest()") == expected, source
 
 
+@pytest.mark.parametrize("env", [{"GKEWS_AUTO_DIRTY_PAGES": "0"}, {}], ids=["untracked", "shared memory"])
+def test_a_change_torch_does_not_see_while_the_writer_is_behind_is_in_the_cells_checkpoint(store, env):
+    """Cells run back to back while the writer is still busy with an earlier snapshot: a tensor staged there
+    (not named yet), then written through .data (no version bump), must not be taken for unchanged. Where pages
+    cannot be tracked (a kernel older than Linux 6.7, memory shared with DataLoader workers), only its bytes
+    can tell."""
+    with Kernel(store, extra_env={"GKEWS_AUTO_CHECKPOINT": "1", **env}) as k:
+        k.run("import torch\nfrom kernel_state import auto\nt = torch.zeros(2_000_000)\nx = 0"
+              + ("" if env else "\nt.share_memory_()"))
+        settle(k)
+        k.run("auto.AUTO.writer.hold()\nt.add_(1)")
+        k.run("import time\nwhile not auto.AUTO.status()['writing']:\n    time.sleep(0.01)")
+        k.run("t.data[0] = 99")
+        k.run("x = 1")
+        silently(k, "auto.AUTO.writer.release()")
+        settle(k)
+        k.run("t.data[0] = -5; x = 2")
+        settle(k)
+        k.run(f"%gkews_checkpoint rewind {checkpoints_by_source(k)['x = 1']['label']['cell']}")
+        assert k.quietly("[float(t[0]), float(t[1]), x]") == [99.0, 1.0, 1]
+
+
 def restart(k: Kernel) -> None:
     """Restart the kernel the way the notebook's Restart does: a new process, cells numbered from [1]."""
     k.km.restart_kernel(now=True)
