@@ -49,7 +49,9 @@ async function askAboutRunningCells(tracker: INotebookTracker, notebooks?: strin
       Dialog.cancelButton(),
       Dialog.okButton({ label: 'Wait and pause', accept: true, actions: ['wait'] }),
       Dialog.warnButton({ label: 'Interrupt and pause', accept: true, actions: ['interrupt'] })
-    ]
+    ],
+    // Enter must not interrupt someone's computation: it waits (a dialog's default is its last button)
+    defaultButton: 1
   });
   if (!answer.button.accept) {
     return null;

@@ -17,8 +17,8 @@
  * would offer its kernel dialog (one per cell for Run All), and choosing
  * "No Kernel" there clears each cell's outputs. guard() makes that request
  * wait, the cell untouched, until the notebook is back; the cell then runs on
- * the restored kernel. A restart asked while paused is refused with a message:
- * there is no kernel to restart.
+ * the restored kernel. A restart or a change of kernel asked while paused is
+ * refused with a message: there is no kernel to restart or replace.
  *
  * Held cells outlive a page reload: their ids are kept in the tab's
  * sessionStorage (another tab must not run them too), by notebook path and
@@ -73,6 +73,21 @@ export class HeldCells {
           'Resume brings it back with its variables; restart it after that to clear them.',
         { autoClose: 10000 }
       );
+    };
+    // Change Kernel while paused ended in JupyterLab's "culled or died unexpectedly", and would replace a
+    // kernel the resume brings back (or one that lives on suspended) with an empty one.
+    const change = sc.changeKernel.bind(sc);
+    sc.changeKernel = async options => {
+      const why = holdReason(this.model, panel);
+      if (!why) {
+        return change(options);
+      }
+      Notification.warning(
+        `${PathExt.basename(panel.context.path)} ${why}: its kernel cannot be changed now. ` +
+          'Resume brings it back with its variables; change its kernel after that.',
+        { autoClose: 10000 }
+      );
+      return null;
     };
   }
 

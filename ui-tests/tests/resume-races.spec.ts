@@ -81,7 +81,9 @@ test('Resume pressed while the pause is still finishing is queued, then posted',
   await page.notebook.runCell(0, { inplace: true, wait: false } as any);
   await expect(page.locator('#jp-main-statusbar')).toContainText('Busy');
   await pauseButton(page).click();
-  await page.locator('.jp-Dialog').getByRole('button', { name: 'Wait and pause' }).click();
+  // Enter takes the dialog's default, which must wait for the cell, never interrupt it
+  await expect(page.locator('.jp-Dialog').getByRole('button', { name: 'Wait and pause' })).toBeFocused();
+  await page.keyboard.press('Enter');
   await page.getByRole('button', { name: /^Resume after pause:/ }).click();
   await expect(statusItem(page)).toContainText('resume queued');
   await page.contents.uploadContent('', 'text', `${tmpPath}/gate`);
@@ -229,7 +231,7 @@ test('Run All once the paused notebook lost its session: no kernel dialog, outpu
   expect(await serverKernels(page)).toEqual(before);
 });
 
-test('Restart Kernel while paused is refused, saying why; Resume brings the variables back', async ({
+test('Restart Kernel and Change Kernel while paused are refused, saying why; Resume brings the variables back', async ({
   page,
   tmpPath
 }) => {
@@ -241,6 +243,11 @@ test('Restart Kernel while paused is refused, saying why; Resume brings the vari
   await expect(
     notification(page, 'restart.ipynb is paused: its kernel was released, so there is none to restart.')
   ).toHaveCount(1);
+  // Change Kernel ended in JupyterLab's "culled or died unexpectedly", with no word of the pause
+  await page.menu.clickMenuItem('Kernel>Change Kernel…');
+  await page.locator('.jp-Dialog').getByRole('button', { name: 'Select' }).click();
+  await expect(notification(page, 'restart.ipynb is paused: its kernel cannot be changed now.')).toHaveCount(1);
+  await expect(page.locator('.jp-Dialog')).toHaveCount(0);
   expect(await serverKernels(page)).toEqual([]);
   await resumeButton(page).click();
   await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
