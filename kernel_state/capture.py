@@ -664,6 +664,9 @@ class Capture:
         if previous:
             pending_names.resolve_record(previous)
         written = self._written_since(ident, ust)
+        if written and previous:  # the scan forgot those writes: a stage cut short must not reuse the old blob
+            _written.pop((self.store.root,) + ident, None)
+            previous = None
         if (previous and t is not None and self.store.has_blob(previous["blob"], "safetensors")
                 and any(ref() is t and version == t._version for ref, version in previous["seen"])
                 and (not written if written is not None else self._same_bytes(ust, dtype, shape,

@@ -498,6 +498,25 @@ def test_a_change_torch_does_not_see_while_the_writer_is_behind_is_in_the_cells_
         assert k.quietly("[float(t[0]), float(t[1]), x]") == [99.0, 1.0, 1]
 
 
+def test_a_snapshot_cut_short_leaves_no_later_checkpoint_stale(store):
+    """A Ctrl-C landing while the post-cell snapshot stages (here: a value whose pickling is interrupted once)
+    costs that cell its checkpoint, nothing more: a tensor written through .data in that cell (no version bump)
+    is in the next cells' checkpoints. The page scan of the cut snapshot had forgotten those writes."""
+    with Kernel(store, extra_env={"GKEWS_AUTO_CHECKPOINT": "1"}) as k:
+        k.run("import torch\nt = torch.zeros(2_000_000)\nx = 0")
+        settle(k)
+        k.run("class Boom:\n    fired = False\n    def __reduce__(self):\n        if not Boom.fired:\n"
+              "            Boom.fired = True\n            raise KeyboardInterrupt\n        return (Boom, ())\n"
+              "t.data[1_000_000] = 5\nboom = Boom()")
+        settle(k)
+        k.run("x = 1")
+        settle(k)
+        k.run("t.data[1_000_000] = 6; x = 2")
+        settle(k)
+        k.run(f"%gkews_checkpoint rewind {checkpoints_by_source(k)['x = 1']['label']['cell']}")
+        assert k.quietly("[float(t[1_000_000]), x]") == [5.0, 1]
+
+
 def restart(k: Kernel) -> None:
     """Restart the kernel the way the notebook's Restart does: a new process, cells numbered from [1]."""
     k.km.restart_kernel(now=True)
