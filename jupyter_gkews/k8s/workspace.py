@@ -50,8 +50,9 @@ def set_paused(kube: Kube, workspace: str, paused: bool) -> bool:
             if exc.status not in (409, 422, 500):  # a failed `test` (someone changed it meanwhile): read again
                 raise
             last = exc
-    raise KubeError(f"the Workspace {workspace} kept changing while we tried to set spec.paused={paused}; try "
-                    f"again (the API server's last answer: {last})")
+    # a failed `test` answers 422 (500 on older API servers), as a webhook's or a schema's refusal does
+    raise KubeError(f"spec.paused={paused} could not be set on the Workspace {workspace} in 3 tries: it kept changing, "
+                    f"or the API server refused the change (its last answer: {last}); try again", last.status)
 
 
 def _is(value: str | None, expected: str) -> bool:
