@@ -908,8 +908,18 @@ class Capture:
         if not self._pack:
             return
         entries = {}
-        for skey, dtype, shape, data, _keep in self._pack:
-            name = self.storages[skey]["name"]
+        for i, (skey, dtype, shape, data, keep) in enumerate(self._pack):
+            record = self.storages[skey]
+            if record.get("device", "cpu") == "cpu":
+                # Packed from a copy, named by the copy's hash: a thread (a training loop) may have written the
+                # storage since it was hashed, and a pack entry named by the older bytes would be taken for
+                # them by every later save (packed.py). A CUDA storage's bytes are a copy already.
+                data = memoryview(bytes(data))
+                value = cpu_fingerprint(dtype, shape, data)
+                if value != record["fingerprint"]["value"]:
+                    record.update(name=value[:32], fingerprint={"algorithm": "xxh3-128", "value": value})
+                self._pack[i] = (skey, dtype, shape, data, keep)
+            name = record["name"]
             entries.setdefault(name, (name, dtype, shape, data))
         total, packs = sum(e[3].nbytes for e in entries.values()), 1
         while packs < 256 and total > packs * PACK_TARGET:

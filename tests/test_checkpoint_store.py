@@ -363,3 +363,31 @@ def test_an_array_another_thread_writes_during_the_save_restores_as_written(tmp_
     result = kernel_state.restore(ns, notebook=NB, root=tmp_path)
     assert result["failed"] == {} and ns["a"][-1] == 7.0 and not ns["a"][:-1].any()
     assert kernel_state.verify(ns, notebook=NB, root=tmp_path)["variables"]["a"]["verdict"] == "match"
+
+
+def test_a_small_tensor_written_during_the_save_does_not_poison_later_saves(tmp_path, monkeypatch):
+    """A training thread fills a small gradient with ones after the save hashed its zeros, before the pack was
+    written. A later quiet save of another zero tensor must restore zeros: the pack entry was named by the
+    earlier bytes, and every later save of zeros referred to the entry holding ones (verify said match)."""
+    from kernel_state.capture import Capture
+    grad = torch.zeros(300)
+    flush = Capture.flush_pack
+
+    def write_meanwhile(self):
+        grad.fill_(1.0)  # after the hash, before the pack is written
+        return flush(self)
+    monkeypatch.setattr(Capture, "flush_pack", write_meanwhile)
+    kernel_state.save({"grad": grad}, notebook=NB, root=tmp_path)
+    monkeypatch.setattr(Capture, "flush_pack", flush)
+
+    ns = {"mask": torch.zeros(300)}
+    kernel_state.save(ns, notebook=NB, root=tmp_path)
+    fresh = {}
+    assert kernel_state.restore(fresh, notebook=NB, root=tmp_path)["failed"] == {}
+    assert torch.equal(fresh["mask"], torch.zeros(300))
+    again = {}
+    kernel_state.restore(again, notebook=NB, root=tmp_path, checkpoint=kernel_state.list_checkpoints(
+        notebook=NB, root=tmp_path)[-1]["id"])
+    assert torch.equal(again["grad"], torch.ones(300))  # the racing save holds what it wrote, and says so
+    assert kernel_state.verify(again, notebook=NB, root=tmp_path, checkpoint=kernel_state.list_checkpoints(
+        notebook=NB, root=tmp_path)[-1]["id"])["variables"]["grad"]["verdict"] == "match"
