@@ -248,6 +248,11 @@ class KernelBridge:
         return result
 
     async def _restore_activity(self, kernel, before) -> None:
+        if _ignores_our_activity(kernel):
+            # our messages never counted, so whatever activity the kernel shows now is its user's: a cell run
+            # behind our call, ended meanwhile, must not be turned back into idle time (an idle pause came
+            # right after it)
+            return
         last, server_last = before
         # The server's activity tracker reads IOPub on its own socket and may not have seen our call's
         # final "idle" yet; that late message would stamp the kernel active. Wait for it first.
@@ -264,13 +269,18 @@ class KernelBridge:
             self.kernel_manager.last_kernel_activity = max([server_last] + [t for t in others if t])
 
 
+def _ignores_our_activity(kernel) -> bool:
+    stream = getattr(kernel, "_activity_stream", None)
+    return bool(getattr(getattr(stream, "_recv_callback", None), "gkews_ignores_bridge", False))
+
+
 def _ignore_our_activity(kernel, km) -> None:
     """Wrap the server's activity tracker of this kernel (once per IOPub stream: a restart makes a new
     one): a message whose parent came from one of our sessions still updates the execution state, but
     not the activity times. Where the tracker is not the one we know, _restore_activity still applies."""
     stream = getattr(kernel, "_activity_stream", None)
     record = getattr(stream, "_recv_callback", None)
-    if record is None or getattr(record, "gkews_ignores_bridge", False):
+    if record is None or _ignores_our_activity(kernel):
         return
 
     def record_unless_ours(msg_list):

@@ -21,7 +21,7 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Float, HasTraits, TraitError
 
 from .errors import Conflict
-from .states import State
+from .states import State, awaiting_resume
 
 PROFILE_ENV = "GKEWS_PROFILE"
 DEFAULT_PROFILE = "interactive"
@@ -137,11 +137,16 @@ class IdleWatcher:
         if p.idle_minutes <= 0:
             return False, f"profile {self.name!r} never pauses"
         state = self.lifecycle.state
-        if state["state"] != State.ACTIVE or self.lifecycle.busy:
+        # a pause that failed releasing nothing (every kernel was busy: busy_blocks False) left the session
+        # running as it was: the policy comes back once it is idle, or the GPU would stay held for good
+        runs_on = state["state"] == State.FAILED and not any(awaiting_resume(nb) for nb in state["notebooks"])
+        if (state["state"] != State.ACTIVE and not runs_on) or self.lifecycle.busy:
             return False, f"the session is {state['state']}"
         kernels = self._user_kernels()
         if not kernels:
             return False, "no kernel is running"
+        if runs_on and any(getattr(k, "execution_state", "") == "busy" for k in kernels):
+            return False, "the last pause failed and a kernel is still running a cell"
         if p.busy_blocks and any(getattr(k, "execution_state", "") == "busy" for k in kernels):
             return False, "a kernel is running a cell"
         connected = self._watch_connections(now)

@@ -221,3 +221,51 @@ async def test_a_server_with_an_unknown_profile_leaves_the_session_alone(
     assert "the idle policy is off: unknown idle profile 'tset'" in caplog.text
     await open_notebook(jp_fetch, jp_root_dir, "work/typo.ipynb")
     assert app.idle_watcher.verdict() == (False, "profile 'off' never pauses")
+
+
+async def test_a_users_cell_that_ran_behind_one_of_our_calls_is_activity(jp_fetch, jp_serverapp, jp_root_dir):
+    """A cell the user ran while one of our calls was in the kernel (the Checkpoints panel's "checkpoint now")
+    waits behind it, then runs: it is the user's activity, and the end of our call must not set the kernel's
+    activity back to before it (the idle policy paused the session right after that cell)."""
+    kid = (await open_notebook(jp_fetch, jp_root_dir, "work/queued.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "x = 1")
+    bridge = gkews_app(jp_serverapp).lifecycle.bridge
+    await bridge.call(kid, {"op": "identity"})  # as any call: our messages are not activity from now on
+    kernel = jp_serverapp.kernel_manager.get_kernel(kid)
+    before = kernel.last_activity, jp_serverapp.kernel_manager.last_kernel_activity
+    await run_cell(jp_serverapp, kid, "y = 2")  # the user's cell, ended while our call was finishing
+    users = await settled_activity(jp_serverapp, kid)
+    assert users > before[0].timestamp()
+    await bridge._restore_activity(kernel, before)  # how every call of ours ends
+    assert kernel_activity(jp_serverapp, kid) == users
+
+
+@pytest.mark.parametrize("profile_fields", [{"idle_minutes": IDLE_SECONDS / 60, "snapshot": False,
+                                             "min_running_minutes": 0.0, "busy_blocks": False}])
+async def test_a_policy_pause_that_found_every_kernel_busy_is_tried_again_once_idle(
+        jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    """busy_blocks False: the policy pauses a busy session, which fails releasing nothing (the cell outlived
+    busy_timeout). Once the cell ended and the session idled again, the policy pauses it: it never came back
+    to a failed session, and the GPU stayed held for good."""
+    kid = (await open_notebook(jp_fetch, jp_root_dir, "work/long.ipynb"))["kernel"]["id"]
+    go = tmp_path / "go"
+    cell = asyncio.ensure_future(run_cell(jp_serverapp, kid, f"import os, time\n"
+                                          f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\nw = 41"))
+    km = jp_serverapp.kernel_manager
+    while km.get_kernel(kid).execution_state != "busy":
+        await asyncio.sleep(0.05)
+    watcher = gkews_app(jp_serverapp).idle_watcher
+    watcher.start()
+    failed = await wait_for(jp_fetch, ("failed", "paused"), timeout=60)
+    assert failed["state"] == "failed" and "still running a cell" in failed["error"]["reason"], failed
+    assert watcher.verdict() == (False, "the last pause failed and a kernel is still running a cell")
+    go.write_text("")
+    await cell
+    while [e["event"] for e in await events(jp_fetch)].count("pause-requested") < 2:  # the policy's second try
+        await asyncio.sleep(CHECK_EVERY)
+    requested = await idle_pause(jp_fetch)
+    watcher.stop()
+    assert requested["reason"] == "idle policy"
+    assert (await post(jp_fetch, "resume")).code == 202
+    assert (await wait_for(jp_fetch, ("active", "failed")))["state"] == "active"
+    assert "42" in await run_cell(jp_serverapp, kid, "print(w + 1)")
