@@ -263,7 +263,8 @@ class GkewsApp(ExtensionApp):
             store=store, checkpoint_root=os.environ[CHECKPOINT_ROOT_ENV],
             busy_timeout=self.busy_timeout, keep_last=self.keep_last, max_bytes=self.max_bytes, log=self.log,
             gpu_count=self.gpu_count)
-        self.lifecycle.listeners.append(MetricsRecorder(self.gpu_count))
+        self.lifecycle.listeners.append(
+            MetricsRecorder(self.gpu_count, earlier_events=lambda: store.events(limit=100_000)))
         try:
             store.claim()  # one server per state directory
             self.lifecycle.load()  # before the server answers requests: nobody sees a half-recovered state

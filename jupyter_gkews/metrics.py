@@ -32,10 +32,14 @@ class MetricsRecorder:
     The events go through jupyter_gkews.cycles, the reducer the report uses, so a metric and the report
     count the same thing the same way (GPU hours released above all)."""
 
-    def __init__(self, gpu_count: int):
+    def __init__(self, gpu_count: int, earlier_events=None):
         GPUS.set(gpu_count)
         self.gpu_count = gpu_count
         self.cycles = Cycles()
+        #: the event log so far (StateStore.events): a server restarted mid-cycle (paused) folds in that
+        #: cycle's earlier events, which its pause wrote, so that it counts the pause's GPU count and whether
+        #: it released every GPU, not its own count and "all" (the report reads the whole log)
+        self._earlier_events = earlier_events
         self._resuming: set[str] = set()
         self._started = False
 
@@ -50,6 +54,15 @@ class MetricsRecorder:
         if t.get("checkpoint_done") and t.get("pause_requested"):
             CHECKPOINT_SECONDS.set(t["checkpoint_done"] - t["pause_requested"])
 
+    def _fold_earlier(self, record: dict) -> None:
+        """The current cycle's events an earlier server wrote, into the reducer only (no metric moves)."""
+        n = record.get("cycle") or 0
+        if n <= 0 or self._earlier_events is None:
+            return
+        for e in self._earlier_events():
+            if e.get("cycle") == n and e != record:
+                self.cycles.add(e)
+
     def _count_released(self, cycle: dict) -> None:
         """The hours the cycle's GPUs were released, once, when they are known (its capacity obtained)."""
         if cycle.get("gpu_hours_counted") or not cycle["timeline"].get("capacity_obtained"):
@@ -61,6 +74,7 @@ class MetricsRecorder:
         if not self._started:  # the first event this process writes: its starting state
             self._started = True
             self._last_checkpoint(state)
+            self._fold_earlier(record)
         SESSION_STATE.state(str(state["state"]))
         timeline = state.get("timeline") if state.get("cycle") == record.get("cycle") else None
         cycle = self.cycles.add(record, timeline)

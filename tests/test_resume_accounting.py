@@ -464,3 +464,25 @@ def test_the_last_checkpoint_gauges_survive_a_restart_while_paused(tmp_path):
         assert gauge(text, "gkews_last_checkpoint_seconds") == pytest.approx(seconds)
     finally:
         server.kill()
+
+
+@pytest.mark.parametrize("released_all, restarted_gpus", [(True, 3), (False, 1)],
+                         ids=["count changed", "a kernel kept running"])
+def test_a_server_restarted_while_paused_counts_the_gpu_hours_the_report_counts(released_all, restarted_gpus):
+    """The server restarts between the pause and the resume: its metric must count the pause's GPU count and
+    whether that pause released every GPU, as the report does; it counted its own count, and "all"."""
+    pause = pause_events(1, MONDAY, last_activity=MONDAY - H, gpus=1)
+    pause[-1]["environment_released"] = released_all
+    started = ev(MONDAY + H, "started", 1, "paused")
+    resume = resume_events(1, MONDAY + 2 * H, 20, "restored-from-checkpoint")
+    [cycle] = build_report(pause + [started] + resume, until=MONDAY + 4 * H)["cycles"]
+    assert cycle["gpu_hours_released"] == pytest.approx(2.0 if released_all else 0.0)
+
+    recorder = MetricsRecorder(restarted_gpus, earlier_events=lambda: pause + [started])  # the new process
+    before, timeline = REGISTRY.get_sample_value("gkews_gpu_hours_released_total"), dict(pause[-1]["timeline"])
+    for e in [started] + resume:
+        timeline.update(e.get("timeline") or {})
+        recorder(e, {"state": e["state"], "cycle": e["cycle"], "timeline": dict(timeline),
+                     "notebooks": []})
+    counted = REGISTRY.get_sample_value("gkews_gpu_hours_released_total") - before
+    assert counted == pytest.approx(cycle["gpu_hours_released"])
