@@ -17,6 +17,7 @@ import json
 import os
 import queue
 import uuid
+from datetime import datetime, timezone
 
 from kernel_state.hold import ANSWER_SUFFIX, CALL_SUFFIX, held_pid
 
@@ -248,7 +249,7 @@ class KernelBridge:
         return result
 
     async def _restore_activity(self, kernel, before) -> None:
-        if _ignores_our_activity(kernel):
+        if ignores_our_activity(kernel):
             # our messages never counted, so whatever activity the kernel shows now is its user's: a cell run
             # behind our call, ended meanwhile, must not be turned back into idle time (an idle pause came
             # right after it)
@@ -269,7 +270,7 @@ class KernelBridge:
             self.kernel_manager.last_kernel_activity = max([server_last] + [t for t in others if t])
 
 
-def _ignores_our_activity(kernel) -> bool:
+def ignores_our_activity(kernel) -> bool:
     stream = getattr(kernel, "_activity_stream", None)
     return bool(getattr(getattr(stream, "_recv_callback", None), "gkews_ignores_bridge", False))
 
@@ -280,7 +281,7 @@ def _ignore_our_activity(kernel, km) -> None:
     not the activity times. Where the tracker is not the one we know, _restore_activity still applies."""
     stream = getattr(kernel, "_activity_stream", None)
     record = getattr(stream, "_recv_callback", None)
-    if record is None or _ignores_our_activity(kernel):
+    if record is None or ignores_our_activity(kernel):
         return
 
     def record_unless_ours(msg_list):
@@ -288,6 +289,8 @@ def _ignore_our_activity(kernel, km) -> None:
             _idents, frames = kernel.session.feed_identities(msg_list)
             parent = kernel.session.unpack(frames[2])  # [signature, header, parent_header, ...]
             ours = str(parent.get("session", "")).startswith(BRIDGE_SESSION)
+            if not ours and kernel.session.unpack(frames[1]).get("msg_type") == "execute_input":
+                kernel.gkews_cell_started = datetime.now(timezone.utc)  # a user's cell starts running
         except Exception:  # not a message we can read: the tracker decides, as without us
             ours = False
         if not ours:

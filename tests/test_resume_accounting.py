@@ -2,6 +2,7 @@
 resume, a pause of some notebooks, a lost checkpoint, and a server restarted while paused."""
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import urllib.request
@@ -486,3 +487,23 @@ def test_a_server_restarted_while_paused_counts_the_gpu_hours_the_report_counts(
                      "notebooks": []})
     counted = REGISTRY.get_sample_value("gkews_gpu_hours_released_total") - before
     assert counted == pytest.approx(cycle["gpu_hours_released"])
+
+
+async def test_the_time_to_the_first_cell_ends_when_the_cell_starts_not_when_it_ends(
+        jp_fetch, jp_serverapp, jp_root_dir):
+    """'Time until the next cell runs' measures the resume: a first cell that trains for a while must not add its
+    own run time to it (the report's p50/p95 measured the users' workloads)."""
+    import time
+    kid = (await open_notebook(jp_fetch, jp_root_dir, "first.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "w = 41")
+    assert (await post(jp_fetch, "pause")).code == 202
+    assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
+    assert (await post(jp_fetch, "resume")).code == 202
+    assert (await wait_for(jp_fetch, ("active", "failed")))["state"] == "active"
+    sent = time.time()
+    assert "42" in await run_cell(jp_serverapp, kid, "import time; time.sleep(2); print(w + 1)")
+    ended = time.time()
+    while "kernel_usable" not in (await status(jp_fetch))["timeline"]:
+        await asyncio.sleep(0.1)
+    usable = (await status(jp_fetch))["timeline"]["kernel_usable"]
+    assert sent - 0.01 <= usable <= ended - 1.9  # the cell's start, two seconds before its end

@@ -8,6 +8,7 @@ from jupyter_core.utils import ensure_async
 from kernel_state.errors import CheckpointError
 from kernel_state.store import Store
 
+from ..bridge import ignores_our_activity
 from ..claim import Claim
 from ..errors import KERNEL_NOT_FOUND, KERNEL_UNREADABLE, BadRequest, Conflict, KernelCallError
 from ..state import now
@@ -215,20 +216,33 @@ class Resume:
                       if kept else " (no earlier checkpoint holds them)"))
 
     def _watch_first_cell(self, notebooks: list[dict]) -> None:
-        """Record 'kernel usable': the moment a user's cell first ran in a restored kernel."""
+        """Record 'kernel usable': the moment a user's cell first started running in a restored kernel (the
+        bridge notes each user's execute_input; a kernel whose activity it does not follow counts the end of
+        the first activity after the resume, as before)."""
         km = self.serverapp.kernel_manager
-        marks = {nb["kernel_id"]: getattr(km.get_kernel(nb["kernel_id"]), "last_activity", None)
-                 for nb in notebooks if nb["kernel_id"] in km}
+
+        def mark(kernel):
+            return getattr(kernel, "last_activity", None), getattr(kernel, "gkews_cell_started", None)
+        marks = {nb["kernel_id"]: mark(km.get_kernel(nb["kernel_id"])) for nb in notebooks if nb["kernel_id"] in km}
         cycle = self.state["cycle"]
+
+        def first_cell(kernel, before) -> float | None:
+            started = getattr(kernel, "gkews_cell_started", None)
+            if started is not None and started != before[1]:
+                return started.timestamp()
+            if not ignores_our_activity(kernel) and kernel.last_activity != before[0] and \
+                    kernel.execution_state == "idle":
+                return kernel.last_activity.timestamp()
+            return None
 
         async def watch():
             while self.state["cycle"] == cycle and marks:
-                for kid, mark in marks.items():
+                for kid, before in marks.items():
                     if kid not in km:
                         continue
-                    kernel = km.get_kernel(kid)
-                    if kernel.last_activity != mark and kernel.execution_state == "idle":
-                        stamp = round(kernel.last_activity.timestamp(), 3)
+                    started = first_cell(km.get_kernel(kid), before)
+                    if started is not None:
+                        stamp = round(started, 3)
 
                         def mark_usable(state):
                             state["timeline"]["kernel_usable"] = stamp
