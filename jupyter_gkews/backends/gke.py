@@ -241,7 +241,7 @@ class GkeBackend(LocalBackend):
             return None
         try:
             kube, me = await self.connect()
-            pod_name = own_namespace_and_pod(self.namespace, self.pod_name)[1]
+            pod_name = (await self._io(own_namespace_and_pod, self.namespace, self.pod_name))[1]  # reads files
             pod = await self._io(kube.get_pod, pod_name)
         except (KubeError, ValueError) as exc:
             if getattr(exc, "status", None) != 404:  # 404: the Pod is being replaced; ask again later
