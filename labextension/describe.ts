@@ -334,10 +334,23 @@ export function clip(text: string, limit = 140): string {
   return text.length <= limit ? text : `${text.slice(0, limit - 1)}…`;
 }
 
+/** The server's words with each notebook named by its file name: a toast has 140 characters. */
+function withFileNames(text: string, status: IStatus): string {
+  const paths = status.notebooks.map(nb => nb.path).filter(path => path.includes('/'));
+  return paths.sort((a, b) => b.length - a.length).reduce((t, path) => t.split(path).join(baseName(path)), text);
+}
+
 /** The notification after a pause or a resume finishes, or after a failure. */
 export function transitionMessage(kind: 'paused' | 'resumed' | 'failed', status: IStatus): string {
   if (kind === 'failed') {
-    return clip(status.error ? `${status.error.reason} ${status.error.next_step}` : status.message);
+    if (!status.error) {
+      return clip(withFileNames(status.message, status));
+    }
+    // the reason names each notebook's cause and fix; the general next step goes where there is room
+    // (Details has both in full)
+    const reason = withFileNames(status.error.reason, status);
+    const both = `${reason} ${withFileNames(status.error.next_step, status)}`;
+    return clip(both.length <= 140 ? both : reason);
   }
   if (kind === 'paused') {
     return clip(pausedSentence(status));

@@ -282,6 +282,25 @@ describe('GkewsModel', () => {
     expect(model.nextAction).toBe('pause');
   });
 
+  it('names notebooks by file in a failure notification, leaving the general next step where no room is', () => {
+    const path = 'projects/2026/experiments/long-folder-name/fixbusy.ipynb';
+    const failed = status({
+      state: 'failed',
+      cycle: 1,
+      notebooks: [{ path, kernel_id: path, status: 'running' } as INotebookStatus],
+      error: {
+        reason:
+          `No notebook could be checkpointed, so nothing was released: ${path}: its kernel was still running a ` +
+          'cell after 8 s; let it finish and pause again, or pause with interrupt to stop the cell.',
+        next_step: 'Fix the cause above and pause again; every kernel is still running.'
+      }
+    });
+    const text = transitionMessage('failed', failed);
+    expect(text.length).toBeLessThanOrEqual(140);
+    expect(text).toContain('released: fixbusy.ipynb: its kernel was still running a cell after 8 s; let it finish');
+    expect(text).not.toContain('projects/2026');
+  });
+
   it('keeps the server message of a refused action and the status it sent', async () => {
     await model.refresh();
     await expect(model.resume()).rejects.toThrow('cannot resume while the session is active');
