@@ -129,6 +129,12 @@ def test_gke_shapes():
                 {"type": kind, "status": "False", "reason": reason, "message": "boom"}]}}
             with pytest.raises(SnapshotError, match=f"PodSnapshot s failed .{kind}=False.: {reason}: boom"):
                 snapshot_progress(failed)
+    # a reason no CRD defines is waited out (it may be progress), but named: a timeout says which step stood still
+    stuck = {"metadata": {"name": "s"}, "status": {"conditions": [
+        {"type": "Checkpoint", "status": "False", "reason": "CheckpointFailed", "message": "agent gone"},
+        {"type": "Ready", "status": "False", "reason": "AwaitingCheckpoint"}]}}
+    assert snapshot_progress(stuck) == ("pending",
+                                        "Checkpoint=False (CheckpointFailed: agent gone); AwaitingCheckpoint")
 
 
 ON = "podsnapshot.gke.kubeflow.org/enabled"

@@ -99,7 +99,12 @@ def snapshot_progress(snapshot: dict) -> tuple[str, str]:
     ready = condition(snapshot, "Ready")
     if ready is not None and ready.get("status") == "True":
         return "ready", ready.get("reason") or "Ready"
-    return "pending", (ready or {}).get("reason") or "AwaitingCheckpoint"
+    # No CRD defines the reasons: a step False with another one may be a failure GKE words its own way.
+    # It is waited out (it may be progress), but named, so a timeout says which step stood still.
+    false = [f"{kind}=False ({c.get('reason') or 'no reason'}: {c.get('message') or 'no message'})"
+             for kind in ("Checkpoint", "StorageReplicated") for c in [condition(snapshot, kind)]
+             if c is not None and c.get("status") == "False"]
+    return "pending", "; ".join(false + [(ready or {}).get("reason") or "AwaitingCheckpoint"])
 
 
 def is_ready(snapshot: dict) -> bool:
