@@ -612,7 +612,7 @@ def rewind(cell: int | None, namespace=None, *, notebook: str | None = None, roo
             "cell": now, "source": f"(before rewind to cell [{cell}])", "before_rewind": cell})
         store = Store(root)
         before = store.load_manifest(config.notebook_name(notebook), undo["id"])
-        result = checkpoint.restore(ns, notebook=notebook, root=root, checkpoint=target["id"])
+        result = checkpoint.restore(ns, notebook=notebook, root=root, checkpoint=target["id"], removes_later=True)
         store.apply_retention(config.notebook_name(notebook), auto=True)  # now that the target is read
     kept = set(target["variables"]) | set(target["modules"]) | set(target["skipped"])
     # defined after that cell: a rewind takes it away (the undo checkpoint has it); a module imported

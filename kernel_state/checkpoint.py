@@ -278,7 +278,9 @@ def _collect_quietly(store: Store) -> None:
 
 
 def restore(namespace=None, *, notebook=None, root=None, checkpoint=None, names=None, device=None,
-            random_state: bool = True) -> dict:
+            random_state: bool = True, removes_later: bool = False) -> dict:
+    """Put a checkpoint's variables (or `names`) back into the namespace. removes_later: the caller (rewind)
+    takes away the variables the checkpoint does not hold, so none is reported as left as it was."""
     if device not in (None, "cpu", "cuda") and not str(device).startswith("cuda:"):
         raise ValueError(f"device must be 'cpu' or 'cuda' (got {device!r})")
     if device and device.startswith("cuda"):
@@ -290,12 +292,20 @@ def restore(namespace=None, *, notebook=None, root=None, checkpoint=None, names=
     nb = config.notebook_name(notebook)
     store = Store(root)
     manifest = store.load_manifest(nb, checkpoint)
+    known = set(manifest["variables"]) | set(manifest["skipped"]) | set(manifest["modules"])
+    later = [] if names or removes_later else [n for n, _v in select_variables(ns, _shell)[0] if n not in known]
     _activity.update(operation="restore")
     try:
         with store.lock(reading=True):
             result = restore_namespace(ns, store, manifest, names=names, device=device, random_state=random_state)
     finally:
         _activity.update(operation=None)
+    if later and result["restored"]:  # an optimizer made after the checkpoint would train the replaced model
+        shown = ", ".join(later[:10]) + (f" and {len(later) - 10} more" if len(later) > 10 else "")
+        result["warnings"].append(
+            f"left as they were, not being in this checkpoint: {shown}; one that refers to a restored variable "
+            "(an optimizer of a restored model, say) still holds the kernel's earlier object: make it again from "
+            "the restored ones")
     counter.continue_from(_shell, manifest.get("execution_count"), manifest)
     result["same_process"] = manifest["identity"].get("token") == TOKEN
     return result

@@ -391,3 +391,16 @@ def test_a_small_tensor_written_during_the_save_does_not_poison_later_saves(tmp_
     assert torch.equal(again["grad"], torch.ones(300))  # the racing save holds what it wrote, and says so
     assert kernel_state.verify(again, notebook=NB, root=tmp_path, checkpoint=kernel_state.list_checkpoints(
         notebook=NB, root=tmp_path)[-1]["id"])["variables"]["grad"]["verdict"] == "match"
+
+
+def test_a_full_restore_names_the_variables_it_left_that_may_hold_replaced_objects(tmp_path):
+    """Restoring an older checkpoint over a kernel that made an optimizer since: the optimizer still trains the
+    replaced model's tensors, which no variable shows. The restore says which variables it left as they were
+    (a restore of named variables already said so)."""
+    ns = {"model": torch.nn.Linear(2, 2)}
+    kernel_state.save(ns, notebook=NB, root=tmp_path)
+    ns["opt"] = torch.optim.SGD(ns["model"].parameters(), lr=0.1)
+    result = kernel_state.restore(ns, notebook=NB, root=tmp_path)
+    assert result["restored"] == ["model"]
+    assert [w for w in result["warnings"] if "left as they were, not being in this checkpoint: opt;" in w]
+    assert kernel_state.restore({}, notebook=NB, root=tmp_path)["warnings"] == []  # a fresh kernel: nothing left
