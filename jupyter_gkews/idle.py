@@ -145,9 +145,10 @@ class IdleWatcher:
         kernels = self._user_kernels()
         if not kernels:
             return False, "no kernel is running"
-        if runs_on and any(getattr(k, "execution_state", "") == "busy" for k in kernels):
+        busy = any(getattr(k, "execution_state", "") == "busy" for k in kernels)
+        if runs_on and busy:
             return False, "the last pause failed and a kernel is still running a cell"
-        if p.busy_blocks and any(getattr(k, "execution_state", "") == "busy" for k in kernels):
+        if p.busy_blocks and busy:
             return False, "a kernel is running a cell"
         connected = self._watch_connections(now)
         if p.connected_keeps_active and connected:

@@ -88,6 +88,11 @@ OPTIMIZER_HOOKS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks", "_
                    "_optimizer_load_state_dict_post_hooks")
 
 
+def _chunks_fingerprint(chunks: list) -> str:
+    """A chunked buffer's fingerprint (CHUNKS_ALGORITHM): the hash of its chunks' digests, in order."""
+    return digest_bytes(",".join(digest for digest, _n in chunks).encode())
+
+
 def _torch():
     return sys.modules.get("torch")  # no tensors can exist unless the user imported torch
 
@@ -786,8 +791,7 @@ class Capture:
             pieces = [data[i:i + CHUNK] for i in range(0, root.nbytes, CHUNK)]
             digests = self._chunk_digests(ident, pieces)
             record["chunks"] = [[digest, len(p)] for digest, p in zip(digests, pieces)]
-            joined = ",".join(digest for digest, _n in record["chunks"]).encode()
-            record["fingerprint"] = {"algorithm": CHUNKS_ALGORITHM, "value": digest_bytes(joined)}
+            record["fingerprint"] = {"algorithm": CHUNKS_ALGORITHM, "value": _chunks_fingerprint(record["chunks"])}
             if not self.dry:
                 self._write_chunks(record, pieces, ident)
         else:
@@ -894,8 +898,7 @@ class Capture:
             self._account(written, size, new)
             if written != digest:  # another thread wrote the chunk after it was hashed: name what was written
                 record["chunks"][index][0] = written
-                joined = ",".join(d for d, _n in record["chunks"]).encode()
-                record["fingerprint"]["value"] = digest_bytes(joined)
+                record["fingerprint"]["value"] = _chunks_fingerprint(record["chunks"])
                 _chunks_known.pop(ident, None)
 
     # -- finishing ----------------------------------------------------------------------------------
