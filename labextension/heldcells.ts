@@ -20,6 +20,11 @@
  * the restored kernel. A restart or a change of kernel asked while paused is
  * refused with a message: there is no kernel to restart or replace.
  *
+ * Interrupt while paused drops the cells held (as an interrupt drops a busy
+ * kernel's queue): they will not run after Resume, and a message says so. A
+ * kernel that lives on suspended has the cells itself and ignores interrupts
+ * while held: the message says to interrupt them after Resume.
+ *
  * Held cells outlive a page reload: their ids are kept in the tab's
  * sessionStorage (another tab must not run them too), by notebook path and
  * pause cycle, and the reloaded page holds them again (a cell the notebook was
@@ -89,6 +94,42 @@ export class HeldCells {
       );
       return null;
     };
+  }
+
+  /** Interrupt asked for a panel (see above); nothing when its notebook is not held. */
+  cancel(panel: NotebookPanel): void {
+    const why = holdReason(this.model, panel);
+    if (!why) {
+      return; // its kernel is there: JupyterLab's interrupt reached it
+    }
+    const name = PathExt.basename(panel.context.path);
+    const nb = this.model.status?.notebooks.find(n => belongsTo(panel, n));
+    if (nb?.status === 'suspended') {
+      Notification.info(
+        `${name} ${why}: its kernel is suspended with the cells sent to it, and they run after Resume. ` +
+          'Interrupt them then.',
+        { autoClose: 10000 }
+      );
+      return;
+    }
+    const held = [...(this.held.get(panel) ?? []), ...(this.pending.get(panel) ?? [])].filter(
+      c => !c.isDisposed && executionCount(c) === null
+    );
+    held.forEach(c => c.setPrompt(''));
+    this.held.delete(panel);
+    this.pending.delete(panel);
+    this.remember(panel.context.path, []);
+    // a run waiting for a kernel start: with none yet, JupyterLab drops it
+    const waiting = this.waiting.get(panel) ?? [];
+    this.waiting.delete(panel);
+    waiting.forEach(resolve => resolve(false));
+    const count = held.length + waiting.length;
+    Notification.info(
+      count
+        ? `${name} ${why}: the ${count} cell(s) waiting for it will not run. Run them again after Resume.`
+        : `${name} ${why}: its kernel was released, so there is nothing to interrupt.`,
+      { autoClose: 10000 }
+    );
   }
 
   /** Cells held, in all panels (for the tests and the details). */

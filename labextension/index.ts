@@ -18,6 +18,8 @@ import { PauseResumeButton, TOOLBAR_ITEM } from './toolbar';
 
 const PLUGIN_ID = 'jupyter-gkews:plugin';
 
+const INTERRUPT_COMMANDS = ['notebook:interrupt-kernel', 'kernelmenu:interrupt'];
+
 /**
  * The jupyter-gkews frontend: a Pause/Resume notebook toolbar button, a status
  * bar item, notifications, a checkpoint sidebar, and palette commands, all
@@ -103,6 +105,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
 
     connectNotifications(model, app.commands);
+    // the notebook toolbar's and the Kernel menu's Interrupt: a paused notebook has no kernel to interrupt
+    app.commands.commandExecuted.connect((_, args) => {
+      if (INTERRUPT_COMMANDS.includes(args.id) && tracker.currentWidget) {
+        heldCells.cancel(tracker.currentWidget);
+      }
+    });
 
     model.start();
     document.addEventListener('visibilitychange', () => {

@@ -179,6 +179,29 @@ test('cells run while paused and while resuming wait, then run in order once rea
   expect(prompt).toBe('[4]:');
 });
 
+test('Interrupt while paused drops the cells held, saying so: they do not run after Resume', async ({
+  page,
+  tmpPath
+}) => {
+  await openAndRun(page, tmpPath, ['interrupt.ipynb']);
+  await pauseButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  const held = await typeAndSchedule(page, 'w = 0');
+  await expect(
+    notification(page, 'interrupt.ipynb is paused: the cell will run after Resume, once it is ready.')
+  ).toHaveCount(1);
+  await page.menu.clickMenuItem('Kernel>Interrupt Kernel');
+  await expect(
+    notification(page, 'interrupt.ipynb is paused: the 1 cell(s) waiting for it will not run.')
+  ).toHaveCount(1);
+  await expect(held.locator('.jp-InputPrompt')).toHaveText('[ ]:');
+  await resumeButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  const { prompt } = await typeAndRun(page, 'print(w + 1)', '42\n');
+  expect(prompt).toBe('[2]:');
+  await expect(held.locator('.jp-InputPrompt')).toHaveText('[ ]:');
+});
+
 test('a cell held while paused still runs after Resume when the page was reloaded in between', async ({
   page,
   tmpPath
