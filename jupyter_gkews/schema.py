@@ -121,6 +121,8 @@ STATUS = _obj({
                         {"type": "null"}]},
     "snapshot": {"type": ["object", "null"], "description": "the backend's snapshot, when it takes one"},
     "restored_from": {"type": "object", "description": "set when the process found itself in a restored Pod"},
+    "paused_by": {"enum": ["user", "idle policy"],
+                  "description": "who asked for this cycle's pause (set when it begins)"},
     "timeline": TIMELINE,
     "notebooks": {"type": "array", "items": NOTEBOOK},
     "updated": _NUM,

@@ -226,7 +226,7 @@ export function pausedSentence(status: IStatus): string {
   const left = status.notebooks.filter(nb => !paused.includes(nb));
   const parts: string[] = [];
   if (released.length) {
-    parts.push(`Paused ${names(released)}; Resume brings ${their(released.length, 'kernel')} back.`);
+    parts.push(`${pausedBy(status)} ${names(released)}; Resume brings ${their(released.length, 'kernel')} back.`);
   } else {
     parts.push('Paused; no notebook had a kernel to release.');
   }
@@ -252,6 +252,20 @@ export function pausedSentence(status: IStatus): string {
     }
   }
   return parts.join(' ');
+}
+
+/** "Paused", or who paused and after how long without use, when the idle policy did. */
+function pausedBy(status: IStatus): string {
+  if (status.paused_by !== 'idle policy') {
+    return 'Paused';
+  }
+  const { last_activity: last, pause_requested: asked } = status.timeline ?? {};
+  const minutes = typeof last === 'number' && typeof asked === 'number' ? Math.round((asked - last) / 60) : null;
+  if (minutes === null) {
+    return 'The idle policy paused';
+  }
+  const idle = minutes < 120 ? `${minutes} min` : `${Math.round(minutes / 60)} h`;
+  return `Unused for ${idle}, the idle policy paused`;
 }
 
 /** The notebooks a pause released or holds (their kernel lives on, suspended): none runs a cell now. */

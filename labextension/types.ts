@@ -68,6 +68,8 @@ export interface IStatus {
   progress: IProgress | null;
   error: { reason: string; next_step: string } | null;
   restored_from?: Record<string, unknown>;
+  /** Who asked for this cycle's pause. */
+  paused_by?: 'user' | 'idle policy';
   timeline: Record<string, number | null>;
   notebooks: INotebookStatus[];
   /** The last pause's snapshot; failed means the resume restores from the checkpoints. */

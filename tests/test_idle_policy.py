@@ -92,6 +92,10 @@ async def test_an_idle_session_is_paused_by_the_policy_through_the_lifecycle(jp_
     names = [e["event"] for e in await events(jp_fetch)]
     assert "snapshotting" not in names  # this profile keeps the checkpoint only
     assert names[-1] == "paused"
+    # what the page reads to say so ("Unused for 1 min, the idle policy paused idle.ipynb; ...")
+    paused = json.loads((await jp_fetch("gkews", "status")).body)
+    assert paused["paused_by"] == "idle policy"
+    assert paused["timeline"]["pause_requested"] - paused["timeline"]["last_activity"] >= IDLE_SECONDS
     # an ordinary pause: resume brings the values back
     assert (await post(jp_fetch, "resume")).code == 202
     assert (await wait_for(jp_fetch, ("active", "failed")))["state"] == "active"

@@ -52,6 +52,7 @@ async def test_pause_and_resume_round_trip(jp_fetch, jp_serverapp, jp_root_dir):
     assert r.code == 202 and json.loads(r.body)["state"] == "pausing"
     paused = await wait_for(jp_fetch, ("paused", "failed"))
     assert paused["state"] == "paused", paused["message"]
+    assert paused["paused_by"] == "user"
     nb = paused["notebooks"][0]
     assert nb["path"] == "work/train.ipynb" and nb["status"] == "released" and nb["checkpoint"]
     assert kid not in jp_serverapp.kernel_manager  # the kernel is gone: its memory is freed

@@ -57,6 +57,7 @@ class Pause:
 
             def begin(state):
                 state.update(cycle=state["cycle"] + 1, notebooks=targets + waiting + deleted, progress=None,
+                             paused_by=reason,
                              state=State.PAUSING, phase=Phase.CHECKPOINTING, message=message, error=None,
                              timeline={"last_activity": last_activity, "pause_requested": requested})
             await self._begin(begin, Event.PAUSE_REQUESTED, message=message,

@@ -150,6 +150,22 @@ describe('GkewsModel', () => {
     expect(transitionMessage('paused', model.status!)).toBe('Paused train.ipynb; Resume brings its kernel back.');
   });
 
+  it('says when the idle policy paused, and after how long unused', () => {
+    const released = [{ path: 'work/train.ipynb', kernel_id: 'k1', status: 'released' }];
+    const byPolicy = status({
+      state: 'paused',
+      paused_by: 'idle policy',
+      timeline: { last_activity: 1000, pause_requested: 1000 + 45 * 60 },
+      notebooks: released
+    });
+    expect(transitionMessage('paused', byPolicy)).toBe(
+      'Unused for 45 min, the idle policy paused train.ipynb; Resume brings its kernel back.'
+    );
+    byPolicy.timeline = { last_activity: 0, pause_requested: 5 * 3600 };
+    expect(transitionMessage('paused', byPolicy)).toMatch(/^Unused for 5 h, the idle policy paused train.ipynb;/);
+    expect(transitionMessage('paused', { ...byPolicy, paused_by: 'user' })).toMatch(/^Paused train.ipynb;/);
+  });
+
   it('notices a pause that finished between two reads', async () => {
     await model.refresh();
     server.answer = status({ state: 'paused', cycle: 1 });
