@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import copyreg
 import enum
+import functools
 import marshal
 import struct
 import sys
@@ -372,10 +373,43 @@ class _Digest:
         if isinstance(rv, str):
             self.emit("global", getattr(obj, "__module__", None), rv)
             return
-        rv = tuple(rv)
+        rv = _without_caches(obj, tuple(rv))
         self.emit("reduce", len(rv))
         for i, part in enumerate(rv):
             self.walk(list(part) if i in (3, 4) and part is not None and not isinstance(part, list) else part)
+
+
+def _without_caches(obj, rv: tuple) -> tuple:
+    """A reduction without what merely reading the value fills in, so that showing a value is no change:
+    pandas' memo of derived values (`_cache`: displaying a DatetimeIndex fills its array's), a masked
+    array's unset fill value that displaying it or filled() sets to the default, and the empty __dict__
+    that reading a functools.partial's vars() creates."""
+    state = rv[2] if len(rv) > 2 else None
+    if type(obj).__module__.startswith("pandas.") and state is not None:
+        if isinstance(state, dict) and "_cache" in state:
+            state = {k: v for k, v in state.items() if k != "_cache"}
+        elif isinstance(state, tuple) and state and isinstance(state[-1], dict) and "_cache" in state[-1]:
+            rest = {k: v for k, v in state[-1].items() if k != "_cache"}  # NDArrayBacked: (dtype, data, dict)
+            state = state[:-1] + ((rest,) if rest else ())
+        return rv[:2] + (state,) + rv[3:]
+    if isinstance(obj, functools.partial) and isinstance(state, tuple) and len(state) == 4 and state[3] == {}:
+        return rv[:2] + (state[:3] + (None,),) + rv[3:]
+    np = sys.modules.get("numpy")
+    if np is not None and type(obj) is np.ma.MaskedArray and len(rv) == 2 and len(rv[1]) == 2 and \
+            isinstance(rv[1][1], dict) and _default_fill(np, obj, rv[1][1].get("_fill_value")):
+        return (rv[0], (rv[1][0], {**rv[1][1], "_fill_value": None}))  # capture's reduction (masked_view)
+    return rv
+
+
+def _default_fill(np, masked, fill) -> bool:
+    """Whether a masked array's fill value is unset or its default (what the getter would set)."""
+    if fill is None:
+        return True
+    try:
+        fill = np.asarray(fill)
+        return fill.tobytes() == np.asarray(np.ma.default_fill_value(masked), dtype=fill.dtype).tobytes()
+    except (TypeError, ValueError):
+        return False
 
 
 def _raw_bytes(np, arr):

@@ -62,3 +62,21 @@ def test_a_small_frame_of_dates_reads_unchanged_after_a_restore(tmp_path):
         assert fresh.value(seen) == ["2024-03-10 03:00:00-04:00", 6.0, "NaT"]
         fresh.run("stamps[0] = np.datetime64('2025-01-01')")
         assert changed(fresh) == ["stamps"]
+
+
+def test_showing_or_reading_a_value_is_no_change(tmp_path):
+    """Showing a frame with a DatetimeIndex (a cell's last expression), `to_numpy()`, showing a masked array
+    or `filled()`, or `vars()` of a partial made verify say "changed": pandas memoizes derived values in the
+    array's `_cache`, numpy sets an unset fill value to its default, reading a partial's __dict__ creates it.
+    A real edit of each still reads as changed."""
+    with Kernel(tmp_path) as k:
+        k.run("import pandas as pd, numpy as np, functools\n"
+              "df = pd.DataFrame({'a': range(3), 't': pd.date_range('2026-01-01', periods=3)},"
+              " index=pd.date_range('2026-02-01', periods=3, freq='h'))\n"
+              "spans = pd.timedelta_range('1s', periods=3)\n"
+              "m = np.ma.masked_array(np.arange(4.0), [0, 1, 0, 0])\np = functools.partial(max, 1)")
+        k.run("%gkews_checkpoint save")
+        k.run("display(df); df.to_numpy(); repr(spans); display(m); m.filled(); vars(p)")
+        assert changed(k) == []
+        k.run("m.fill_value = 5.0; p.note = 'x'; df.iloc[0, 0] = 9")
+        assert changed(k) == ["df", "m", "p"]
