@@ -92,8 +92,8 @@ def array_from_layout(data, carrier_dtype, carrier_shape, dtype, shape, offset, 
 
 
 def view_of_bytearray(owner, dtype, shape, offset, strides, writeable=True):
-    """Unpickling an array over a bytearray (`np.frombuffer(buf)`): a view of the restored bytearray
-    again, so writes through one show in the other (its memory is the bytearray's, not aligned)."""
+    """Unpickling an array over a bytearray or an array.array (`np.frombuffer(buf)`): a view of the restored
+    owner again, so writes through one show in the other (its memory is the owner's, not aligned)."""
     import numpy as np
     return view_of(np.frombuffer(owner, dtype=np.uint8), dtype, shape, offset, strides, writeable)
 
@@ -102,9 +102,15 @@ def masked_view(data, state: dict):
     """A numpy masked array over `data` (an array restored as a view, so it shares memory as before) with
     its mask, fill value and flags: capture.py's reduction of np.ma.MaskedArray."""
     import numpy as np
-    masked = data.view(np.ma.MaskedArray)
-    masked.__dict__.update(state)
-    return masked
+    return subclass_view(data, np.ma.MaskedArray, state)
+
+
+def subclass_view(data, cls, state: dict):
+    """An array of a numpy subclass (np.recarray, np.matrix) over `data`, an array restored as a view (so
+    it shares memory as before, on aligned memory), with its instance attributes."""
+    viewed = data.view(cls)
+    viewed.__dict__.update(state)
+    return viewed
 
 
 def hook_dict(hooks: list):

@@ -21,6 +21,7 @@ object's __reduce__ runs once per save, whichever pickler ends up saving it.
 """
 from __future__ import annotations
 
+import array
 import collections
 import copyreg
 import io
@@ -37,7 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 import dill
 
 from . import byvalue, cuda_io, module_objects, packed, pending_names, shared_memory, torch_modules
-from .alignment import array_from_layout, hook_dict, masked_view, small_root, tensor_extras, view_of, view_of_bytearray
+from .alignment import (array_from_layout, hook_dict, masked_view, small_root, subclass_view, tensor_extras, view_of,
+                        view_of_bytearray)
 from .dirty_pages import PAGE, TRACKER
 from .dtype_json import dtype_to_json
 from .errors import CheckpointWriteError
@@ -501,7 +503,7 @@ class Capture:
             return NotImplemented
         cached = self._reductions.get(id(obj))
         if cached is None:
-            rv = module_objects.reduce_logger(obj) or self._reduce_masked(obj) or \
+            rv = module_objects.reduce_logger(obj) or self._reduce_masked(obj) or self._reduce_subclass(obj) or \
                 torch_modules.reduction(obj) or obj.__reduce_ex__(PROTOCOL)
             if not isinstance(rv, str):
                 rv = tuple(rv)
@@ -565,6 +567,19 @@ class Capture:
                 obj._baseclass is not np.ndarray:
             return None
         return masked_view, (obj.view(np.ndarray), dict(obj.__dict__))
+
+    @staticmethod
+    def _reduce_subclass(obj):
+        """An array of a numpy subclass that keeps ndarray's own pickling (np.recarray, np.matrix) would be
+        pickled as its bytes: a copy, no longer a view of the array it was made from (`s.view(np.recarray)`),
+        on unaligned memory. Its data as a plain view goes the way of any array, and the class and instance
+        attributes are put back on it."""
+        t = type(obj)
+        if np is None or not isinstance(obj, np.ndarray) or t in (np.ndarray, np.memmap) or \
+                isinstance(obj, np.ma.MaskedArray) or obj.dtype.hasobject or \
+                any(getattr(t, m) is not getattr(np.ndarray, m) for m in _NDARRAY_PICKLING):
+            return None
+        return subclass_view, (obj.view(np.ndarray), t, dict(getattr(obj, "__dict__", {})))
 
     def _by_value(self, obj) -> bytes:
         """dill's by-value pickle of a notebook function or class, inside the standard pickle of the
@@ -1007,10 +1022,13 @@ def _root_of(arr):
         root = base
 
 
+_NDARRAY_PICKLING = ("__reduce__", "__reduce_ex__", "__setstate__")
+
+
 def _bytearray_of(root):
-    """The bytearray whose memory an outermost array is (`np.frombuffer(bytearray)`), or None."""
+    """The bytearray or array.array whose memory an outermost array is (`np.frombuffer(buf)`), or None."""
     base = root.base
-    return base.obj if isinstance(base, memoryview) and type(base.obj) is bytearray else None
+    return base.obj if isinstance(base, memoryview) and type(base.obj) in (bytearray, array.array) else None
 
 
 def _carrier(root):
