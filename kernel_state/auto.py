@@ -338,6 +338,7 @@ class AutoCheckpoint:
         self.suspended = 0
         self.stage_seconds: list[float] = []
         self.skipped_cells = 0
+        self.raised_cells: set[int] = set()  # for rewind's message: a cell that raised has no checkpoint
         self.reported_error: str | None = None
         self.stage_error: str | None = None
         self.last_stage: dict | None = None  # cell, foreground seconds, bytes copied (into warm memory), hashed
@@ -348,14 +349,14 @@ class AutoCheckpoint:
         if shell is None:
             raise ValueError("auto-checkpointing needs an IPython kernel: it runs after every cell")
         config.auto_staging_bytes()  # a wrong GKEWS_AUTO_STAGING_MB is said here, not after a cell
+        if remember:  # first: a root that is no checkpoint store is refused before anything is switched
+            remember_choice(True, notebook, root)
         if self.shell is not None and self.shell is not shell:
             self.off()
         self.shell, self.notebook, self.root = shell, notebook, root
         if not self.enabled:
             shell.events.register("post_run_cell", self.post_run_cell)
             self.enabled = True
-        if remember:
-            remember_choice(True, notebook, root)
         return self.status()
 
     def off(self, notebook: str | None = None, root: str | None = None) -> dict:
@@ -364,7 +365,8 @@ class AutoCheckpoint:
                 self.shell.events.unregister("post_run_cell", self.post_run_cell)
         self.enabled = False
         POOL.clear()
-        remember_choice(False, notebook or self.notebook, root or self.root)
+        with contextlib.suppress(CheckpointError):  # a root that is no store: no choice to remember there
+            remember_choice(False, notebook or self.notebook, root or self.root)
         return self.status()
 
     def pause(self) -> dict:
@@ -394,7 +396,10 @@ class AutoCheckpoint:
             self.skipped_cells += 1
             return
         self._report_failure_once()
+        if result.execution_count is None:
+            return  # an empty cell: nothing ran, no new state
         if not result.success:
+            self.raised_cells.add(result.execution_count)
             return  # a cell that raised did not complete: its end is no state to come back to
         source = (getattr(result.info, "raw_cell", "") or "").strip()
         label = {"cell": result.execution_count, "source": source.splitlines()[0][:120] if source else ""}
@@ -546,10 +551,23 @@ def find_cell(cell: int, *, notebook: str | None = None, root: str | None = None
             f"{_other_kernel(elsewhere.get('identity'))}; this kernel numbers its cells from [1] again, and "
             f"rewind N goes back only to its own cells (cells with one: {have}). To bring back the state at "
             f"the end of that earlier cell [{cell}] anyway: %gkews_checkpoint rewind --checkpoint {elsewhere['id']}")
-    how = ("a cell that ended while the previous checkpoint was still being written has none: the next "
-           "one replaced it" if AUTO.enabled else "turn them on with %gkews_checkpoint auto on")
+    how = _why_none(cell)
     raise CheckpointNotFound(f"no automatic checkpoint after cell [{cell}] for notebook {nb!r} (cells with one: "
                              f"{have}); {how}")
+
+
+def _why_none(cell: int) -> str:
+    """Why this kernel has no automatic checkpoint after its cell [cell], for rewind's message."""
+    count = getattr(AUTO.shell or checkpoint.current_shell(), "execution_count", None)  # the next cell's number
+    if cell < 1 or isinstance(count, int) and cell >= count:
+        return f"this kernel has not run a cell [{cell}]" + (f" (its last is [{count - 1}])" if
+                                                             isinstance(count, int) and count > 1 else "")
+    if cell in AUTO.raised_cells:
+        return f"cell [{cell}] raised an exception: a cell that did not complete leaves no state to come back to"
+    if not AUTO.enabled:
+        return "turn them on with %gkews_checkpoint auto on"
+    return ("a cell that ended while the previous checkpoint was still being written has none: the next one "
+            "replaced it")
 
 
 def _clock(epoch) -> str:

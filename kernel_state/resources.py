@@ -74,6 +74,9 @@ def refuse(obj) -> None:
             raise TypeError(f"cannot pickle a running thread ({obj.name}): its stack lives only in this process")
         return
     what = live_resource(obj)
+    if what is not None and isinstance(obj, io.IOBase) and obj.closed:  # (`with open(...) as f:` leaves f)
+        raise TypeError(f"cannot pickle {type(obj).__qualname__!r} object: {what.replace('an open', 'a closed', 1)}: "
+                        "file objects are never saved, so that a restore cannot re-open a file; open it again")
     if what is not None:
         raise TypeError(f"cannot pickle {type(obj).__qualname__!r} object: {what} is a live resource, never saved "
                         f"so that a restore cannot touch anything outside the checkpoint")

@@ -31,6 +31,7 @@ scratch = tempfile.TemporaryDirectory(dir={str(outside)!r})
 mapped = mmap.mmap(reader.fileno(), 0, access=mmap.ACCESS_READ)
 holder = {{"log": log, "epochs": 1}}
 kept = [1, 2, 3]
+with open({str(data)!r}, "rb") as done: head = done.read(2)
 '''
     with Kernel(store) as first:
         first.run(build)
@@ -51,6 +52,7 @@ kept = [1, 2, 3]
             "scratch": "cannot pickle 'TemporaryDirectory' object: a temporary file or directory",
             "mapped": "cannot pickle 'mmap' object: a memory map",
             "holder": f"an open file ({log})",
+            "done": f"a closed file ({data}): file objects are never saved",  # it said "an open file"
         }
         for name, reason in reasons.items():
             line = next((x for x in out.splitlines() if x.startswith(f"  {name}: TypeError: ")), "")

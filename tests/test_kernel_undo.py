@@ -53,6 +53,7 @@ def test_off_by_default_then_one_labelled_checkpoint_per_completed_cell(store):
         k.run("big[:10] = -1\nsmall = {'lr': 0.1}")
         settle(k)
         k.run("raise ValueError('this cell does not complete')", allow_error=True)
+        k.run("")  # an empty cell runs nothing: no checkpoint "after [None]" that no rewind can reach
         k.run("note = 'last'")
         status = settle(k)
         rows = checkpoints_by_source(k)
@@ -60,6 +61,10 @@ def test_off_by_default_then_one_labelled_checkpoint_per_completed_cell(store):
         cells = sorted(r["label"]["cell"] for r in rows.values())
         assert cells == sorted(set(cells)) and len(cells) == 4
         assert status["written"] == 4 and status["error"] is None
+        # rewind says why a cell has none: it raised, or it never ran (not "a checkpoint was being written")
+        raised = rows["big[:10] = -1"]["label"]["cell"] + 1
+        assert f"cell [{raised}] raised an exception" in k.run(f"%gkews_checkpoint rewind {raised}", allow_error=True)
+        assert "this kernel has not run a cell [99]" in k.run("%gkews_checkpoint rewind 99", allow_error=True)
         listing = k.run("%gkews_checkpoint list")
         assert "auto, after [" in listing and "big[:10] = -1" in listing
         k.run("%gkews_checkpoint auto off")
@@ -144,6 +149,20 @@ def test_rewind_across_a_redefined_class_and_undo(store):
         assert k.value("Model.version") == 1
         missing = k.call({"op": "rewind", "cell": 999})
         assert not missing["ok"] and "no automatic checkpoint after cell [999]" in missing["error"]
+
+
+def test_auto_on_refused_for_a_folder_that_is_no_store_switches_nothing(tmp_path):
+    """`auto on` with GKEWS_CHECKPOINT_ROOT at a user's folder said it was refused, yet turned automatic
+    checkpoints on (every cell then printed that they were failing)."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "README.txt").write_text("my notes")
+    with Kernel(mine) as k:
+        said = k.run("%gkews_checkpoint auto on", allow_error=True)
+        assert "is not a gkews checkpoint store" in said and "nothing was written" in said, said
+        assert auto_status(k)["enabled"] is False
+        assert "failing" not in k.run("x = 1")
+        assert sorted(os.listdir(mine)) == ["README.txt"]
 
 
 def test_retention_of_automatic_checkpoints_keeps_saved_ones(store):
