@@ -4,9 +4,10 @@ A kernel runs its shell requests one at a time, so while this request holds it n
 user starts meanwhile waits behind it. Interrupts are ignored while held (Jupyter interrupts a kernel
 before shutting it down, which would otherwise let the waiting cell run in the last moment). The hold ends
 when the server removes the hold file (the pause failed or was undone: the kernel goes on and the waiting
-cell runs then), when the kernel is shut down (released: the process exits here, the waiting cell never
-ran), or when its bound runs out (the server sees that and checkpoints again). The save's result is
-printed as one line at once, so the server need not wait for the hold to end to read it.
+cell runs then), when the kernel is shut down (released: the process exits here, its open files closed as
+an exit would, and the waiting cell never ran), or when its bound runs out (the server sees that and
+checkpoints again). The save's result is printed as one line at once, so the server need not wait for the
+hold to end to read it.
 
 A kernel that lives on through the pause (GPU suspend, a Pod snapshot) is still held when the resume
 begins, with the cells sent meanwhile waiting behind the hold. The resume's verify (and restore) must see
@@ -25,6 +26,7 @@ import signal
 import time
 
 from . import api
+from .shutdown import exit_as_a_shutdown_would
 
 
 def save_then_hold(request: str, hold_file: str, seconds: float) -> api.Answer:
@@ -57,7 +59,7 @@ def _hold(hold_file: str, seconds: float) -> None:
             _answer_call(hold_file)
         if getattr(shell, "exit_now", False):  # a shutdown request arrived (ipykernel's do_shutdown)
             time.sleep(0.2)  # its reply goes out from the control thread meanwhile
-            os._exit(0)
+            exit_as_a_shutdown_would()  # never back to the shell loop: the waiting cell would run
         time.sleep(0.05)
         held, last = held + min(time.monotonic() - last, 1.0), time.monotonic()
     _sign(hold_file, "")  # left: calls through the hold file would find no one

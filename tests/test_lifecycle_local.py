@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
+import zipfile
 
 import pytest
 
@@ -40,6 +42,28 @@ def jp_server_config(tmp_path):
     return {"ServerApp": {"jpserver_extensions": {"jupyter_gkews": True}, "allow_unauthenticated_access": False},
             "GkewsApp": {"checkpoint_root": str(tmp_path / "ckpt"), "state_dir": str(tmp_path / "state"),
                          "busy_timeout": 2.0}}
+
+
+async def test_a_pause_keeps_what_the_notebook_wrote_to_files_it_has_open(jp_fetch, jp_serverapp, jp_root_dir):
+    """The released kernel exited from its hold without what Python does at exit: a log it appends to came
+    out empty, a gzip and a zip archive it was writing unreadable. Jupyter's own shutdown keeps them."""
+    s = await open_notebook(jp_fetch, jp_root_dir, "work/files.ipynb")
+    await run_cell(jp_serverapp, s["kernel"]["id"], (
+        "import gzip, logging, zipfile\n"
+        "log = open('train.log', 'a'); log.write('epoch 1 loss 0.5\\n')\n"
+        "gz = gzip.open('results.csv.gz', 'wt'); gz.write('a,b\\n1,2\\n')\n"
+        "zf = zipfile.ZipFile('artifacts.zip', 'w'); zf.writestr('model.txt', 'weights')\n"
+        "handler = logging.FileHandler('run.log', delay=False); handler.stream.write('started\\n')"))
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused", paused["message"]
+    work = jp_root_dir / "work"
+    assert (work / "train.log").read_text() == "epoch 1 loss 0.5\n"
+    with gzip.open(work / "results.csv.gz", "rt") as f:
+        assert f.read() == "a,b\n1,2\n"
+    with zipfile.ZipFile(work / "artifacts.zip") as z:
+        assert z.read("model.txt") == b"weights"
+    assert (work / "run.log").read_text() == "started\n"
 
 
 async def test_pause_and_resume_round_trip(jp_fetch, jp_serverapp, jp_root_dir):
