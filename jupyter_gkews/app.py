@@ -22,7 +22,7 @@ from .renames import Renames
 from .handlers import handlers, session_handlers
 from .lifecycle import Lifecycle
 from .lifecycle.paths import session_path
-from .state import StateDirInUse, StateStore
+from .state import StateDirInUse, StateDirNotOurs, StateStore
 
 #: Environment variable through which kernels started by this server learn
 #: where to keep their checkpoints (read by ``kernel_state``).
@@ -268,7 +268,7 @@ class GkewsApp(ExtensionApp):
         try:
             store.claim()  # one server per state directory
             self.lifecycle.load()  # before the server answers requests: nobody sees a half-recovered state
-        except (OSError, StateDirInUse) as exc:
+        except (OSError, StateDirInUse, StateDirNotOurs) as exc:
             store.release_claim()
             self._unavailable(self._unwritable(store, exc) if isinstance(exc, OSError) else str(exc))
             return

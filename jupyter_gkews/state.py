@@ -9,6 +9,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import socket
 import time
 
@@ -32,6 +33,23 @@ class StateDirInUse(Exception):
     """Another running server owns this state directory."""
 
 
+class StateDirNotOurs(Exception):
+    """The state directory holds what jupyter-gkews did not write: it would replace or append to it."""
+
+
+_OUR_FILES = re.compile(r"(state\.json|events\.jsonl|owner\.lock|state\.json\.corrupt-\d+|[0-9a-f]{32}\.tmp)")
+
+
+def _our_state(path: str) -> bool:
+    """Whether a state.json is one of ours, or damaged past reading (load() keeps that one aside)."""
+    try:
+        with open(path) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        return True
+    return isinstance(state, dict) and state.get("state") in STATES
+
+
 class StateStore:
     def __init__(self, directory: str):
         self.directory = os.path.abspath(os.path.expanduser(directory))
@@ -45,8 +63,10 @@ class StateStore:
 
         Two servers on one state would each adopt the other's pause. The claim is an flock on owner.lock:
         the kernel drops it when the process ends (even on kill -9), so it never goes stale; the file says
-        who holds it. Raises StateDirInUse naming the holder, or OSError when the directory is unusable."""
+        who holds it. Raises StateDirInUse naming the holder, StateDirNotOurs when the directory holds what
+        we did not write, or OSError when the directory is unusable."""
         os.makedirs(self.directory, exist_ok=True)
+        self._refuse_if_not_ours()
         try:  # never through a link: the claim truncates the file it opens
             fd = os.open(self.owner_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
@@ -70,6 +90,27 @@ class StateStore:
         since = time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, since {since}\n".encode(), 0)
         self._owner_fd = fd
+
+    def _refuse_if_not_ours(self) -> None:
+        """A state_dir pointed at a folder of the user's: its state.json would be replaced, its events.jsonl
+        appended to (through a link, into a file elsewhere). Only our own files, never links, are taken."""
+        foreign, links = [], []
+        with os.scandir(self.directory) as entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    links.append(entry.name)
+                elif entry.is_dir() or not _OUR_FILES.fullmatch(entry.name) or \
+                        entry.name == "state.json" and not _our_state(entry.path):
+                    foreign.append(entry.name)
+        if not foreign and not links:
+            return
+        shown = sorted(foreign)[:5] + ([f"... {len(foreign) - 5} more"] if len(foreign) > 5 else [])
+        what = (f"files jupyter-gkews did not write ({', '.join(shown)})" if foreign else
+                f"symbolic links ({', '.join(sorted(links))}), which jupyter-gkews never writes through")
+        raise StateDirNotOurs(
+            f"the state directory {self.directory} holds {what}; its state.json would be replaced and its "
+            "events.jsonl appended to. Point c.GkewsApp.state_dir at an empty or new directory (by default "
+            "<jupyter data dir>/gkews/state), or remove them; nothing was written there")
 
     def release_claim(self) -> None:
         if self._owner_fd is not None:

@@ -27,6 +27,11 @@ def jp_server_config(tmp_path, state_dir, monkeypatch, request):
         blocker = tmp_path / "a-file"
         blocker.write_text("not a directory")
         state_dir = blocker / "state"  # cannot be created, whoever runs the test (root too)
+    if "users_folder" in request.node.name:  # another tool's state.json, and a log linked from elsewhere
+        state_dir.mkdir()
+        (state_dir / "state.json").write_text('{"theme": "dark"}')
+        (tmp_path / "my.log").write_text("mine\n")
+        (state_dir / "events.jsonl").symlink_to(tmp_path / "my.log")
     return {"ServerApp": {"jpserver_extensions": {"jupyter_gkews": True}, "allow_unauthenticated_access": False},
             "GkewsApp": {"checkpoint_root": str(tmp_path / "ckpt"), "state_dir": str(state_dir)}}
 
@@ -57,3 +62,17 @@ async def test_a_second_server_on_the_same_state_directory_is_refused(jp_fetch, 
         second.kill()
     # the first one never noticed
     assert json.loads((await jp_fetch("gkews", "status")).body)["state"] == "active"
+
+
+async def test_a_state_directory_set_to_a_users_folder_is_refused_and_left_as_it_was(jp_fetch, jp_serverapp,
+                                                                                    state_dir, tmp_path):
+    """state_dir at a folder of the user's: the server replaced their state.json and appended its events
+    through their events.jsonl link into a file elsewhere. Now nothing is written and the routes say why."""
+    r = await jp_fetch("gkews", "status", raise_error=False)
+    assert r.code == 503
+    message = json.loads(r.body)["message"]
+    assert f"the state directory {state_dir} holds files jupyter-gkews did not write (state.json)" in message
+    assert "Point c.GkewsApp.state_dir at an empty or new directory" in message
+    assert (state_dir / "state.json").read_text() == '{"theme": "dark"}'
+    assert (tmp_path / "my.log").read_text() == "mine\n"
+    assert sorted(p.name for p in state_dir.iterdir()) == ["events.jsonl", "state.json"]
