@@ -62,11 +62,20 @@ _WRITE_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota
 
 
 def write_error(exc: OSError, root: str) -> CheckpointWriteError:
-    why = _WRITE_ERRNOS.get(exc.errno, exc.strerror or str(exc))
+    why = _WRITE_ERRNOS.get(exc.errno)
+    why = f"{why} ({exc.strerror or exc})" if why else exc.strerror or str(exc)
+    where = f"{why}: {exc.filename}" if isinstance(exc.filename, str) and exc.filename != root else why
+    setting = "GKEWS_CHECKPOINT_ROOT (c.GkewsApp.checkpoint_root)"
+    fix = {errno.ENOSPC: f"Free space there, or point {setting} at a volume with room",
+           errno.EDQUOT: f"Free space there, or point {setting} at a volume with room",
+           errno.EFBIG: f"Raise the file size limit (ulimit -f), or point {setting} at another volume",
+           errno.EROFS: f"Point {setting} at a writable directory (this volume is mounted read-only)",
+           errno.EACCES: f"Give this user write access there, or point {setting} at a writable directory",
+           errno.EPERM: f"Give this user write access there, or point {setting} at a writable directory",
+           }.get(exc.errno, f"Point {setting} at a directory this user can create and write")
     return CheckpointWriteError(
-        f"could not write the checkpoint to {root}: {why} ({exc.strerror or exc}). Free space there, or "
-        f"point GKEWS_CHECKPOINT_ROOT (c.GkewsApp.checkpoint_root) at a volume with room; "
-        f"nothing of this checkpoint was kept, and the checkpoints saved before it (if any) are intact.")
+        f"could not write the checkpoint to {root}: {where}. {fix}; nothing of this checkpoint was kept, and the "
+        f"checkpoints saved before it (if any) are intact.")
 
 
 class NotAStore(CheckpointError):
@@ -318,7 +327,7 @@ class Store:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             except OSError as exc:
                 if exc.errno != errno.ELOOP:
-                    raise
+                    raise write_error(exc, self.root) from None  # a read-only volume, say: with the fix
                 raise NotAStore(f"{path} is a symbolic link; the checkpoint store never writes through links (one "
                                 f"could make it write elsewhere). Delete it ({path}): the store makes its own lock "
                                 f"file; nothing was written or deleted.") from None

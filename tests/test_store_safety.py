@@ -6,6 +6,7 @@ kernel_state.checkpoint.delete('/x/outside') deleted /x/outside.json.
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 import kernel_state
-from kernel_state.errors import CheckpointNotFound
+from kernel_state.errors import CheckpointNotFound, CheckpointWriteError
 from kernel_state.store import MARKER, NotAStore, Store
 from clikit import jupyter_gkews
 from kernels import Kernel
@@ -228,3 +229,30 @@ def test_a_restore_reads_a_store_on_a_read_only_volume(tmp_path, monkeypatch):
     back = {}
     result = kernel_state.restore(back, notebook="ro.ipynb", root=tmp_path)
     assert result["failed"] == {} and back == {"x": 41, "w": list(range(10))}
+
+
+@pytest.mark.parametrize("code, fix", [
+    (errno.EROFS, "at a writable directory (this volume is mounted read-only)"),
+    (errno.EACCES, "Give this user write access there"),
+    (errno.ENOENT, "at a directory this user can create and write"),
+    (errno.ENOSPC, "Free space there"),
+])
+def test_a_store_that_cannot_be_written_says_why_with_the_fix_for_that_cause(tmp_path, monkeypatch, code, fix):
+    """A read-only volume gave a bare `OSError: [Errno 30] ... .lock` traceback; a root that cannot be made
+    said "Free space there" whatever the cause, with the system's words twice."""
+    store = Store(str(tmp_path / "store"))
+    store.ensure()
+    opened = os.open
+
+    def refuse_lock(path, *args, **kwargs):
+        if path.endswith(".lock"):
+            raise OSError(code, os.strerror(code), path)
+        return opened(path, *args, **kwargs)
+    monkeypatch.setattr(os, "open", refuse_lock)
+    with pytest.raises(CheckpointWriteError) as caught:
+        with store.lock():
+            pass
+    message = str(caught.value)
+    assert fix in message and message.count(os.strerror(code)) == 1, message
+    assert ("Free space" in message) == (code == errno.ENOSPC), message
+    assert f"{tmp_path / 'store' / '.lock'}" in message
