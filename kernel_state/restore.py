@@ -468,6 +468,21 @@ def _warn_detached(manifest: dict, restored: list, restorer: Restorer, namespace
                 f"not the restored one; {together}")
 
 
+def _warn_orphaned(manifest: dict, restored: list, failed: dict, restorer: Restorer) -> None:
+    """A variable that shares tensors with one that could not be restored (an optimizer whose model's data
+    is damaged) came back over tensors no other variable holds: say which, and how to bind them again."""
+    variables = manifest["variables"]
+    for name in restored:
+        mine = set(variables.get(name, {}).get("storages", []))
+        lost = sorted(other for other in failed if mine & set(variables.get(other, {}).get("storages", [])))
+        if lost:
+            restorer.warnings.append(
+                f"{name}: it shares tensors with {', '.join(lost)}, which could not be restored: {name} now holds "
+                f"tensors no other variable holds (an optimizer would step the parameters of no model); restore "
+                f"{', '.join(lost)} and {name} together from a checkpoint that has them "
+                f"(names={sorted(lost + [name])!r}, --checkpoint ID)")
+
+
 def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, device=None,
                       random_state: bool = True) -> dict:
     """Put the checkpoint's variables (or `names`) into `namespace`; report what came back and what did not.
@@ -509,6 +524,7 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
     _rebase_notebook_classes(namespace, restored, restorer.warnings)
     if wanted:
         _warn_detached(manifest, restored, restorer, namespace)
+    _warn_orphaned(manifest, restored, failed, restorer)
     generators = []
     saved_random = manifest.get("random_state")
     if saved_random and random_state and not wanted:

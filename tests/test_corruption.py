@@ -297,3 +297,22 @@ def test_a_large_array_is_chunked_and_a_damaged_chunk_fails_only_its_users(tmp_p
     result = kernel_state.restore(got, notebook=NB, root=root)
     assert set(result["failed"]) == {"big", "user"} and got["other"] == [1, 2]
     assert "does not match its hash" in result["failed"]["big"] and not marker.exists()
+
+
+def test_an_optimizer_whose_model_could_not_be_restored_is_named(tmp_path):
+    """The model's pickle damaged: the optimizer came back alone, stepping tensors no variable held, and
+    nothing said so (a dict referring to a failed variable is refused; an optimizer shares tensors instead)."""
+    root = tmp_path / "store"
+    with Kernel(root, notebook=NB) as first:
+        first.run("import torch\nmodel = torch.nn.Linear(4, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)")
+        first.run("%gkews_checkpoint save")
+    manifest = Store(str(root)).read_manifest_file(str(next(root.glob("notebooks/*/manifests/*.json"))))
+    blob = root / "blobs" / (manifest["variables"]["model"]["pickle"] + ".pkl")
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0x04
+    blob.write_bytes(bytes(data))
+    with Kernel(root, notebook=NB) as fresh:
+        answer = fresh.call({"op": "restore"})["result"]
+        assert set(answer["failed"]) == {"model"} and "opt" in answer["restored"], answer
+        assert any(w.startswith("opt: it shares tensors with model, which could not be restored") and
+                   "names=['model', 'opt']" in w for w in answer["warnings"]), answer["warnings"]
