@@ -21,7 +21,7 @@ _EXTENSIONS = ("safetensors", "pkl")  # what a save writes (an automatic checkpo
 
 def damaged_blobs(store: Store, blobs: dict, written: set[str]) -> dict[str, str]:
     """{digest: path} of the blobs in `blobs` ({digest: size}) that this save did not write (`written`: their
-    paths) and whose file no longer holds what its name says: not a regular file, another size, other bytes."""
+    paths) and whose file no longer holds what its name says: not a regular file, or other bytes."""
     damaged = {}
     for digest, size in blobs.items():
         for ext in _EXTENSIONS:
@@ -32,7 +32,9 @@ def damaged_blobs(store: Store, blobs: dict, written: set[str]) -> dict[str, str
                 st = os.lstat(path)
             except FileNotFoundError:
                 continue
-            if not stat.S_ISREG(st.st_mode) or st.st_size != size or _hash(path) != digest:
+            # by its bytes alone: a blob is named by its hash, and only the hash proves damage (removing a
+            # pack on a size recorded wrong would take the entries of older checkpoints with it)
+            if not stat.S_ISREG(st.st_mode) or _hash(path) != digest:
                 damaged[digest] = path
             break
     return damaged

@@ -226,8 +226,9 @@ class Restorer:
             raise CorruptBlob(f"blob {record['blob'][:12]}: tensor {record['name']!r} has {end - begin} bytes, "
                               f"the manifest expects {record['nbytes']}")
         view = memoryview(buf)[begin:end]
-        if record["name"] != "t":  # a pack's entry: a save of these bytes refers to this pack (packed.py)
-            packed.note(self.store.root, record["name"], record["blob"], len(buf))
+        if record["name"] != "t":  # a pack's entry: a save of these bytes refers to this pack (packed.py),
+            # with the pack's size as its manifest gives it (the file's, header and all: read back checks it)
+            packed.note(self.store.root, record["name"], record["blob"], self.manifest["blobs"][record["blob"]])
         region = (record["blob"], record["name"])
         if region in self._regions or not is_aligned(address(view)):
             # a packed blob puts storages at any offset, and equal contents are stored once: each

@@ -114,3 +114,14 @@ async def test_pause_and_resume_round_trip(jp_fetch, jp_serverapp, jp_root_dir):
         assert expected in names
     listed = json.loads((await jp_fetch("gkews", "checkpoints")).body)["checkpoints"]
     assert [c["notebook"] for c in listed] == ["work/train.ipynb"]
+
+    # and it pauses again (its small tensors, read back from the packs the restore read, were taken for
+    # damaged: every pause after a resume failed), then resumes with the same values
+    assert (await post(jp_fetch, "pause")).code == 202
+    again = await wait_for(jp_fetch, ("paused", "failed"))
+    assert again["state"] == "paused", again["message"]
+    assert (await post(jp_fetch, "resume")).code == 202
+    assert (await wait_for(jp_fetch, ("active", "failed")))["state"] == "active"
+    final = json.loads(await run_cell(jp_serverapp, kid, CHECK))
+    final.pop("pid")
+    assert final == before

@@ -46,3 +46,23 @@ def test_a_store_that_damages_what_is_written_again_fails_the_save_and_keeps_no_
     assert f"the checkpoint store at {tmp_path} does not keep what is written to it" in message
     assert "Check the disk or volume under it" in message and "GKEWS_CHECKPOINT_ROOT" in message
     assert [c["id"] for c in Store(str(tmp_path)).list(NB)] == [earlier]
+
+
+def test_a_pause_after_a_restore_reads_back_its_small_tensors_as_they_are(tmp_path):
+    """Every pause after a resume from a checkpoint failed, saying the store "does not keep what is written
+    to it": the restore noted a pack's data size as its size, the pause's read-back found the file (header
+    and data) another size, took the good pack for damaged and removed it, with entries older checkpoints
+    name. Small tensors and arrays (under 1 MiB) are packed: a model of a few layers is enough."""
+    torch = pytest.importorskip("torch")
+    ns = {"model": torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.Linear(32, 2)),
+          "small": np.arange(5000.0), "other": torch.arange(300.0)}
+    earlier = kernel_state.save(ns, notebook=NB, root=tmp_path)
+    packs = sorted(p.name for p in (tmp_path / "blobs").iterdir())
+    kernel_state.restore(ns, notebook=NB, root=tmp_path)
+    again = kernel_state.save(ns, notebook=NB, root=tmp_path, read_back=True)
+    assert "repaired" not in again and again["bytes_written"] < 20_000, again
+    assert again["bytes"] == earlier["bytes"]
+    assert packs == sorted(p.name for p in (tmp_path / "blobs").iterdir())  # none removed, none packed anew
+    fresh = {}
+    assert kernel_state.restore(fresh, notebook=NB, root=tmp_path, checkpoint=earlier["id"])["failed"] == {}
+    assert torch.equal(fresh["model"][0].weight, ns["model"][0].weight)
