@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 import platform
+import re
 import sys
 import time
 import types
@@ -24,6 +25,8 @@ from .restore import restore_namespace
 from .store import MANIFEST_FORMAT, MANIFEST_VERSION, Store, new_checkpoint_id, retention_limits, summary
 
 IPYTHON_NAMES = {"In", "Out", "exit", "quit", "get_ipython"}
+# IPython's output and input history (_, __, ___, _7, _i, _ii, _i7, _ih, _oh, _dh, _exit_code) and dunders
+IPYTHON_HISTORY = re.compile(r"_+|_\d+|_i+|_i\d+|_ih|_oh|_dh|_exit_code|__\w*__")
 _activity: dict = {"operation": None}
 
 
@@ -56,9 +59,10 @@ def select_variables(ns: dict, shell, names=None, exclude=()) -> tuple[list, dic
     for name, value in ns.items():
         if (names and name not in names) or name in exclude:
             continue
-        # IPython's own names (_, _i3, _oh, In...) never; a private _name only when asked for by name. A
+        # IPython's own names (_, _i3, _oh, In...) and dunders never, unless asked for by name; a user's
+        # private `_df` or `import numpy as _np` is the user's (a pause that dropped them lost them). A
         # user's own `Out` or `exit` is saved: only IPython's own object under such a name is left out
-        if (name.startswith("_") and not names) or (name in hidden and hidden[name] is value) or \
+        if (not names and IPYTHON_HISTORY.fullmatch(name)) or (name in hidden and hidden[name] is value) or \
                 (name in IPYTHON_NAMES and _ipython_object(value)):
             continue
         if isinstance(value, types.ModuleType):

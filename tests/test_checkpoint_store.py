@@ -177,15 +177,15 @@ def test_no_raw_notebook_path_in_any_file_name(tmp_path):
 
 
 def test_names_that_are_not_user_state_are_not_saved(tmp_path):
-    """IPython's output history and private names are left out; `In`, `Out`, `exit`... only when they hold
-    IPython's own objects (a real kernel's, tests/test_fidelity_state.py): here they are the script's own."""
+    """IPython's output history is left out (a private name is the user's); `In`, `Out`, `exit`... only when
+    they hold IPython's own objects (a real kernel's, tests/test_fidelity_state.py): here the script's own."""
     ns = {"In": [""], "Out": {}, "_": 3, "__": 4, "_i1": "x", "_private": 5, "exit": None, "quit": None,
           "get_ipython": print, "os": os, "keep": [1, 2]}
     result = kernel_state.save(ns, notebook=NB, root=tmp_path)
-    assert sorted(result["saved"]) == ["In", "Out", "exit", "get_ipython", "keep", "os", "quit"]
+    assert sorted(result["saved"]) == ["In", "Out", "_private", "exit", "get_ipython", "keep", "os", "quit"]
     manifest = json.loads(_manifests(tmp_path)[0].read_text())
     assert manifest["modules"] == {"os": "os"}
-    assert not {"_", "__", "_i1", "_private"} & set(manifest["variables"])
+    assert not {"_", "__", "_i1"} & set(manifest["variables"])
 
 
 def test_modules_come_back_by_import_and_missing_ones_are_named(tmp_path):

@@ -279,17 +279,19 @@ def test_disk_full_keeps_the_previous_checkpoint(store):
         fresh.close()
 
 
-def test_a_private_name_is_saved_when_asked_for_by_name(tmp_path):
-    """A full save leaves out names starting with _ (IPython's output history among them); naming one
-    saves it, rather than answering 'saved: []' with nothing skipped."""
-    ns = {"_model_cache": {"w": [1, 2]}, "x": 1, "_": "last output"}
+def test_private_names_are_saved_and_ipythons_history_only_when_named(tmp_path):
+    """A full save left out every name starting with _: a pause dropped a user's `_cache` and `_df`, and
+    `import math as _m` (a restored function using it raised NameError), without a word. IPython's output
+    history (`_`, `_3`) is left out, and saved when named."""
+    import math
+    ns = {"_model_cache": {"w": [1, 2]}, "x": 1, "_m": math, "_": "last output", "_3": "an output"}
     full = kernel_state.save(ns, notebook="p.ipynb", root=tmp_path)
-    assert full["saved"] == ["x"]
-    named = kernel_state.save(ns, names=["_model_cache"], notebook="p.ipynb", root=tmp_path)
-    assert named["saved"] == ["_model_cache"] and named["skipped"] == {}
+    assert sorted(full["saved"]) == ["_m", "_model_cache", "x"]
+    named = kernel_state.save(ns, names=["_"], notebook="p.ipynb", root=tmp_path)
+    assert named["saved"] == ["_"] and named["skipped"] == {}
     back = {}
-    kernel_state.restore(back, notebook="p.ipynb", root=tmp_path)
-    assert back == {"_model_cache": {"w": [1, 2]}}
+    kernel_state.restore(back, notebook="p.ipynb", root=tmp_path, checkpoint=full["id"])
+    assert back == {"_model_cache": {"w": [1, 2]}, "x": 1, "_m": math}
 
 
 def test_lazily_conjugated_and_negated_views_come_back_with_their_values(tmp_path):

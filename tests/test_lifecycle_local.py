@@ -89,7 +89,7 @@ async def test_pause_and_resume_round_trip(jp_fetch, jp_serverapp, jp_root_dir):
     assert resumed["state"] == "active", resumed["message"]
     nb = resumed["notebooks"][0]
     assert nb["verdict"] == "restored-from-checkpoint"
-    assert sorted(nb["restored"]) == ["Scaler", "affine", "column", "grid", "meta", "model", "np",
+    assert sorted(nb["restored"]) == ["Scaler", "_json", "affine", "column", "grid", "meta", "model", "np",
                                       "probe_in", "scale", "torch"]
     assert nb["failed"] == {}
     sessions = json.loads((await jp_fetch("api", "sessions")).body)
