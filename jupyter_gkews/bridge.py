@@ -43,10 +43,18 @@ class Hold:
                  before):
         self.bridge, self.kernel_id, self.path = bridge, kernel_id, path
         self._task, self._client, self._kernel, self._before = task, client, kernel, before
+        self._pid = kernel_pid(kernel)  # the process it checkpointed
 
     @property
     def ended(self) -> bool:
         return self._task.done()
+
+    @property
+    def restarted(self) -> bool:
+        """Its kernel runs another process than the one in the hold (restarted, or killed and brought back
+        by Jupyter's restarter): that one is not held, and the hold's request never ends."""
+        now = kernel_pid(self._kernel)
+        return self._pid is not None and now is not None and now != self._pid
 
     async def release(self) -> None:
         """Let the kernel go (a no-op on a kernel already shut down); idempotent."""

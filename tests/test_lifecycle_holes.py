@@ -99,6 +99,26 @@ async def two_notebooks_pausing(jp_fetch, jp_serverapp, jp_root_dir, gate):
     return a, b, await until(jp_fetch, first_checkpointed)
 
 
+async def test_a_kernel_restarted_after_its_checkpoint_is_named_not_checkpointed_again(
+        jp_fetch, jp_serverapp, jp_root_dir, gate):
+    """a.ipynb checkpointed, then its kernel restarted while b.ipynb still saved: the new process was not
+    held, a cell ran in it, the release ended it, and nothing said so. The checkpoint (the user's state)
+    is what the resume brings back, and a.ipynb's warnings say what was not saved."""
+    a, b, s = await two_notebooks_pausing(jp_fetch, jp_serverapp, jp_root_dir, gate)
+    await jp_fetch("api", "kernels", a, "restart", method="POST", body="")
+    await run_cell(jp_serverapp, a, "x = 'typed after the restart'")
+    gate.touch()
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused", paused["message"]
+    nb = next(n for n in paused["notebooks"] if n["path"] == "a.ipynb")
+    assert nb["status"] == "released" and nb["checkpoint"] == s["notebooks"][0]["checkpoint"]
+    assert any(w.startswith("its kernel restarted after its checkpoint") for w in nb.get("warnings", [])), nb
+    assert "notebook-checkpointed-again" not in [e["event"] for e in await events(jp_fetch)]
+    assert (await post(jp_fetch, "resume")).code == 202
+    assert (await wait_for(jp_fetch, ("active", "failed")))["state"] == "active"
+    assert (await run_cell(jp_serverapp, a, "print(x)")).strip() == "1"
+
+
 # -- problem 2 and 3: a pause is atomic per notebook; what it needs is pinned ------------------------------
 async def test_a_cell_sent_to_a_checkpointed_notebook_waits_and_its_checkpoint_is_pinned(
         jp_fetch, jp_serverapp, jp_root_dir, gate, tmp_path):

@@ -11,6 +11,11 @@ from ..bridge import hold_file
 from ..states import Event, NotebookStatus
 
 
+RESTARTED_AFTER_CHECKPOINT = (
+    "its kernel restarted after its checkpoint (restarted, or its process died and was brought back): cells "
+    "run in the new process before the release were not saved; the resume brings back the checkpoint's state")
+
+
 class Holds:
     """The holds of Lifecycle (a mixin: `self._holds` maps kernel id -> bridge.Hold)."""
 
@@ -22,6 +27,12 @@ class Holds:
         checkpoint: take that checkpoint again, so that no cell's effect is lost."""
         for nb in notebooks:
             hold = self._holds.get(nb["kernel_id"])
+            if nb["status"] == NotebookStatus.CHECKPOINTED and hold is not None and hold.restarted:
+                # the process it checkpointed is gone: its checkpoint holds the user's state, which the resume
+                # brings back; what ran in the new process since is not saved, and the notebook says so
+                if RESTARTED_AFTER_CHECKPOINT not in nb.get("warnings", []):
+                    nb["warnings"] = [*nb.get("warnings", []), RESTARTED_AFTER_CHECKPOINT]
+                continue
             if nb["status"] != NotebookStatus.CHECKPOINTED or (hold is not None and not hold.ended):
                 continue
             await self._release_hold(nb["kernel_id"])
