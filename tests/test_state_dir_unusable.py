@@ -64,8 +64,8 @@ async def test_a_second_server_on_the_same_state_directory_is_refused(jp_fetch, 
     assert json.loads((await jp_fetch("gkews", "status")).body)["state"] == "active"
 
 
-async def test_a_state_directory_set_to_a_users_folder_is_refused_and_left_as_it_was(jp_fetch, jp_serverapp,
-                                                                                    state_dir, tmp_path):
+async def test_a_state_directory_set_to_a_users_folder_is_refused_and_left_as_it_was(
+        jp_fetch, jp_serverapp, state_dir, tmp_path):
     """state_dir at a folder of the user's: the server replaced their state.json and appended its events
     through their events.jsonl link into a file elsewhere. Now nothing is written and the routes say why."""
     r = await jp_fetch("gkews", "status", raise_error=False)
