@@ -70,6 +70,7 @@ async def test_resuming_again_right_after_the_kernel_died_in_a_resume_restores_i
     after = await wait_for(jp_fetch, ("active", "failed"), timeout=60)
     [nb] = after["notebooks"]  # failed, and still to resume
     assert nb["verdict"] == "failed" and "died" in json.dumps(nb), nb
+    assert nb.get("next_step"), nb
 
     gate.touch()
     assert (await post(jp_fetch, "resume")).code == 202  # at once
@@ -77,6 +78,7 @@ async def test_resuming_again_right_after_the_kernel_died_in_a_resume_restores_i
     assert resumed["state"] == "active", resumed["message"]
     [nb] = resumed["notebooks"]
     assert nb["verdict"] == "restored-from-checkpoint" and "x" in nb["restored"], nb
+    assert "next_step" not in nb, nb  # the failed resume's advice went with it
     assert "42" in await run_cell(jp_serverapp, a, "print(x + 1)")
 
 

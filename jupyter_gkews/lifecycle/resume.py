@@ -79,6 +79,7 @@ class Resume:
             held = {id(nb): nb["kernel_id"] for nb in notebooks}
             for nb in notebooks:
                 nb.update(verdict=None, error=None, failed={})
+                nb.pop("next_step", None)  # an earlier resume's advice
                 if await self._deleted_while_paused(nb):
                     # the user's doing, as through the contents API: not a resume (no verdict), not a failure
                     mark_lost(nb, "so no kernel was started for it")
@@ -90,7 +91,10 @@ class Resume:
                     nb["kernel_id"] = await self.backend.start_kernel(nb)
                 except Exception as exc:
                     nb.update(status=NotebookStatus.FAILED, verdict=Verdict.FAILED,
-                              error=f"no kernel could be started: {type(exc).__name__}: {exc}")
+                              error=f"no kernel could be started: {type(exc).__name__}: {exc}",
+                              next_step=f"make its kernel ({nb.get('kernel_name') or 'its kernelspec'}) start again "
+                                        f"(`jupyter kernelspec list` shows the installed ones), then resume: its "
+                                        f"checkpoint {nb.get('checkpoint')} is kept")
             self.state["timeline"]["kernels_started"] = now()
             await self._enter(State.RESUMING, Phase.VERIFYING, "verifying and restoring", Event.VERIFYING)
             self.state["progress"] = {"notebooks_done": 0, "notebooks_total": len(notebooks)}
