@@ -353,9 +353,13 @@ def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict
         variables[alias] = {"verdict": "match" if ok else "missing", "module": module}
     probes = [_compare_probe(ns, p) for p in manifest.get("probes", [])]
     same = manifest["identity"].get("token") == TOKEN
+    # what a "verified" does not speak of: variables made since the checkpoint, or left out of its save
+    known = set(manifest["variables"]) | set(manifest["modules"]) | set(manifest["skipped"])
+    chosen, modules = select_variables(ns, _shell)
+    uncovered = sorted(n for n in [name for name, _v in chosen] + list(modules) if n not in known)
     return {"checkpoint": manifest["id"], "same_process": same, "identity": identity(),
             "saved_identity": manifest["identity"], "variables": variables, "probes": probes,
-            "skipped_at_save": manifest["skipped"],
+            "skipped_at_save": manifest["skipped"], "not_in_checkpoint": uncovered,
             "verified": same and all(v["verdict"] == "match" for v in variables.values())
             and all(p["verdict"] == "match" for p in probes)}
 

@@ -37,11 +37,14 @@ def _skipped_lines(skipped: dict) -> list[str]:
 def _verify_conclusion(result: dict) -> str:
     """The last line of verify: the verdict, and what it does not cover or why it failed."""
     skipped = result.get("skipped_at_save") or {}
+    later = result.get("not_in_checkpoint") or []
+    outside = f" Not covered (not in the checkpoint: made since, or left out of its save): {', '.join(later)}." \
+        if later else ""
     if result["verified"]:
         line = "Verified: the live state is the checkpointed state."
         if skipped:  # never saved, so never compared: "verified" must not read as covering them
             line += f" Not covered (never saved): {', '.join(sorted(skipped))}."
-        return line
+        return line + outside
     reasons = []
     if not result["same_process"]:
         saved = result.get("saved_identity") or {}
@@ -54,7 +57,7 @@ def _verify_conclusion(result: dict) -> str:
     probes = [p["expr"] for p in result["probes"] if p["verdict"] != "match"]
     if probes:
         reasons.append(f"{len(probes)} probe(s) differ: {', '.join(probes)}")
-    return "Not verified: " + "; ".join(reasons) + "."
+    return "Not verified: " + "; ".join(reasons) + "." + outside
 
 
 class _ProgressLine:
@@ -110,6 +113,9 @@ class CheckpointMagics(Magics):
         $GKEWS_CHECKPOINT_ROOT (default: the Jupyter data dir).
         """
         stripped = line.strip()
+        if not stripped:  # argparse would say "required: action, names", though names are optional
+            raise UsageError(f"%gkews_checkpoint takes an action: {', '.join(ACTIONS)}; for example "
+                             "%gkews_checkpoint save (%gkews_checkpoint? lists the options)")
         if stripped.split(None, 1)[:1] == ["probe"]:
             expr = stripped[len("probe"):].strip()
             return self._probe(expr)

@@ -134,6 +134,8 @@ def test_magic_is_loaded_without_load_ext_and_explains_itself(store):
         assert "save [NAMES...]" in help_text and "--device" in help_text
         out = k.run("%gkews_checkpoint sav", allow_error=True)
         assert "UsageError" in out and "invalid choice: 'sav'" in out
+        out = k.run("%gkews_checkpoint", allow_error=True)  # it said "required: action, names"
+        assert "UsageError: %gkews_checkpoint takes an action: save, restore" in out and "names" not in out, out
         out = k.run("%gkews_checkpoint restore --device tpu", allow_error=True)
         assert "UsageError" in out and "--device" in out
         out = k.run("%gkews_checkpoint restore", allow_error=True)
@@ -311,3 +313,15 @@ def test_lazily_conjugated_and_negated_views_come_back_with_their_values(tmp_pat
     assert {k: v["verdict"] for k, v in verdicts.items()} == dict.fromkeys(ns, "match")
     back["zc"] = back["zc"].resolve_conj().conj()  # the same bits stored, the other values
     assert kernel_state.verify(back, notebook="c.ipynb", root=tmp_path)["variables"]["zc"]["verdict"] == "changed"
+
+
+def test_verify_names_what_the_checkpoint_does_not_hold(store):
+    """After `save --exclude a`, a changed `a` and a new variable, verify said "Verified: the live state is
+    the checkpointed state" and named neither."""
+    with Kernel(store) as k:
+        k.run("a = [1]\nb = 2")
+        k.run("%gkews_checkpoint save --exclude a")
+        k.run("a.append(3)\nnew_var = 4")
+        out = k.run("%gkews_checkpoint verify")
+        assert ("Verified: the live state is the checkpointed state. Not covered (not in the checkpoint: made "
+                "since, or left out of its save): a, new_var.") in out, out
