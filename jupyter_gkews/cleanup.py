@@ -48,7 +48,8 @@ def describe(report: dict) -> str:
         lines.append(report["blobs_kept"])
     count = sum(len(ids) for ids in report["deleted"].values())
     lines.append(f"{'dry run: ' if report['dry_run'] else ''}{count} checkpoint(s) and "
-                 f"{len(report['backend'])} backend object(s) {verb} across {report['notebooks']} notebook(s); "
+                 f"{len(report['backend'])} backend object(s) {'would be removed' if report['dry_run'] else 'removed'} "
+                 f"across {report['notebooks']} notebook(s); "
                  f"{report['bytes_freed']} bytes ({report['bytes_freed'] / 2**20:.1f} MiB) "
                  f"{'would be ' if report['dry_run'] else ''}freed")
     return "\n".join(lines)

@@ -8,10 +8,12 @@ import subprocess
 
 
 def _listed(value: str) -> int:
+    """The devices a list names, as CUDA counts them: up to the first entry that is neither an index nor a
+    GPU or MIG UUID (`0,1,bad,3` is two devices; `-1` is none)."""
     count = 0
     for item in value.split(","):
         item = item.strip()
-        if not item or item == "-1":  # CUDA stops at the first invalid entry
+        if not (item.isdigit() or item.upper().startswith(("GPU-", "MIG-"))):
             break
         count += 1
     return count

@@ -48,6 +48,9 @@ def test_dry_run_then_cleanup_by_keep_last(tmp_path):
     assert plan["dry_run"] and plan["deleted"] == {A: ids[A][1:], B: ids[B][1:]}
     assert plan["bytes_freed"] >= 4 * 1_000_000  # four 1 MB arrays no kept checkpoint uses
     assert files(root) == before  # a dry run removes nothing
+    text = jupyter_gkews("cleanup", f"--checkpoint-root={root}", "--keep-last=1", "--dry-run", home=tmp_path).stdout
+    assert f"would remove 2 checkpoint(s) of {A}" in text
+    assert "dry run: 4 checkpoint(s) and 0 backend object(s) would be removed across 2 notebook(s)" in text, text
 
     done = jupyter_gkews("cleanup", f"--checkpoint-root={root}", "--keep-last=1", home=tmp_path)
     assert done.returncode == 0, done.stderr

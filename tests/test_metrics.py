@@ -67,6 +67,8 @@ async def test_metrics_need_the_token(jp_fetch):
 @pytest.mark.parametrize("environ, count", [
     ({"CUDA_VISIBLE_DEVICES": "0,1"}, 2),
     ({"CUDA_VISIBLE_DEVICES": "0,-1,2"}, 1),  # CUDA stops at the first invalid entry
+    ({"CUDA_VISIBLE_DEVICES": "0,1,bad,3"}, 2),
+    ({"CUDA_VISIBLE_DEVICES": "GPU-8f2a,MIG-1c3d"}, 2),
     ({"CUDA_VISIBLE_DEVICES": ""}, 0),
     ({"NVIDIA_VISIBLE_DEVICES": "GPU-aaa,GPU-bbb,GPU-ccc"}, 3),
     ({"NVIDIA_VISIBLE_DEVICES": "none"}, 0),
