@@ -59,7 +59,7 @@ class Kernel:
 
     def value(self, expr: str):
         """Evaluate an expression in the kernel and bring back its JSON value."""
-        text = self.run(f"import json as _j; print(_j.dumps({expr}))", stdout_only=True)
+        text = self.run(f"print(__import__('json').dumps({expr}))", stdout_only=True)  # binds no name
         return json.loads(text.strip().splitlines()[-1])
 
     def quietly(self, expr: str):

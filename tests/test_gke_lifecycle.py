@@ -22,8 +22,8 @@ weights = np.random.default_rng(3).standard_normal((256, 256)).astype("float32")
 config = {"lr": 3e-4, "layers": [256, 256]}
 print("ready")
 '''
-CHECK = ('import json as _j, os as _o; '
-         'print(_j.dumps({"sum": float(weights.sum()), "config": config, "pid": _o.getpid()}))')
+CHECK = ('print(__import__("json").dumps({"sum": float(weights.sum()), "config": config, '
+         '"pid": __import__("os").getpid()}))')
 
 
 @pytest.fixture

@@ -28,8 +28,8 @@ cfg = {"lr": 0.01, "layers": [4, 8]}
 print("ready")
 '''
 SMALL_NAMES = ["cfg", "label", "np", "small"]
-SMALL_CHECK = ('import json as _j, os as _o; '
-               'print(_j.dumps({"sum": int(small.sum()), "label": label, "cfg": cfg, "pid": _o.getpid()}))')
+SMALL_CHECK = ('print(__import__("json").dumps({"sum": int(small.sum()), "label": label, "cfg": cfg, '
+               '"pid": __import__("os").getpid()}))')
 # 600 MB of float64 that does not compress or dedup: its checkpoint takes seconds on this disk
 BIG_CELL = r'''
 import numpy as np

@@ -25,6 +25,9 @@ from serverkit import SLOW_SAVE, gkews_server_config, open_notebook, post, run_c
 
 ID = r"\d{8}-\d{6}-\d{3}-[0-9a-f]{4}"
 
+#: the kernel's automatic-checkpoint writer, reached without binding a name (a private name is saved now)
+WRITER = "__import__('kernel_state.auto').auto.AUTO.writer"
+
 
 @pytest.fixture
 def jp_server_config(tmp_path, monkeypatch):
@@ -131,14 +134,14 @@ async def test_kernel_undo_follows_a_rename(jp_fetch, jp_serverapp, jp_root_dir)
     kid = session["kernel"]["id"]
     await run_cell(jp_serverapp, kid, "%gkews_checkpoint auto on")
     await run_cell(jp_serverapp, kid, "a = 1")
-    await run_cell(jp_serverapp, kid, "import kernel_state.auto as _auto; _auto.AUTO.writer.wait_idle(60)")
-    await run_cell(jp_serverapp, kid, "_auto.AUTO.writer.hold()")  # the next snapshot waits in the writer
+    await run_cell(jp_serverapp, kid, f"{WRITER}.wait_idle(60)")
+    await run_cell(jp_serverapp, kid, f"{WRITER}.hold()")  # the next snapshot waits in the writer
     await run_cell(jp_serverapp, kid, "a = 2")
     await rename_like_jupyterlab(jp_fetch, "undo.ipynb", "undone.ipynb", {session["id"]: "undone.ipynb"})
     await followed(jp_serverapp)
-    await run_cell(jp_serverapp, kid, "_auto.AUTO.writer.release(); _auto.AUTO.writer.wait_idle(60)")
+    await run_cell(jp_serverapp, kid, f"{WRITER}.release(); {WRITER}.wait_idle(60)")
     await run_cell(jp_serverapp, kid, "a = 3")
-    await run_cell(jp_serverapp, kid, "_auto.AUTO.writer.wait_idle(60)")
+    await run_cell(jp_serverapp, kid, f"{WRITER}.wait_idle(60)")
 
     rows = await listed(jp_fetch, "undone.ipynb")
     sources = [row["label"]["source"] for row in rows if row["auto"]]
