@@ -17,3 +17,5 @@ def load_ipython_extension(ipython):
     from . import auto
     if auto.enabled_by_setting(ipython):
         auto.AUTO.on(ipython, remember=False)
+    from .hold import hold_at_start
+    hold_at_start()  # last: a kernel a resume starts runs no cell before its restore

@@ -38,6 +38,39 @@ def save_then_hold(request: str, hold_file: str, seconds: float) -> api.Answer:
     return answer
 
 
+def hold_at_start(seconds: float = 600.0) -> None:
+    """A kernel a resume starts waits in a hold before it runs any cell: the resume restores into it through
+    the hold file (as into a kernel that lived on), then lets it go, and the cells sent meanwhile run on the
+    restored state (a cell sent the moment the kernel was up ran on an empty namespace, and the restore then
+    undid it). The server marks such a start by writing START into the kernel's hold file before starting
+    it; the kernel finds the file beside its connection file. Bounded, so that a server gone meanwhile does
+    not hold it for ever."""
+    path = _start_hold_file()
+    if path is None:
+        return
+    with _interrupts_ignored():
+        _hold(path, seconds)
+
+
+def _start_hold_file() -> str | None:
+    try:
+        from ipykernel.kernelapp import IPKernelApp
+        if not IPKernelApp.initialized():
+            return None
+        connection = IPKernelApp.instance().connection_file
+    except Exception:  # not an ipykernel kernel (a plain IPython, a test): nothing to wait for
+        return None
+    name = os.path.basename(connection or "")
+    if not (name.startswith("kernel-") and name.endswith(".json")):
+        return None
+    path = os.path.join(os.path.dirname(connection), f"gkews-hold-{name[len('kernel-'):-len('.json')]}")
+    try:
+        with open(path) as f:
+            return path if f.read().strip() == START else None
+    except OSError:
+        return None
+
+
 def _hold(hold_file: str, seconds: float) -> None:
     try:
         from IPython import get_ipython
@@ -106,6 +139,8 @@ def _answer_call(hold_file: str) -> None:
         os.remove(call_path)
 
 
+#: what a hold file says before a kernel the resume starts has entered it (hold_at_start)
+START = "resume-start"
 #: beside the hold file: the server asks a held kernel to outlive it (GPU suspend keeps it across restarts)
 DETACH_SUFFIX = ".detach"
 #: beside the hold file: a request for the held kernel (JSON {"id", "request"}), and its answer

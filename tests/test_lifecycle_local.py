@@ -28,8 +28,7 @@ meta = {"run": "baseline", "epochs": [1, 2, 3]}
 print("ready")
 '''
 CHECK = r'''
-import json as _json
-print(_json.dumps({
+print(__import__("json").dumps({
   "out": model(probe_in).detach().tolist(),
   "grid": float(grid.sum()), "column_is_view": bool(np.shares_memory(column, grid)),
   "scaled": scale(4.0), "is_scaler": isinstance(scale, Scaler), "affine": affine(2),
@@ -66,6 +65,31 @@ async def test_a_pause_keeps_what_the_notebook_wrote_to_files_it_has_open(jp_fet
     assert (work / "run.log").read_text() == "started\n"
 
 
+async def test_a_cell_sent_as_the_resume_starts_the_kernel_runs_after_its_restore(
+        jp_fetch, jp_serverapp, jp_root_dir):
+    """A cell sent the moment the resumed kernel was up (a client that reconnects and runs at once) ran on an
+    empty namespace and answered ok, and the restore then undid what it did. The kernel now starts held:
+    the cell waits for the restore, then runs on the restored state, and what it does stays."""
+    kid = (await open_notebook(jp_fetch, jp_root_dir, "work/early.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "x = 'checkpointed'; counter = 10")
+    assert (await post(jp_fetch, "pause")).code == 202
+    assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
+    km = jp_serverapp.kernel_manager
+    assert (await post(jp_fetch, "resume")).code == 202
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 120
+    while kid not in km:  # as soon as the kernel exists, as a client that reconnects sees it
+        assert loop.time() < deadline, "the resume started no kernel"
+        await asyncio.sleep(0.01)
+    out = await run_cell(jp_serverapp, kid, "print('x' in globals(), globals().get('x'))\n"
+                                            "counter += 1; x = 'set by the cell'")
+    assert out.strip() == "True checkpointed"
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["state"] == "active", resumed["message"]
+    assert resumed["notebooks"][0].get("warnings", []) == []  # nothing of the cell's was replaced
+    assert (await run_cell(jp_serverapp, kid, "print(x, counter)")).strip() == "set by the cell 11"
+
+
 async def test_pause_and_resume_round_trip(jp_fetch, jp_serverapp, jp_root_dir):
     s = await open_notebook(jp_fetch, jp_root_dir, "work/train.ipynb")
     kid = s["kernel"]["id"]
@@ -89,7 +113,7 @@ async def test_pause_and_resume_round_trip(jp_fetch, jp_serverapp, jp_root_dir):
     assert resumed["state"] == "active", resumed["message"]
     nb = resumed["notebooks"][0]
     assert nb["verdict"] == "restored-from-checkpoint"
-    assert sorted(nb["restored"]) == ["Scaler", "_json", "affine", "column", "grid", "meta", "model", "np",
+    assert sorted(nb["restored"]) == ["Scaler", "affine", "column", "grid", "meta", "model", "np",
                                       "probe_in", "scale", "torch"]
     assert nb["failed"] == {}
     sessions = json.loads((await jp_fetch("api", "sessions")).body)

@@ -24,7 +24,8 @@ import time
 from jupyter_core.utils import ensure_async
 from traitlets import CaselessStrEnum, Float, Int, validate
 
-from kernel_state.hold import held_pid
+from kernel_state.fsutil import remove_quietly
+from kernel_state.hold import START as HOLD_AT_START, held_pid
 
 from ..bridge import hold_file, kernel_pid
 from ..gpu_suspend import GIB, DriverError, GpuUnavailable, gib, keepalive, procs
@@ -68,6 +69,10 @@ class LocalBackend(Backend):
         10.0, config=True,
         help="Seconds a resume waits for the server's restarter to bring back a notebook's kernel it finds dead "
         "(killed during an earlier resume); then it restarts the kernel itself.")
+    start_hold_wait = Float(
+        60.0, config=True,
+        help="Seconds a resume waits for a kernel it started to enter its start hold (so that no cell runs in it "
+        "before its restore); a kernel that does not by then is restored into as it runs.")
     host_memory_reserve = Int(
         2 * GIB, config=True,
         help="Bytes of host memory (MemAvailable) a suspend leaves free; a kernel whose GPU memory does not fit "
@@ -291,15 +296,41 @@ class LocalBackend(Backend):
         if not started:
             await self._alive(kernel_id)
         else:
-            kernel_id = await self.serverapp.session_manager.start_kernel_for_session(
-                notebook["session_id"], notebook["path"], notebook["name"], notebook["type"],
-                notebook["kernel_name"], kernel_id=kernel_id)
+            # held from its start until the resume has restored into it (kernel_state.hold.hold_at_start)
+            held = hold_file(self.serverapp.runtime_dir, kernel_id)
+            with open(held, "w") as f:
+                f.write(HOLD_AT_START)
+            try:
+                kernel_id = await self.serverapp.session_manager.start_kernel_for_session(
+                    notebook["session_id"], notebook["path"], notebook["name"], notebook["type"],
+                    notebook["kernel_name"], kernel_id=kernel_id)
+            except BaseException:
+                remove_quietly(held)
+                raise
+            await self._until_held(kernel_id, held)
         try:
             return await self._bind_session(notebook, kernel_id)
         except BaseException:
             if started:  # never leave a kernel running that no session shows
                 await km.shutdown_kernel(kernel_id)
             raise
+
+    async def _until_held(self, kernel_id: str, path: str) -> None:
+        """Wait until the kernel just started is in its hold (it signs the hold file with its pid), so that the
+        resume's calls go through the hold and no cell runs before them. A kernel that does not load
+        kernel_state, or that died, is not waited for long: the hold file goes, and it starts as it would."""
+        km = self.serverapp.kernel_manager
+        deadline = time.monotonic() + self.start_hold_wait
+        while time.monotonic() < deadline and kernel_id in km:
+            kernel = km.get_kernel(kernel_id)
+            if held_pid(path) == kernel_pid(kernel) or not await ensure_async(kernel.is_alive()):
+                if held_pid(path) != kernel_pid(kernel):
+                    remove_quietly(path)
+                return
+            await asyncio.sleep(0.05)
+        self.log.warning("gkews: the kernel of %s did not enter its start hold within %.0f s; restoring into it "
+                         "as it runs", kernel_id, self.start_hold_wait)
+        remove_quietly(path)  # a kernel reading it now finds none, or cannot sign it, and starts as usual
 
     async def _alive(self, kernel_id: str) -> str:
         """A kernel found dead (killed during the last resume, say) is alive again before anything is restored
