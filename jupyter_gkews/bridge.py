@@ -313,9 +313,20 @@ def _ignore_our_activity(kernel, km) -> None:
     stream.on_recv(record_unless_ours)
 
 
+#: one call at a time through a hold's files (a rename's call during the resume's restore took its answer)
+_HELD_CALLS: dict[str, asyncio.Lock] = {}
+
+
 async def call_held(hold_file: str, pid: int, request: dict, timeout: float) -> dict | None:
     """Ask the kernel pid, held at hold_file, through the files beside its hold (kernel_state.hold): its
     answer (kernel_state.api's JSON), or None when it left the hold without taking the call."""
+    async with _HELD_CALLS.setdefault(hold_file, asyncio.Lock()):
+        if held_pid(hold_file) != pid:  # let go while another call was answered: ask it as it runs
+            return None
+        return await _call_held(hold_file, pid, request, timeout)
+
+
+async def _call_held(hold_file: str, pid: int, request: dict, timeout: float) -> dict | None:
     call_id = uuid.uuid4().hex
     call_path, answer_path = hold_file + CALL_SUFFIX, hold_file + ANSWER_SUFFIX
     _remove(answer_path)  # one a call that gave up left behind

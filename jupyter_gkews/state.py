@@ -98,7 +98,8 @@ class StateStore:
         with os.scandir(self.directory) as entries:
             for entry in entries:
                 if entry.is_symlink():
-                    links.append(entry.name)
+                    if entry.name != "owner.lock":  # claim() refuses that one itself, saying how
+                        links.append(entry.name)
                 elif entry.is_dir() or not _OUR_FILES.fullmatch(entry.name) or \
                         entry.name == "state.json" and not _our_state(entry.path):
                     foreign.append(entry.name)

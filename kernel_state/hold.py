@@ -48,8 +48,36 @@ def hold_at_start(seconds: float = 600.0) -> None:
     path = _start_hold_file()
     if path is None:
         return
+    shell = _shell()
+    before = dict(shell.user_ns) if shell is not None else {}
     with _interrupts_ignored():
         _hold(path, seconds)
+    if shell is not None:
+        restored = {n for n, v in shell.user_ns.items() if n not in before or before[n] is not v}
+        _keep_shown(shell, restored)
+
+
+def _keep_shown(shell, restored: set) -> None:
+    """IPython hides what the namespace holds once the kernel has started (`user_ns_hidden`: %who and the
+    checkpoint's choice of variables leave such names out), and the start hold runs before that: the
+    variables restored in it would never be saved again. So this kernel hides now what it held before the
+    restore, and IPython hides nothing more at the end of its start."""
+    if not restored:
+        return
+    try:
+        from ipykernel.kernelapp import IPKernelApp
+        IPKernelApp.instance().hide_initial_ns = False
+    except Exception:  # not an ipykernel kernel: nothing hides at its start
+        return
+    shell.user_ns_hidden.update({n: v for n, v in shell.user_ns.items() if n not in restored})
+
+
+def _shell():
+    try:
+        from IPython import get_ipython
+        return get_ipython()
+    except ImportError:
+        return None
 
 
 def _start_hold_file() -> str | None:
