@@ -19,7 +19,7 @@ import queue
 import uuid
 from datetime import datetime, timezone
 
-from kernel_state.hold import ANSWER_SUFFIX, CALL_SUFFIX, held_pid
+from kernel_state.hold import ANSWER_SUFFIX, CALL_SUFFIX, held_pid, hold_path
 
 from .errors import KernelCallError, KernelStateMissing
 
@@ -404,8 +404,9 @@ def kernel_process(kernel):
 
 
 def hold_file(runtime_dir: str, kernel_id: str) -> str:
-    """While this file exists, the kernel held after its pause checkpoint runs nothing else."""
-    return os.path.join(runtime_dir, f"gkews-hold-{kernel_id}")
+    """While this file exists, the kernel held after its pause checkpoint runs nothing else (the kernel
+    finds its own by the same name: kernel_state.hold.hold_path)."""
+    return hold_path(runtime_dir, kernel_id)
 
 
 def _remove(path: str) -> None:

@@ -26,6 +26,7 @@ import signal
 import time
 
 from . import api
+from .checkpoint import current_shell
 from .shutdown import exit_as_a_shutdown_would
 
 
@@ -38,6 +39,11 @@ def save_then_hold(request: str, hold_file: str, seconds: float) -> api.Answer:
     return answer
 
 
+def hold_path(runtime_dir: str, kernel_id: str) -> str:
+    """The hold file of a kernel: beside its connection file, in the server's runtime folder."""
+    return os.path.join(runtime_dir, f"gkews-hold-{kernel_id}")
+
+
 def hold_at_start(seconds: float = 600.0) -> None:
     """A kernel a resume starts waits in a hold before it runs any cell: the resume restores into it through
     the hold file (as into a kernel that lived on), then lets it go, and the cells sent meanwhile run on the
@@ -48,7 +54,7 @@ def hold_at_start(seconds: float = 600.0) -> None:
     path = _start_hold_file()
     if path is None:
         return
-    shell = _shell()
+    shell = current_shell()
     before = dict(shell.user_ns) if shell is not None else {}
     with _interrupts_ignored():
         _hold(path, seconds)
@@ -72,14 +78,6 @@ def _keep_shown(shell, restored: set) -> None:
     shell.user_ns_hidden.update({n: v for n, v in shell.user_ns.items() if n not in restored})
 
 
-def _shell():
-    try:
-        from IPython import get_ipython
-        return get_ipython()
-    except ImportError:
-        return None
-
-
 def _start_hold_file() -> str | None:
     try:
         from ipykernel.kernelapp import IPKernelApp
@@ -91,7 +89,7 @@ def _start_hold_file() -> str | None:
     name = os.path.basename(connection or "")
     if not (name.startswith("kernel-") and name.endswith(".json")):
         return None
-    path = os.path.join(os.path.dirname(connection), f"gkews-hold-{name[len('kernel-'):-len('.json')]}")
+    path = hold_path(os.path.dirname(connection), name[len("kernel-"):-len(".json")])
     try:
         with open(path) as f:
             return path if f.read().strip() == START else None
@@ -100,11 +98,7 @@ def _start_hold_file() -> str | None:
 
 
 def _hold(hold_file: str, seconds: float) -> None:
-    try:
-        from IPython import get_ipython
-        shell = get_ipython()
-    except ImportError:
-        shell = None
+    shell = current_shell()
     if not _sign(hold_file, str(os.getpid())):  # so that the server can tell us from a fresh kernel
         return  # the server let go before the save was done: nothing to hold
     # Bounded, so that a pause that got stuck does not hold the user's cells for ever; time in which the

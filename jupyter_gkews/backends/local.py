@@ -323,9 +323,10 @@ class LocalBackend(Backend):
         deadline = time.monotonic() + self.start_hold_wait
         while time.monotonic() < deadline and kernel_id in km:
             kernel = km.get_kernel(kernel_id)
-            if held_pid(path) == kernel_pid(kernel) or not await ensure_async(kernel.is_alive()):
-                if held_pid(path) != kernel_pid(kernel):
-                    remove_quietly(path)
+            if held_pid(path) == kernel_pid(kernel):
+                return
+            if not await ensure_async(kernel.is_alive()):
+                remove_quietly(path)
                 return
             await asyncio.sleep(0.05)
         self.log.warning("gkews: the kernel of %s did not enter its start hold within %.0f s; restoring into it "
