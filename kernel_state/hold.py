@@ -99,12 +99,15 @@ def _start_hold_file() -> str | None:
 
 def _hold(hold_file: str, seconds: float) -> None:
     shell = current_shell()
-    if not _sign(hold_file, str(os.getpid())):  # so that the server can tell us from a fresh kernel
+    me = str(os.getpid())
+    if not _sign(hold_file, me):  # so that the server can tell us from a fresh kernel
         return  # the server let go before the save was done: nothing to hold
     # Bounded, so that a pause that got stuck does not hold the user's cells for ever; time in which the
     # process did not run (a Pod snapshot, SIGSTOP) does not count. Detached (to outlive its server): no bound.
+    # Held while the file is the one we signed: a pause that follows a resume at once makes a new one under
+    # the same name between two of our looks, and that new hold is not this one.
     detached, held, last = False, 0.0, time.monotonic()
-    while os.path.exists(hold_file) and (detached or held < seconds):
+    while _signed_by(hold_file, me) and (detached or held < seconds):
         if os.path.exists(hold_file + DETACH_SUFFIX):  # asked while held: no shell request can reach us now
             parent = detach_from_parent()
             detached = True
@@ -117,7 +120,8 @@ def _hold(hold_file: str, seconds: float) -> None:
             exit_as_a_shutdown_would()  # never back to the shell loop: the waiting cell would run
         time.sleep(0.05)
         held, last = held + min(time.monotonic() - last, 1.0), time.monotonic()
-    _sign(hold_file, "")  # left: calls through the hold file would find no one
+    if _signed_by(hold_file, me):
+        _sign(hold_file, "")  # left: calls through the hold file would find no one
     if detached:
         attach_to_parent(parent)
 
@@ -129,6 +133,14 @@ def _sign(hold_file: str, text: str) -> bool:
             f.write(text)
             f.truncate()
         return True
+    except FileNotFoundError:
+        return False
+
+
+def _signed_by(hold_file: str, pid: str) -> bool:
+    try:
+        with open(hold_file) as f:
+            return f.read().strip() == pid
     except FileNotFoundError:
         return False
 

@@ -63,6 +63,20 @@ def test_a_hold_that_ended_says_so_and_a_call_then_returns_none(tmp_path):
     assert held.call({"op": "identity"}, timeout=600) is None  # at once, not after the timeout
 
 
+def test_a_hold_ends_when_its_file_is_replaced_by_the_next_pauses(tmp_path):
+    """A client that pauses the moment the resume says "active": the resume removed the hold file and the
+    pause made a new one under the same name, both between two looks of the kernel still in its hold. The
+    old hold ends (the kernel must answer the pause), and leaves the new file as the pause made it."""
+    path = str(tmp_path / "gkews-hold-k")
+    held = Held(path, bound=600)
+    os.remove(path)
+    with open(path, "w"):
+        pass  # the next pause's hold file (bridge.save_and_hold), empty until its kernel signs it
+    held.thread.join(60)
+    assert not held.thread.is_alive()
+    assert os.path.exists(path) and hold.held_pid(path) is None
+
+
 def test_time_the_process_did_not_run_does_not_count_against_the_bound(tmp_path, monkeypatch):
     """A Pod snapshot freezes the held kernel for hours; its monotonic clock may jump by all of that."""
     jumped = []
