@@ -30,6 +30,7 @@ class CheckpointCatalog:
 
     @_store_usable
     def list(self, notebook: str | None = None) -> list[dict]:
+        self.store.check()
         names = [notebook] if notebook else self.notebooks()
         rows = []
         for name in names:

@@ -62,4 +62,6 @@ def from_kernel(exc: KernelCallError, suffix: str = "") -> LifecycleError:
         return NotFound(str(exc))
     if exc.kind in KERNEL_CONFLICT:
         return Conflict(str(exc))
+    if exc.kind == "NotAStore":  # the checkpoint root is a folder of the user's, or has a link inside
+        return StoreUnusable(str(exc))
     return KernelCallFailed(f"{exc}{suffix}")

@@ -141,10 +141,15 @@ class Store:
         except OSError as exc:
             raise write_error(exc, self.root) from None
 
-    def _claim_root(self) -> None:
-        """Accept the root if it has our marker; write the marker into an empty (or new) one, or into a store
-        of an older version (only our own names in it); refuse anything else, before writing anything."""
-        os.makedirs(self.root, mode=0o700, exist_ok=True)
+    def check(self) -> None:
+        """Refuse a root that is no store, as a save would, without writing anything (a listing: a folder of
+        the user's listed as "no checkpoints" hid that every save there is refused). A root not made yet is
+        an empty store."""
+        if os.path.isdir(self.root):
+            self._refuse_unless_ours()
+
+    def _refuse_unless_ours(self) -> bool:
+        """Whether the root has our marker; NotAStore when it holds what the store did not write."""
         marker = os.path.join(self.root, MARKER)
         try:
             st = os.lstat(marker)
@@ -155,15 +160,23 @@ class Store:
                 raise NotAStore(f"{marker} is not a regular file, so {self.root} is not a checkpoint store this "
                                 f"version wrote; point GKEWS_CHECKPOINT_ROOT at an empty or new directory")
             self._check_marker(marker)
-        else:
-            foreign = self._foreign_entries()
-            if foreign:
-                shown = ", ".join(sorted(foreign)[:5]) + (", ..." if len(foreign) > 5 else "")
-                raise NotAStore(
-                    f"{self.root} is not a gkews checkpoint store: it holds files the store did not write ({shown}) "
-                    f"and no {MARKER} marker, and the store deletes what it does not reference. Point "
-                    f"GKEWS_CHECKPOINT_ROOT (c.GkewsApp.checkpoint_root) at an empty or new directory; nothing "
-                    f"was written or deleted.")
+            return True
+        foreign = self._foreign_entries()
+        if foreign:
+            shown = ", ".join(sorted(foreign)[:5]) + (", ..." if len(foreign) > 5 else "")
+            raise NotAStore(
+                f"{self.root} is not a gkews checkpoint store: it holds files the store did not write ({shown}) "
+                f"and no {MARKER} marker, and the store deletes what it does not reference. Point "
+                f"GKEWS_CHECKPOINT_ROOT (c.GkewsApp.checkpoint_root) at an empty or new directory; nothing "
+                f"was written or deleted.")
+        return False
+
+    def _claim_root(self) -> None:
+        """Accept the root if it has our marker; write the marker into an empty (or new) one, or into a store
+        of an older version (only our own names in it); refuse anything else, before writing anything."""
+        os.makedirs(self.root, mode=0o700, exist_ok=True)
+        marker = os.path.join(self.root, MARKER)
+        if not self._refuse_unless_ours():
             body = json.dumps({"format": MARKER_FORMAT, "version": 1,
                                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode()
             write_bytes_durable(body, marker, self.root)

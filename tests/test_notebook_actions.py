@@ -169,3 +169,22 @@ async def test_a_link_inside_the_store_is_named_on_delete_and_nothing_is_deleted
     assert "symbolic link" in answer["message"] and "GKEWS_CHECKPOINT_ROOT" in answer["message"]
     assert (elsewhere / "notes.txt").read_text() == "mine"
     assert [c["id"] for c in kernel_state.list_checkpoints(notebook="a.ipynb", root=str(root))] == [saved["id"]]
+
+
+async def test_a_checkpoint_root_set_to_a_users_folder_is_named_when_listing_and_saving(
+        jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    """c.GkewsApp.checkpoint_root pointed at a folder of the user's (no store marker, files the store did not
+    write): the page's list must not say "no checkpoints yet", and "checkpoint now" must not be an unexplained
+    kernel failure; both answer StoreUnusable with the fix, and the folder is left as it was."""
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    (root / "thesis.tex").write_text("mine")
+    s = await open_notebook(jp_fetch, jp_root_dir, "a.ipynb")
+    await run_cell(jp_serverapp, s["kernel"]["id"], "x = 1")
+    for r in (await jp_fetch("gkews", "checkpoints", raise_error=False),
+              await post(jp_fetch, "checkpoints/now", {"notebook": "a.ipynb"})):
+        answer = json.loads(r.body)
+        assert r.code == 500 and answer["reason"] == "StoreUnusable", r.body
+        assert "thesis.tex" in answer["message"] and "GKEWS_CHECKPOINT_ROOT" in answer["message"], answer
+    assert sorted(p.name for p in root.iterdir()) == ["thesis.tex"]
+    assert (root / "thesis.tex").read_text() == "mine"
