@@ -64,18 +64,27 @@ def hold_at_start(seconds: float = 600.0) -> None:
 
 
 def _keep_shown(shell, restored: set) -> None:
-    """IPython hides what the namespace holds once the kernel has started (`user_ns_hidden`: %who and the
-    checkpoint's choice of variables leave such names out), and the start hold runs before that: the
-    variables restored in it would never be saved again. So this kernel hides now what it held before the
-    restore, and IPython hides nothing more at the end of its start."""
-    if not restored:
-        return
+    """IPython hides what the namespace holds at the end of the kernel's start, after its startup files ran
+    (`user_ns_hidden`: %who and the checkpoint's choice of variables leave such names out), and the start
+    hold runs before that: the variables restored in it would never be saved again. So once that step is done
+    the restored names are shown again, as long as they still hold what was restored; what a startup file
+    defined stays hidden, as in a fresh kernel."""
+    values = {n: shell.user_ns[n] for n in restored if n in shell.user_ns}
     try:
         from ipykernel.kernelapp import IPKernelApp
-        IPKernelApp.instance().hide_initial_ns = False
+        app = IPKernelApp.instance()
+        init_code = app.init_code  # the step that runs the startup files, then hides the namespace
     except Exception:  # not an ipykernel kernel: nothing hides at its start
         return
-    shell.user_ns_hidden.update({n: v for n, v in shell.user_ns.items() if n not in restored})
+    if not values:
+        return
+
+    def init_code_then_show_restored():
+        init_code()
+        for name, value in values.items():
+            if name in shell.user_ns_hidden and shell.user_ns_hidden[name] is value:
+                del shell.user_ns_hidden[name]
+    app.init_code = init_code_then_show_restored
 
 
 def _start_hold_file() -> str | None:

@@ -61,4 +61,4 @@ class Server(LocalServer):
         return "".join(out)
 
     def pid_of(self, kernel_id: str) -> int:
-        return int(self.run_cell(kernel_id, "import os; print(os.getpid())").strip())
+        return int(self.run_cell(kernel_id, "print(__import__('os').getpid())").strip())  # binds no name

@@ -283,3 +283,35 @@ def test_next_transition_accepted_as_soon_as_status_says_done(tmp_path):
         if server.proc is not None and server.proc.poll() is None:
             server.signal(signal.SIGKILL)
         kill_pids(pids)
+
+
+def test_a_resumed_kernel_shows_and_saves_what_a_fresh_one_would(tmp_path):
+    """The resumed kernel's namespace looks as the notebook's did: its restored variables in %who and in the
+    next pause's checkpoint, and what an IPython startup file defines hidden from both, as in a fresh kernel."""
+    server = Server(tmp_path)
+    startup = server.base / "ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    (startup / "00-helpers.py").write_text("startup_helper = 41\n")
+    who = 'print(sorted(get_ipython().run_line_magic("who_ls", "")))'
+    pids: list[int] = []
+    try:
+        server.start()
+        kid = server.open_notebook(SMALL)["kernel"]["id"]
+        pids.append(server.pid_of(kid))
+        server.run_cell(kid, "x = 1\ny = [startup_helper]")
+        assert server.run_cell(kid, who).strip() == "['x', 'y']"
+        for _ in range(2):  # the second pause saves what the first resume restored
+            assert server.post("gkews/pause")[0] == 202
+            s = server.wait_for(("paused", "failed"))
+            assert s["state"] == "paused", s["message"]
+            assert s["notebooks"][0]["saved"] == ["x", "y"], s["notebooks"][0]
+            assert server.post("gkews/resume")[0] == 202
+            s = server.wait_for(("active", "failed"))
+            assert s["state"] == "active", s["message"]
+            pids.append(server.pid_of(kid))
+            assert server.run_cell(kid, who).strip() == "['x', 'y']"
+            assert server.run_cell(kid, "print(x, y, startup_helper)").strip() == "1 [41] 41"
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.signal(signal.SIGKILL)
+        kill_pids(pids)
