@@ -22,7 +22,7 @@ from .renames import Renames
 from .handlers import handlers, session_handlers
 from .lifecycle import Lifecycle
 from .lifecycle.paths import session_path
-from .state import StateDirInUse, StateDirNotOurs, StateStore
+from .state import StateDirInUse, StateDirNotOurs, StateStore, damaged_events_note
 
 #: Environment variable through which kernels started by this server learn
 #: where to keep their checkpoints (read by ``kernel_state``).
@@ -268,9 +268,21 @@ class GkewsApp(ExtensionApp):
         try:
             store.claim()  # one server per state directory
             self.lifecycle.load()  # before the server answers requests: nobody sees a half-recovered state
+            damaged = store.read_events(limit=1)[1]
+            if damaged:
+                self.log.warning("jupyter_gkews: %s", damaged_events_note(store.events_path, damaged))
         except (OSError, StateDirInUse, StateDirNotOurs) as exc:
             store.release_claim()
             self._unavailable(self._unwritable(store, exc) if isinstance(exc, OSError) else str(exc))
+            return
+        except Exception as exc:  # a state no check foresaw (a hand edit, a bug): off with the reason, never 404
+            store.release_claim()
+            self.log.exception("jupyter_gkews: the state in %s could not be loaded", store.directory)
+            self._unavailable(
+                f"the state in {store.directory} could not be loaded ({type(exc).__name__}: {exc}; the server log "
+                f"has the details). Put back what was changed in {store.state_path}, or move that directory aside "
+                f"to start afresh: the checkpoints stay in {os.environ[CHECKPOINT_ROOT_ENV]}, and "
+                f"`%gkews_checkpoint restore` brings a notebook's back")
             return
         self.settings.update(gkews_lifecycle=self.lifecycle,
                              gkews_catalog=CheckpointCatalog(os.environ[CHECKPOINT_ROOT_ENV]))

@@ -20,7 +20,8 @@ from .states import Event
 
 
 def new_cycle(number: int) -> dict:
-    return {"cycle": number, "reason": None, "gpus": 0, "notebooks": {}, "result": None, "snapshot_bytes": 0,
+    # gpus: the count the pause recorded; None until its pause-requested event is read (or in logs older than it)
+    return {"cycle": number, "reason": None, "gpus": None, "notebooks": {}, "result": None, "snapshot_bytes": 0,
             "resume_failed": None, "pause_failed": None, "released_all": True, "kept": (), "timeline": {}}
 
 
@@ -50,7 +51,7 @@ class Cycles:
             self._close_earlier(n, e["time"])
             t["pause_requested"] = e["time"]
             t["last_activity"] = e.get("last_activity")
-            c.update(reason=e.get("reason", "user"), gpus=e.get("gpus") or 0)
+            c.update(reason=e.get("reason", "user"), gpus=e.get("gpus"))
         elif kind in (Event.NOTEBOOK_CHECKPOINTED, Event.NOTEBOOK_NOT_CHECKPOINTED):
             c["notebooks"].setdefault(e["path"], {})["bytes"] = e.get("bytes") or 0
             if kind == Event.NOTEBOOK_NOT_CHECKPOINTED:
@@ -131,4 +132,4 @@ def released_hours(cycle: dict, until: float, start: float = -math.inf, end: flo
 
 
 def gpu_hours_released(cycle: dict, until: float) -> float:
-    return released_hours(cycle, until) * cycle["gpus"]
+    return released_hours(cycle, until) * (cycle["gpus"] or 0)

@@ -82,7 +82,8 @@ class MetricsRecorder:
             self._count_released(ended)
         if cycle is None:
             return
-        cycle["gpus"] = cycle["gpus"] or self.gpu_count  # the pause was requested before this server started
+        if cycle["gpus"] is None:  # its pause-requested event is not in the log: count this server's GPUs
+            cycle["gpus"] = self.gpu_count
         event, t = record["event"], cycle["timeline"]
         if event == Event.PAUSED:
             PAUSES.labels(cycle["reason"] or "user", "paused").inc()

@@ -64,13 +64,15 @@ def held_and_released(events: list[dict], cycles: list[dict], start: float, end:
     return observed - released, released
 
 
-def week(events: list[dict], cycles: list[dict], end: float) -> dict:
-    """Seven days ending at `end`, one row a day (UTC): hours held (allocated) and released."""
+def week(events: list[dict], cycles: list[dict], end: float, upto: float | None = None) -> dict:
+    """Seven days ending at `end`, one row a day (UTC): hours held (allocated) and released, counted up to
+    `upto` (now, for a week that has not ended yet)."""
+    upto = end if upto is None else min(end, upto)
     day0 = math.ceil(end / DAY) * DAY - 7 * DAY  # the day `end` falls in is the last (a midnight ends one)
     days = []
     for i in range(7):
         s = day0 + i * DAY
-        held, released = held_and_released(events, cycles, s, min(s + DAY, end))
+        held, released = held_and_released(events, cycles, s, max(s, min(s + DAY, upto)))
         days.append({"date": time.strftime("%Y-%m-%d", time.gmtime(s)), "day": time.strftime("%a", time.gmtime(s)),
                      "allocated_hours": round(held, 3), "released_hours": round(released, 3)})
     allocated = sum(d["allocated_hours"] for d in days)
@@ -132,14 +134,17 @@ def _cause(reason: str) -> str:
 
 
 def build_report(events: list[dict], until: float | None = None) -> dict:
-    """The report of the events up to `until` (default now); later ones are left out."""
-    until = time.time() if until is None else until
+    """The report of the events up to `until` (default now); later ones are left out, and so are the hours
+    after now of an `until` still to come (a week's report asked before the week ended)."""
+    now = time.time()
+    until = now if until is None else until
+    asked, until = until, min(until, now)
     events = follow_renames([e for e in events if e.get("time", 0) <= until])
     cycles = build_cycles(events)
     deleted = deleted_while_paused(events)
     rows = []
     for c in cycles:
-        rows.append({"cycle": c["cycle"], "reason": c["reason"], "gpus": c["gpus"], "result": c["result"],
+        rows.append({"cycle": c["cycle"], "reason": c["reason"], "gpus": c["gpus"] or 0, "result": c["result"],
                      "timeline": c["timeline"], "notebooks": c["notebooks"], "snapshot_bytes": c["snapshot_bytes"],
                      "pause_failed": c["pause_failed"], "resume_failed": c["resume_failed"],
                      "deleted": deleted.get(c["cycle"], []), **measure(c, until)})
@@ -181,7 +186,7 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
         "first_cell_seconds_p50": percentile(first, 0.5), "first_cell_seconds_p95": percentile(first, 0.95),
         "fallbacks": fallbacks, "failures": failures,
     }
-    return {"until": until, "cycles": rows, "totals": totals, "week": week(events, cycles, until)}
+    return {"until": until, "cycles": rows, "totals": totals, "week": week(events, cycles, asked, until)}
 
 
 # -- text ---------------------------------------------------------------------------------------------

@@ -164,17 +164,42 @@ class StateStore:
             pass  # nothing more can be done; a reader skips a half line
 
     def events(self, since: float = 0.0, limit: int = 1000) -> list[dict]:
+        return self.read_events(since, limit)[0]
+
+    def read_events(self, since: float = 0.0, limit: int = 1000) -> tuple[list[dict], list[int]]:
+        """The events after `since` (the last `limit` of them), and the numbers of the lines that are no
+        event: a line a crash cut off mid-append, or one damaged by hand. Those are skipped, never trusted."""
         try:
-            with open(self.events_path) as f:
-                lines = f.readlines()
+            with open(self.events_path, "rb") as f:
+                lines = f.read().split(b"\n")
         except FileNotFoundError:
-            return []
-        out = []
-        for line in lines:
+            return [], []
+        out, damaged = [], []
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
             try:
-                event = json.loads(line)
-            except ValueError:
-                continue  # a line cut by a crash mid-append
-            if event.get("time", 0) > since:
+                event = json.loads(line.decode())
+            except ValueError:  # not UTF-8, or not JSON
+                event = None
+            if not well_formed_event(event):
+                damaged.append(number)
+            elif event["time"] > since:
                 out.append(event)
-        return out[-limit:]
+        return out[-limit:], damaged
+
+
+def damaged_events_note(path: str, lines: list[int]) -> str:
+    shown = ", ".join(map(str, lines[:10])) + (", ..." if len(lines) > 10 else "")
+    return (f"{path}: {len(lines)} line(s) are no event and were skipped (line {shown}): a line a crash cut off, "
+            f"or one changed by hand; what the other lines say is used")
+
+
+def well_formed_event(event) -> bool:
+    """What every reader of an event relies on (schema.EVENT): an object with a time and an event name, and
+    a whole cycle number if it has one."""
+    def number(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+    cycle = event.get("cycle", 0) if isinstance(event, dict) else None
+    return (isinstance(event, dict) and number(event.get("time")) and isinstance(event.get("event"), str)
+            and isinstance(cycle, int) and not isinstance(cycle, bool))

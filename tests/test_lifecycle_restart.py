@@ -315,3 +315,34 @@ def test_a_resumed_kernel_shows_and_saves_what_a_fresh_one_would(tmp_path):
         if server.proc is not None and server.proc.poll() is None:
             server.signal(signal.SIGKILL)
         kill_pids(pids)
+
+
+def test_a_server_restarted_on_a_damaged_event_log_still_resumes(tmp_path):
+    """A line of events.jsonl changed by hand (`null`, bytes that are no UTF-8) made the extension fail to load
+    on the next start: every gkews route answered 404 and the paused notebook could not be resumed. The
+    damaged lines are skipped, named in the log, and the resume brings the notebook back."""
+    server = Server(tmp_path)
+    pids: list[int] = []
+    try:
+        server.start()
+        kid = server.open_notebook(SMALL)["kernel"]["id"]
+        server.run_cell(kid, SMALL_CELL)
+        pids.append(server.pid_of(kid))
+        assert server.post("gkews/pause")[0] == 202
+        assert server.wait_for(("paused", "failed"))["state"] == "paused"
+        server.stop()
+        events = server.state_dir / "events.jsonl"
+        lines = events.read_bytes().count(b"\n")
+        with open(events, "ab") as f:
+            f.write(b"null\n\xff\xfe\n")
+        server.start()
+        assert server.status()["state"] == "paused"
+        assert f"2 line(s) are no event and were skipped (line {lines + 1}, {lines + 2})" in server.log_tail(20000)
+        assert server.post("gkews/resume")[0] == 202
+        s = server.wait_for(("active", "failed"))
+        assert s["state"] == "active" and sorted(s["notebooks"][0]["restored"]) == SMALL_NAMES, s
+        assert len(server.get("gkews/events")["events"]) > lines
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.signal(signal.SIGKILL)
+        kill_pids(pids)

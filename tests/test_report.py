@@ -145,6 +145,39 @@ def test_until_leaves_out_what_came_after_it(tmp_path):
     assert last["verdicts"] == {} and last["ready_seconds"] is None
 
 
+def test_a_report_until_a_day_still_to_come_counts_only_the_hours_until_now(tmp_path):
+    """The weekly report run on Friday with --until=Sunday: a GPU released since an hour ago counts 1 h, not
+    the hours until Sunday's end."""
+    now = time.time()
+    events = pause_events(1, now - H, now - H - 120)
+    r = report_of(tmp_path, events, "--until=" + time.strftime("%Y-%m-%d", time.gmtime(now + 3 * 24 * H)), "--json")
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    last = report["cycles"][-1]
+    assert last["still_paused"] and last["released_hours"] == pytest.approx(1, abs=0.01)
+    assert report["totals"]["gpu_hours_released"] == pytest.approx(2, abs=0.02)
+    assert report["week"]["released_hours"] == pytest.approx(1, abs=0.01)
+    assert report["week"]["days"][-1]["released_hours"] == 0  # the week's last day has not begun
+
+
+def test_damaged_lines_of_the_event_log_are_named_and_the_rest_is_reported(tmp_path):
+    """A crash cuts off the last line; a hand edit leaves a `null` or a word where a number belongs. The report
+    still reports what the other lines say, and names the lines it skipped."""
+    report_of(tmp_path, workstation_week()[:8], "--until=2026-11-25")
+    path = tmp_path / "state" / "events.jsonl"
+    good = path.read_bytes()
+    path.write_bytes(good + b'null\n[1, 2]\n{"time": "x", "event": "paused", "cycle": 1}\n'
+                     b'{"time": 1.0, "event": "paused", "cycle": "three"}\n\xff\xfe\n{"time": 17')
+    first = good.count(b"\n") + 1
+    r = report_of(tmp_path, [], "--until=2026-11-25", "--json")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert f"6 line(s) are no event and were skipped (line {', '.join(str(first + i) for i in range(6))})" \
+        in r.stderr, r.stderr
+    path.write_bytes(good)
+    assert json.loads(r.stdout)["totals"] == json.loads(report_of(tmp_path, [], "--until=2026-11-25",
+                                                                  "--json").stdout)["totals"]
+
+
 def test_kept_is_what_the_checkpoint_store_holds_now(tmp_path):
     """Three pauses of one unchanged notebook share its blob: "kept: checkpoints 300.0 MiB" was the sum the
     pauses wrote, not the store's size."""

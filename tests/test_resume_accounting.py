@@ -467,17 +467,19 @@ def test_the_last_checkpoint_gauges_survive_a_restart_while_paused(tmp_path):
         server.kill()
 
 
-@pytest.mark.parametrize("released_all, restarted_gpus", [(True, 3), (False, 1)],
-                         ids=["count changed", "a kernel kept running"])
-def test_a_server_restarted_while_paused_counts_the_gpu_hours_the_report_counts(released_all, restarted_gpus):
+@pytest.mark.parametrize("paused_gpus, released_all, restarted_gpus", [(1, True, 3), (1, False, 1), (0, True, 4)],
+                         ids=["count changed", "a kernel kept running", "paused without GPUs"])
+def test_a_server_restarted_while_paused_counts_the_gpu_hours_the_report_counts(paused_gpus, released_all,
+                                                                                restarted_gpus):
     """The server restarts between the pause and the resume: its metric must count the pause's GPU count and
-    whether that pause released every GPU, as the report does; it counted its own count, and "all"."""
-    pause = pause_events(1, MONDAY, last_activity=MONDAY - H, gpus=1)
+    whether that pause released every GPU, as the report does; it counted its own count, and "all" (and took
+    a pause's count of 0 for one not recorded)."""
+    pause = pause_events(1, MONDAY, last_activity=MONDAY - H, gpus=paused_gpus)
     pause[-1]["environment_released"] = released_all
     started = ev(MONDAY + H, "started", 1, "paused")
     resume = resume_events(1, MONDAY + 2 * H, 20, "restored-from-checkpoint")
     [cycle] = build_report(pause + [started] + resume, until=MONDAY + 4 * H)["cycles"]
-    assert cycle["gpu_hours_released"] == pytest.approx(2.0 if released_all else 0.0)
+    assert cycle["gpu_hours_released"] == pytest.approx(2.0 * paused_gpus if released_all else 0.0)
 
     recorder = MetricsRecorder(restarted_gpus, earlier_events=lambda: pause + [started])  # the new process
     before, timeline = REGISTRY.get_sample_value("gkews_gpu_hours_released_total"), dict(pause[-1]["timeline"])

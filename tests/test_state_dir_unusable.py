@@ -32,6 +32,9 @@ def jp_server_config(tmp_path, state_dir, monkeypatch, request):
         (state_dir / "state.json").write_text('{"theme": "dark"}')
         (tmp_path / "my.log").write_text("mine\n")
         (state_dir / "events.jsonl").symlink_to(tmp_path / "my.log")
+    if "damaged_by_hand" in request.node.name:
+        state_dir.mkdir()
+        (state_dir / "state.json").write_text(json.dumps({"state": "paused", "phase": None, "notebooks": 5}))
     return {"ServerApp": {"jpserver_extensions": {"jupyter_gkews": True}, "allow_unauthenticated_access": False},
             "GkewsApp": {"checkpoint_root": str(tmp_path / "ckpt"), "state_dir": str(state_dir)}}
 
@@ -76,3 +79,13 @@ async def test_a_state_directory_set_to_a_users_folder_is_refused_and_left_as_it
     assert (state_dir / "state.json").read_text() == '{"theme": "dark"}'
     assert (tmp_path / "my.log").read_text() == "mine\n"
     assert sorted(p.name for p in state_dir.iterdir()) == ["events.jsonl", "state.json"]
+
+
+async def test_a_state_document_damaged_by_hand_turns_the_extension_off_with_the_reason(jp_fetch, state_dir):
+    """A state.json whose notebooks are no list (edited by hand): every route answers 503 naming the file and
+    what to do, not Jupyter's 404 of an extension that failed to load; the file is left as it was."""
+    r = await jp_fetch("gkews", "status", raise_error=False)
+    body = json.loads(r.body)
+    assert r.code == 503 and body["reason"] == "ExtensionUnavailable", (r.code, body)
+    assert "could not be loaded" in body["message"] and str(state_dir / "state.json") in body["message"], body
+    assert json.loads((state_dir / "state.json").read_text())["notebooks"] == 5

@@ -13,7 +13,7 @@ from traitlets import Bool, Unicode
 
 from ..report import build_report, text
 from ..report_html import page
-from ..state import StateStore
+from ..state import StateStore, damaged_events_note
 from .serverconfig import ROOT_FIX, ServerConfigApp
 
 
@@ -72,7 +72,10 @@ class ReportApp(ServerConfigApp):
         except ValueError as exc:
             print(exc, file=sys.stderr)
             self.exit(2)
-        report = build_report(store.events(limit=10**9), until)
+        events, damaged = store.read_events(limit=10**9)
+        if damaged:
+            print(damaged_events_note(store.events_path, damaged), file=sys.stderr)
+        report = build_report(events, until)
         report["state_dir"] = store.directory
         totals, root = report["totals"], self.checkpoint_root(settings)
         if os.path.isdir(root):
