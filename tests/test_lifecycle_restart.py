@@ -7,6 +7,7 @@ cleanly, losing no checkpoint; a server that starts and finds the state paused r
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -258,16 +259,32 @@ def _checkpoints_on_disk(root: Path, notebook: str) -> list[dict]:
     return [r for r in Store(str(root)).list(notebook) if "error" not in r]
 
 
+@contextlib.contextmanager
+def running_server(tmp_path):
+    """A started Server, and a list for the kernel pids the test makes: all killed at the end."""
+    server, pids = Server(tmp_path), []
+    try:
+        server.start()
+        yield server, pids
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.signal(signal.SIGKILL)
+        kill_pids(pids)
+
+
+def small_notebook(server: Server, pids: list[int]) -> str:
+    """SMALL opened with SMALL_CELL run in its kernel; the kernel's id."""
+    kid = server.open_notebook(SMALL)["kernel"]["id"]
+    server.run_cell(kid, SMALL_CELL)
+    pids.append(server.pid_of(kid))
+    return kid
+
+
 def test_next_transition_accepted_as_soon_as_status_says_done(tmp_path):
     """docs/rest-api.md: poll GET status until state leaves pausing/resuming. A client that then asks for
     the next transition at once must be accepted, not refused with 409 "a paused transition is running"."""
-    server = Server(tmp_path)
-    pids: list[int] = []
-    try:
-        server.start()
-        kid = server.open_notebook(SMALL)["kernel"]["id"]
-        server.run_cell(kid, SMALL_CELL)
-        pids.append(server.pid_of(kid))
+    with running_server(tmp_path) as (server, pids):
+        kid = small_notebook(server, pids)
         for _ in range(3):
             for action, done in (("pause", "paused"), ("resume", "active")):
                 code, r = server.post(f"gkews/{action}")
@@ -279,23 +296,16 @@ def test_next_transition_accepted_as_soon_as_status_says_done(tmp_path):
                     s = server.status()
                 assert s["state"] == done, (action, s["state"], s["message"], s.get("notebooks"))
         pids.append(server.pid_of(kid))
-    finally:
-        if server.proc is not None and server.proc.poll() is None:
-            server.signal(signal.SIGKILL)
-        kill_pids(pids)
 
 
 def test_a_resumed_kernel_shows_and_saves_what_a_fresh_one_would(tmp_path):
     """The resumed kernel's namespace looks as the notebook's did: its restored variables in %who and in the
     next pause's checkpoint, and what an IPython startup file defines hidden from both, as in a fresh kernel."""
-    server = Server(tmp_path)
-    startup = server.base / "ipython" / "profile_default" / "startup"
+    startup = tmp_path / "ipython" / "profile_default" / "startup"
     startup.mkdir(parents=True)
     (startup / "00-helpers.py").write_text("startup_helper = 41\n")
     who = 'print(sorted(get_ipython().run_line_magic("who_ls", "")))'
-    pids: list[int] = []
-    try:
-        server.start()
+    with running_server(tmp_path) as (server, pids):
         kid = server.open_notebook(SMALL)["kernel"]["id"]
         pids.append(server.pid_of(kid))
         server.run_cell(kid, "x = 1\ny = [startup_helper]")
@@ -311,23 +321,14 @@ def test_a_resumed_kernel_shows_and_saves_what_a_fresh_one_would(tmp_path):
             pids.append(server.pid_of(kid))
             assert server.run_cell(kid, who).strip() == "['x', 'y']"
             assert server.run_cell(kid, "print(x, y, startup_helper)").strip() == "1 [41] 41"
-    finally:
-        if server.proc is not None and server.proc.poll() is None:
-            server.signal(signal.SIGKILL)
-        kill_pids(pids)
 
 
 def test_a_server_restarted_on_a_damaged_event_log_still_resumes(tmp_path):
     """A line of events.jsonl changed by hand (`null`, bytes that are no UTF-8) made the extension fail to load
     on the next start: every gkews route answered 404 and the paused notebook could not be resumed. The
     damaged lines are skipped, named in the log, and the resume brings the notebook back."""
-    server = Server(tmp_path)
-    pids: list[int] = []
-    try:
-        server.start()
-        kid = server.open_notebook(SMALL)["kernel"]["id"]
-        server.run_cell(kid, SMALL_CELL)
-        pids.append(server.pid_of(kid))
+    with running_server(tmp_path) as (server, pids):
+        small_notebook(server, pids)
         assert server.post("gkews/pause")[0] == 202
         assert server.wait_for(("paused", "failed"))["state"] == "paused"
         server.stop()
@@ -342,7 +343,3 @@ def test_a_server_restarted_on_a_damaged_event_log_still_resumes(tmp_path):
         s = server.wait_for(("active", "failed"))
         assert s["state"] == "active" and sorted(s["notebooks"][0]["restored"]) == SMALL_NAMES, s
         assert len(server.get("gkews/events")["events"]) > lines
-    finally:
-        if server.proc is not None and server.proc.poll() is None:
-            server.signal(signal.SIGKILL)
-        kill_pids(pids)
