@@ -111,7 +111,6 @@ class ResumeTest:
 
     def prepare(self) -> dict:
         """Scratch notebook, secret, model, fingerprints, result file; then pause. Returns the record."""
-        t0 = time.monotonic()
         self.client.create_notebook(self.notebook, [SETUP, observe_code()])
         session = self.client.start_session(self.notebook)
         kid = session["kernel"]["id"]
@@ -122,6 +121,7 @@ class ResumeTest:
         result = self._read_file(self.result_file)
         self.say(f"recorded a secret, a {before['model']} model (weights {before['weights'][:12]}) and "
                  f"{self.result_file} in process {before['pid']}")
+        t0 = time.monotonic()
         self.client.post_ok("gkews/pause", {"notebooks": [self.notebook]})
         self.say("pausing ...")
         paused = self.client.wait_for((State.PAUSED, State.FAILED), timeout=self.timeout, tolerate_unreachable=True)
@@ -160,6 +160,10 @@ class ResumeTest:
         c.delete(f"api/sessions/{record['session']}")
         for path in (record["result_file"], record["notebook"]):
             c.delete(f"api/contents/{urllib.parse.quote(path)}")
+        folder = record["notebook"].rsplit("/", 1)[0]
+        code, listing = c.request("GET", f"api/contents/{urllib.parse.quote(folder)}?content=1")
+        if code == 200 and not listing.get("content"):  # the test's own folder, left empty: not the user's
+            c.delete(f"api/contents/{urllib.parse.quote(folder)}")
         code, body = c.request("GET", f"gkews/checkpoints?notebook={urllib.parse.quote(record['notebook'])}")
         for ckpt in body.get("checkpoints", []) if code == 200 else []:
             c.delete(f"gkews/checkpoints/{ckpt['id']}")

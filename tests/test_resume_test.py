@@ -38,7 +38,7 @@ def test_resume_test_against_a_running_server_and_around_an_upgrade(server, tmp_
     assert ok.stdout.splitlines()[-1] == FRESH
     # it left nothing behind on that server
     assert server.get("gkews/checkpoints")["checkpoints"] == []
-    assert server.get("api/contents/gkews-resume-test")["content"] == []
+    assert server.request("GET", "api/contents/gkews-resume-test")[0] == 404  # its folder too
     assert server.get("api/sessions") == []
 
     record = tmp_path / "record.json"
@@ -82,6 +82,8 @@ def test_a_cell_whose_magic_failed_is_a_failure(server, monkeypatch):
     (["--url=http://127.0.0.1:9/", "--token=x"], "cannot reach the server at http://127.0.0.1:9/"),
     (["--step=bogus"], "expected any of ['all', 'prepare', 'check']"),  # 1 would read "the resume failed"
     (["--timeout=abc"], "The 'timeout' trait"),
+    (["--url=notaurl", "--token=x"], "--url='notaurl' is not a server's address"),  # was a ValueError traceback
+    (["--url=127.0.0.1:8888", "--token=x"], "give its base URL with the scheme, e.g. --url=http://127.0.0.1:8888/"),
 ])
 def test_bad_use_is_named(tmp_path, args, words):
     r = jupyter_gkews("resume-test", *args, home=tmp_path, timeout=120)
@@ -136,3 +138,43 @@ def test_the_decision(after, verdict, result, passed, conclusion, problem):
     else:
         assert said == "neither a live restore nor a restore from the checkpoint"
         assert any(problem in p for p in problems), problems
+
+
+def test_a_wrong_base_url_is_named_as_such(server, tmp_path):
+    """A server behind a path (JupyterHub's /user/NAME/) given without it: not "no jupyter_gkews extension"."""
+    r = jupyter_gkews("resume-test", f"--url={server.url}user/me/", f"--token={server.token}", home=tmp_path,
+                      timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"no Jupyter server answers at {server.url}user/me/" in r.stderr and "check the base URL" in r.stderr
+
+
+def test_a_server_with_a_notebook_paused_by_its_user_is_left_as_it_is(server, tmp_path):
+    """The test's own pause and resume would resume the user's paused state to active (the user's notebook still
+    released, the report's release ended): it refuses, and creates nothing."""
+    kid = server.open_notebook("mine.ipynb")["kernel"]["id"]
+    server.run_cell(kid, "x = 1")
+    assert server.post("gkews/pause")[0] == 202
+    assert server.wait_for(("paused", "failed"))["state"] == "paused"
+    r = jupyter_gkews("resume-test", f"--url={server.url}", f"--token={server.token}", home=tmp_path, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"the server at {server.url} is paused" in r.stderr and "Run it when the state is active" in r.stderr
+    s = server.status()
+    assert s["state"] == "paused" and [nb["path"] for nb in s["notebooks"]] == ["mine.ipynb"]
+    assert server.request("GET", "api/contents/gkews-resume-test")[0] == 404
+
+
+def test_a_server_whose_extension_is_off_gets_no_scratch_notebook(tmp_path):
+    """The extension answered 503 (a setting it cannot use): the test created its notebook and started a kernel
+    (which would hold a GPU) before it found out."""
+    server = Server(tmp_path / "server")
+    server.extra_args = ["--LocalBackend.release_mode=bogus"]
+    try:
+        with pytest.raises(AssertionError, match="503"):  # it starts, and its routes say why they are off
+            server.start()
+        r = jupyter_gkews("resume-test", f"--url={server.url}", f"--token={server.token}", home=tmp_path,
+                          timeout=120)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "cannot run the test: GET gkews/status answered 503: jupyter-gkews is off" in r.stderr, r.stderr
+        assert server.get("api/sessions") == [] and server.request("GET", "api/contents/gkews-resume-test")[0] == 404
+    finally:
+        server.stop()

@@ -8,11 +8,13 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.parse
 
 from jupyter_core.application import base_aliases, base_flags
 from traitlets import Bool, Enum, Float, Unicode
 
 from ..resumetest import ResumeTest
+from ..states import State
 from ..serverclient import UNREACHABLE, ServerClient
 from .strict import StrictApp
 
@@ -57,6 +59,10 @@ class ResumeTestApp(StrictApp):
         server = None
         base = None
         if self.url:
+            parts = urllib.parse.urlsplit(self.url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                self._usage(f"--url={self.url!r} is not a server's address: give its base URL with the scheme, "
+                            f"e.g. --url=http://127.0.0.1:8888/ (or .../user/NAME/ behind JupyterHub)")
             client = ServerClient(self.url, self.token or os.environ.get("JUPYTER_TOKEN", ""))
         else:
             from ..localserver import LocalServer
@@ -84,14 +90,25 @@ class ResumeTestApp(StrictApp):
         self.exit(2)
 
     def _run(self, client) -> int:
-        code, _ = client.request("GET", "gkews/status")
+        code, body = client.request("GET", "gkews/status")
         if code in (401, 403) and not client.token:
             self._usage(f"the server at {client.url} asks for a token and none was given: give it with "
                         f"--token=TOKEN or in $JUPYTER_TOKEN")
         if code in (401, 403):
             self._usage(f"the server at {client.url} refused the token: give the right one with --token")
         if code == 404:
-            self._usage(f"the server at {client.url} has no jupyter_gkews extension: install and enable it")
+            jupyter, _ = client.request("GET", "api/status")
+            if jupyter == 200:
+                self._usage(f"the server at {client.url} has no jupyter_gkews extension: install and enable it")
+            self._usage(f"no Jupyter server answers at {client.url} (GET api/status: {jupyter}): check the base "
+                        f"URL (behind JupyterHub it ends in /user/NAME/)")
+        if code != 200:
+            message = body.get("message") if isinstance(body, dict) else body
+            self._usage(f"the server at {client.url} cannot run the test: GET gkews/status answered {code}: {message}")
+        if self.step != "check" and body["state"] != State.ACTIVE:
+            self._usage(f"the server at {client.url} is {body['state']} ({body['message']}): the test pauses and "
+                        f"resumes a notebook of its own, and would change what its user paused or resumes. Run it "
+                        f"when the state is active, or without --url (it starts a server of its own)")
         test = ResumeTest(client, say, self.timeout)
         if self.step == "check":
             try:
