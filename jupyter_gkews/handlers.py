@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import math
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
@@ -185,7 +186,9 @@ class EventsHandler(GkewsHandler):
         try:
             since = float(self.get_argument("since", "0"))
         except ValueError:
-            raise BadRequest("since must be a number: seconds since the epoch, as in an event's time") from None
+            since = math.nan
+        if math.isnan(since):  # nan compares false with every time: an empty answer that looks like "none"
+            raise BadRequest("since must be a number: seconds since the epoch, as in an event's time")
         events = await asyncio.to_thread(self.lifecycle.store.events, since)
         self.reply(200, {"events": events})
 

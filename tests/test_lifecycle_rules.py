@@ -116,6 +116,8 @@ BAD_INPUT = [
      [f"no checkpoint {CHECKPOINT_ID}", "GET gkews/checkpoints lists them"]),
     ("events-since-not-a-number", "GET", ("gkews", "events"), None, {"since": "abc"}, 400,
      ["since must be a number", "seconds since the epoch"]),
+    ("events-since-nan", "GET", ("gkews", "events"), None, {"since": "nan"}, 400,  # was 200 with no events
+     ["since must be a number", "seconds since the epoch"]),
 ]
 
 
