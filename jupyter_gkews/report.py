@@ -151,7 +151,10 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
     verdicts: dict[str, int] = {}
     fallbacks: dict[str, int] = {}
     failures: dict[str, int] = {}
+    pause_failures: dict[str, int] = {}
     for r in rows:
+        if r["pause_failed"]:
+            pause_failures[r["pause_failed"]] = pause_failures.get(r["pause_failed"], 0) + 1
         for v, n in r["verdicts"].items():
             verdicts[v] = verdicts.get(v, 0) + n
         for attempt in resumes(r):
@@ -184,7 +187,7 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
         "success_rate": round(sum(verdicts.get(v, 0) for v in OK_VERDICTS) / resumed, 4) if resumed else None,
         "ready_seconds_p50": percentile(ready, 0.5), "ready_seconds_p95": percentile(ready, 0.95),
         "first_cell_seconds_p50": percentile(first, 0.5), "first_cell_seconds_p95": percentile(first, 0.95),
-        "fallbacks": fallbacks, "failures": failures,
+        "fallbacks": fallbacks, "failures": failures, "pause_failures": pause_failures,
     }
     return {"until": until, "cycles": rows, "totals": totals, "week": week(events, cycles, asked, until)}
 
@@ -246,7 +249,8 @@ def text(report: dict) -> str:
         f"p95 {_fmt(t['ready_seconds_p95'], '.1f', ' s')}; to the first cell run: "
         f"p50 {_fmt(t['first_cell_seconds_p50'], '.1f', ' s')}, p95 {_fmt(t['first_cell_seconds_p95'], '.1f', ' s')}",
     ]
-    for title, causes in (("fallbacks to the checkpoint", t["fallbacks"]), ("failures", t["failures"])):
+    for title, causes in (("pauses that failed", t["pause_failures"]),
+                          ("fallbacks to the checkpoint", t["fallbacks"]), ("failures", t["failures"])):
         if causes:
             out.append(f"{title}:")
             # one line each, as in the status (a reason may hold a newline)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import calendar
+import html
 import json
 import os
 import re
@@ -357,3 +358,16 @@ def test_failure_causes_print_on_one_line_and_lose_only_file_paths():
            "1/2)" in lines
     assert "  1 x the kernel died\\nwhile restoring" in lines and "  1 x a new process\\nof its own" in lines
     assert not [line for line in lines if line.startswith(("second line", "while restoring", "of its own"))]
+
+
+def test_a_failed_pause_says_why_in_the_text_and_the_page():
+    """The table said "pause failed", and the cause was only in the JSON."""
+    why = "No notebook could be checkpointed, so nothing was released: a.ipynb: the disk is full"
+    events = [ev(MONDAY, "pause-requested", 1, "pausing", "checkpointing", notebooks=["a.ipynb"], gpus=1),
+              ev(MONDAY + 5, "failed", 1, "failed", reason=why)]
+    report = build_report(events, until=MONDAY + H)
+    assert report["totals"]["pause_failures"] == {why: 1}
+    out = report_text(report)
+    assert f"pauses that failed:\n  1 x {why}" in out, out
+    from jupyter_gkews.report_html import page
+    assert html.escape(why) in page(report)
