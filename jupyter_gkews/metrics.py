@@ -18,12 +18,19 @@ RESUMES = Counter("gkews_resumes", "Notebooks resumed, by verdict (live-verified
                   "partially-restored, failed); a notebook deleted while paused is not resumed.", ["verdict"])
 CHECKPOINT_SECONDS = Gauge("gkews_last_checkpoint_seconds", "Seconds the last pause took to checkpoint its "
                            "notebooks (pause requested to checkpoints done).")
-CHECKPOINT_BYTES = Gauge("gkews_last_checkpoint_bytes", "Bytes of the checkpoints the last pause kept "
-                         "(all its notebooks).")
+CHECKPOINT_BYTES = Gauge("gkews_last_checkpoint_bytes", "Bytes of the checkpoints the paused state holds "
+                         "(the last pause's, and those of notebooks an earlier pause left paused).")
 GPU_HOURS_RELEASED = Counter("gkews_gpu_hours_released", "GPU hours released: from the environment stopping "
                              "to capacity being obtained again, times the session's GPU count; none for a pause "
                              "that left a kernel running.")
 GPUS = Gauge("gkews_gpus", "GPUs this session holds while it runs (c.GkewsApp.gpu_count).")
+
+
+def kept_bytes(state: dict) -> int:
+    """The bytes of the checkpoints a paused state resumes from: the same figure live and after a restart
+    (a pause from paused keeps the notebooks paused before it, with their checkpoints)."""
+    return sum(nb.get("bytes") or 0 for nb in state.get("notebooks") or []
+               if nb.get("checkpoint") and nb.get("status") != NotebookStatus.LOST)
 
 
 class MetricsRecorder:
@@ -49,8 +56,7 @@ class MetricsRecorder:
         t = state.get("timeline") or {}
         if not t.get("environment_stopped"):
             return
-        CHECKPOINT_BYTES.set(sum(nb.get("bytes") or 0 for nb in state["notebooks"]
-                                 if nb.get("checkpoint") and nb.get("status") != NotebookStatus.LOST))
+        CHECKPOINT_BYTES.set(kept_bytes(state))
         if t.get("checkpoint_done") and t.get("pause_requested"):
             CHECKPOINT_SECONDS.set(t["checkpoint_done"] - t["pause_requested"])
 
@@ -87,7 +93,7 @@ class MetricsRecorder:
         event, t = record["event"], cycle["timeline"]
         if event == Event.PAUSED:
             PAUSES.labels(cycle["reason"] or "user", "paused").inc()
-            CHECKPOINT_BYTES.set(sum(nb.get("bytes") or 0 for nb in cycle["notebooks"].values()))
+            CHECKPOINT_BYTES.set(kept_bytes(state))
             if t.get("checkpoint_done") and t.get("pause_requested"):
                 CHECKPOINT_SECONDS.set(t["checkpoint_done"] - t["pause_requested"])
         elif event == Event.RESUME_REQUESTED:

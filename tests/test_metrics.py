@@ -59,6 +59,22 @@ async def test_metrics_follow_a_pause_and_a_resume(jp_fetch, jp_serverapp, jp_ro
     assert delta(after, mid, "gkews_gpu_hours_released_total") == pytest.approx(released, rel=1e-6)
 
 
+async def test_the_checkpoint_bytes_of_a_pause_from_paused_count_every_paused_notebook(jp_fetch, jp_serverapp,
+                                                                                       jp_root_dir):
+    """a.ipynb paused, then b.ipynb paused from paused: the gauge showed b's bytes only, and a's and b's after a
+    server restart with nothing changed. It shows what the paused state holds, both times."""
+    for name, rows in (("a.ipynb", 300), ("b.ipynb", 600)):
+        s = await open_notebook(jp_fetch, jp_root_dir, name)
+        await run_cell(jp_serverapp, s["kernel"]["id"], f"import numpy as np; table = np.ones(({rows}, 500))")
+    for name in ("a.ipynb", "b.ipynb"):
+        assert (await post(jp_fetch, "pause", {"notebooks": [name]})).code == 202
+        paused = await wait_for(jp_fetch, ("paused", "failed"))
+        assert paused["state"] == "paused", paused["message"]
+    kept = {nb["path"]: nb["bytes"] for nb in paused["notebooks"]}
+    assert sorted(kept) == ["a.ipynb", "b.ipynb"] and kept["a.ipynb"] >= 1_200_000
+    assert (await scrape(jp_fetch))[("gkews_last_checkpoint_bytes", ())] == sum(kept.values())
+
+
 async def test_metrics_need_the_token(jp_fetch):
     r = await jp_fetch("metrics", headers={"Authorization": ""}, raise_error=False)
     assert r.code == 403
