@@ -106,6 +106,11 @@ def _refuse_link(path: str, root: str) -> NotAStore:
         f"nothing was written or deleted.")
 
 
+def _delete_advice(checkpoint_id: str) -> str:
+    return (f"delete it (`%gkews_checkpoint delete {checkpoint_id}` in the notebook, or DELETE "
+            f"gkews/checkpoints/{checkpoint_id} on the server) and restore an older one")
+
+
 def new_checkpoint_id() -> str:
     now = time.time()
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
@@ -604,8 +609,7 @@ class Store:
                 return _LEAN[digest]
             manifest = json.loads(data)
         except (OSError, ValueError, UnicodeDecodeError) as exc:
-            raise CorruptManifest(f"manifest {name} cannot be read ({exc}); delete it with "
-                                  f"%gkews_checkpoint delete {name[:-5]} and restore an older one") from None
+            raise CorruptManifest(f"manifest {name} cannot be read ({exc}); {_delete_advice(name[:-5])}") from None
         if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
             raise CorruptManifest(f"manifest {name} is not a gkews checkpoint manifest")
         if manifest.get("version") != MANIFEST_VERSION:
@@ -616,7 +620,7 @@ class Store:
         if not known and checksum != manifest_checksum(manifest):
             # a flipped digit in an offset, a shape or a name would otherwise restore a wrong value silently
             raise CorruptManifest(f"manifest {name} does not match its checksum: it was modified or damaged; "
-                                  f"delete it with %gkews_checkpoint delete {name[:-5]} and restore an older one")
+                                  f"{_delete_advice(name[:-5])}")
         for field, kind in (("variables", dict), ("storages", dict), ("tensors", dict), ("arrays", dict),
                             ("blobs", dict), ("skipped", dict), ("modules", dict), ("id", str)):
             if not isinstance(manifest.get(field), kind):

@@ -413,7 +413,8 @@ async def test_a_damaged_checkpoint_fails_once_and_its_advice_works(jp_fetch, jp
     resumed = await wait_for(jp_fetch, ("active", "failed"))
     [nb] = resumed["notebooks"]
     assert nb["status"] == "lost" and nb["verdict"] == "failed", nb
-    assert f"delete it with %gkews_checkpoint delete {damaged} and restore an older one" in nb["error"], nb
+    assert f"delete it (`%gkews_checkpoint delete {damaged}` in the notebook, or DELETE gkews/checkpoints/{damaged} " \
+           "on the server) and restore an older one" in nb["error"], nb
     assert nb["next_step"] == (
         f"its checkpoint {damaged} cannot be read, so its kernel runs without the saved state: restore an older "
         "checkpoint into it (the Checkpoints panel, or %gkews_checkpoint restore --checkpoint ID with an ID from "
