@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from kernel_state.hold import ANSWER_SUFFIX, CALL_SUFFIX, held_pid, hold_path
 
 from .errors import KernelCallError, KernelStateMissing
+from .kernelready import kernel_ready
 
 SAVED_LINE = '{"gkews_saved"'
 BRIDGE_SESSION = "gkews-bridge-"  # the start of our clients' session ids
@@ -98,7 +99,7 @@ class KernelBridge:
                 payload = self._answer_json(kernel, label, reply)
         except (TimeoutError, asyncio.TimeoutError):
             raise KernelCallError(f"the kernel of {label} did not answer within {timeout:.0f} s") from None
-        except RuntimeError as exc:  # wait_for_ready: the kernel died
+        except RuntimeError as exc:  # kernel_ready: the kernel died, or does not answer
             raise KernelCallError(f"the kernel of {label} is not responding: {exc}") from None
         finally:
             client.stop_channels()
@@ -197,7 +198,7 @@ class KernelBridge:
 
     @staticmethod
     async def _execute(client, expr: str, timeout: float, hook):
-        await client.wait_for_ready(timeout=60)
+        await kernel_ready(client, timeout=60)
         return await client.execute_interactive("", silent=True, store_history=False,
                                                 user_expressions={"gkews": expr}, timeout=timeout,
                                                 output_hook=hook)

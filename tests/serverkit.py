@@ -6,6 +6,8 @@ import json
 
 import nbformat
 
+from jupyter_gkews.kernelready import kernel_ready
+
 
 async def open_notebook(jp_fetch, root_dir, path: str, kernel_name: str = "python3") -> dict:
     """What JupyterLab does when a user opens a notebook: a file, then a session with a kernel."""
@@ -23,7 +25,7 @@ async def run_cell(serverapp, kernel_id: str, code: str, timeout: float = 120) -
     client.start_channels()
     out = []
     try:
-        await client.wait_for_ready(timeout=60)
+        await kernel_ready(client, timeout=60)  # jupyter_client's wait_for_ready waits while IOPub is busy
 
         def hook(msg):
             if msg["msg_type"] == "stream":

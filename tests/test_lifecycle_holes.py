@@ -303,6 +303,26 @@ async def test_a_kernel_that_restarted_while_the_pause_waited_is_not_checkpointe
 
 
 # -- problem 6: interrupt with a cell that ignores SIGINT --------------------------------------------------
+async def test_a_kernel_whose_thread_keeps_printing_is_paused_and_its_variables_come_back(
+        jp_fetch, jp_serverapp, jp_root_dir):
+    """An idle kernel with a thread that prints a progress dot every 30 ms (a logger, a data loader): the pause sat
+    in "checkpointing" for as long as the printing went on (jupyter_client's wait_for_ready drains IOPub until it
+    is quiet), refusing every other request meanwhile."""
+    s = await open_notebook(jp_fetch, jp_root_dir, "chatty.ipynb")
+    kid = s["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "import threading, time\nresult = 42\n"
+                                      "def chatter():\n    while True:\n        print('.', end='', flush=True)\n"
+                                      "        time.sleep(0.03)\n"
+                                      "threading.Thread(target=chatter, daemon=True).start()")
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"), timeout=120)
+    assert paused["state"] == "paused" and "result" in paused["notebooks"][0]["saved"], paused
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"), timeout=120)
+    assert resumed["notebooks"][0]["verdict"] == "restored-from-checkpoint", resumed
+    assert (await run_cell(jp_serverapp, kid, "print(result)")).strip() == "42"
+
+
 async def test_an_interrupt_the_cell_ignores_is_bounded(jp_fetch, jp_serverapp, jp_root_dir, gate):
     a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
     client, msg_id = await start_cell(jp_serverapp, a, WAIT_FOR_GATE.format(gate=str(gate), ignore_sigint=True))

@@ -15,6 +15,8 @@ import signal
 
 from kernel_state.hold import DETACH_SUFFIX
 
+from ..kernelready import kernel_ready
+
 # run inside the kernel as a user expression: pure Python, so it works while CUDA calls are locked
 _APP = "__import__('ipykernel.kernelapp', fromlist=['IPKernelApp']).IPKernelApp.instance()"
 DETACH = "__import__('kernel_state.hold', fromlist=['detach_from_parent']).detach_from_parent()"
@@ -51,7 +53,7 @@ async def run_expression(kernel, expr: str, timeout: float = 30.0) -> bool:
     client = kernel.client()
     client.start_channels()
     try:
-        await client.wait_for_ready(timeout=timeout)
+        await kernel_ready(client, timeout=timeout)
         reply = await client.execute_interactive("", silent=True, store_history=False,
                                                  user_expressions={"gkews": expr}, timeout=timeout)
         return reply["content"].get("user_expressions", {}).get("gkews", {}).get("status") == "ok"
