@@ -22,6 +22,7 @@ from .renames import Renames
 from .handlers import handlers, session_handlers
 from .lifecycle import Lifecycle
 from .lifecycle.paths import session_path
+from .kernelchanges import KernelChanges
 from .state import StateDirInUse, StateDirNotOurs, StateStore, damaged_events_note
 
 #: Environment variable through which kernels started by this server learn
@@ -262,7 +263,7 @@ class GkewsApp(ExtensionApp):
             bridge=KernelBridge(self.serverapp.kernel_manager, self.kernel_call_timeout, self.log),
             store=store, checkpoint_root=os.environ[CHECKPOINT_ROOT_ENV],
             busy_timeout=self.busy_timeout, keep_last=self.keep_last, max_bytes=self.max_bytes, log=self.log,
-            gpu_count=self.gpu_count)
+            gpu_count=self.gpu_count, kernel_changes=KernelChanges(self.serverapp.kernel_manager))
         self.lifecycle.listeners.append(
             MetricsRecorder(self.gpu_count, earlier_events=lambda: store.events(limit=100_000)))
         try:

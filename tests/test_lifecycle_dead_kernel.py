@@ -97,3 +97,33 @@ async def test_a_rename_during_the_resume_s_restore_ends_it_as_usual(jp_fetch, j
     [nb] = resumed["notebooks"]
     assert (nb["path"], nb["verdict"]) == ("c.ipynb", "restored-from-checkpoint"), json.dumps(nb)
     assert "42" in await run_cell(jp_serverapp, a, "print(x + 1)")
+
+
+@pytest.mark.parametrize("ask", ["restart the kernel", "delete the session"])
+async def test_a_kernel_restarted_or_shut_down_during_its_restore_is_not_called_restored(
+        jp_fetch, jp_serverapp, jp_root_dir, tmp_path, ask):
+    """A restart (or a shutdown) asked while the resume restored into the kernel: the restore finished in the old
+    process, which then went, and the resume said "restored-from-checkpoint" of a kernel that held nothing (the
+    next pause saved it empty). Now the notebook's resume failed, saying why, and a resume again brings it back."""
+    gate = tmp_path / "gate"
+    a = await resuming_into_a_slow_restore(jp_fetch, jp_serverapp, jp_root_dir, gate)
+    if ask == "restart the kernel":
+        request = jp_fetch("api", "kernels", a, "restart", method="POST", body="")
+    else:
+        [session] = json.loads((await jp_fetch("api", "sessions")).body)
+        request = jp_fetch("api", "sessions", session["id"], method="DELETE")
+    asked = asyncio.ensure_future(request)
+    changes = jp_serverapp.web_app.settings["gkews_lifecycle"].kernel_changes
+    await wait_until(lambda: changes.count(a) == 1, "the server to begin the request", timeout=60)
+    gate.touch()
+    after = await wait_for(jp_fetch, ("active", "failed"), timeout=120)
+    await asked
+    [nb] = after["notebooks"]
+    assert nb["verdict"] == "failed" and "restarted or shut down during the resume" in nb["error"], nb
+    assert nb["next_step"].startswith("resume again"), nb
+
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"), timeout=120)
+    [nb] = resumed["notebooks"]
+    assert nb["verdict"] == "restored-from-checkpoint" and "x" in nb["restored"], nb
+    assert "42" in await run_cell(jp_serverapp, nb["kernel_id"], "print(x + 1)")

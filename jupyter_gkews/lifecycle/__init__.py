@@ -33,8 +33,11 @@ from .resume import Resume, mark_lost
 
 class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
     def __init__(self, *, serverapp, backend, bridge, store: StateStore, checkpoint_root: str,
-                 busy_timeout: float = 60.0, keep_last: int = 5, max_bytes: int = 0, log=None, gpu_count: int = 0):
+                 busy_timeout: float = 60.0, keep_last: int = 5, max_bytes: int = 0, log=None, gpu_count: int = 0,
+                 kernel_changes=None):
         self.serverapp, self.backend, self.bridge, self.store = serverapp, backend, bridge, store
+        #: kernelchanges.KernelChanges of the server's kernel manager (None: nothing counts them)
+        self.kernel_changes = kernel_changes
         self.gpu_count = gpu_count  # recorded with each pause: the report turns paused hours into GPU hours
         self.listeners: list = []  # called with (event record, state) after each write (metrics); any thread
         self._take_snapshot = True

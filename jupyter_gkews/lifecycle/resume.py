@@ -15,6 +15,9 @@ from ..state import now
 from ..states import RESUME_FROM, Event, NotebookStatus, Phase, State, Verdict, awaiting_resume
 from .paths import clean_notebook_paths
 
+#: a notebook whose state is back in its kernel (fully or not)
+BACK_VERDICTS = (Verdict.LIVE_VERIFIED, Verdict.RESTORED_FROM_CHECKPOINT, Verdict.PARTIALLY_RESTORED)
+
 
 class Resume:
     """The resume of Lifecycle (a mixin)."""
@@ -101,9 +104,12 @@ class Resume:
 
             async def resume_one(nb):  # kernels are separate processes: restore them side by side
                 lost = nb.get("deleted", False)
+                changes = self._kernel_changes(nb["kernel_id"])
                 if nb.get("verdict") != Verdict.FAILED and not lost:
                     await self._verify_or_restore(nb, self._hold_file(held[id(nb)]))
                 await self._let_go(*{held[id(nb)], nb["kernel_id"]})  # the cells sent while paused run now
+                if nb.get("verdict") in BACK_VERDICTS and self._kernel_changes(nb["kernel_id"]) != changes:
+                    self._lost_to_a_kernel_change(nb)
                 self.state["progress"]["notebooks_done"] += 1
                 if not lost:  # a deleted notebook was not resumed: its notebook-deleted event says so
                     await self._persist(Event.NOTEBOOK_RESUMED, path=nb["path"], verdict=nb["verdict"],
@@ -139,6 +145,20 @@ class Resume:
                              "Resume again; the checkpoints are kept.")
         finally:
             self._in_resume = set()
+
+    def _kernel_changes(self, kernel_id: str) -> int:
+        return self.kernel_changes.count(kernel_id) if self.kernel_changes is not None else 0
+
+    @staticmethod
+    def _lost_to_a_kernel_change(nb: dict) -> None:
+        """A restart or a shutdown of the kernel was asked during the resume (through the REST API, the page, a
+        session deleted or given another kernel): the process the state was verified or restored in goes, so
+        the notebook is not back, whatever the verify or restore said."""
+        nb.update(status=NotebookStatus.FAILED, verdict=Verdict.FAILED,
+                  error="its kernel was restarted or shut down during the resume, after its state was brought back "
+                        "into it: that state went with the process",
+                  next_step=f"resume again to restore it into the notebook's kernel (its checkpoint "
+                            f"{nb.get('checkpoint')} is kept)")
 
     async def _deleted_while_paused(self, nb: dict) -> bool:
         """A notebook whose kernel was shut down and whose file is gone gets no new kernel (it would hold
