@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from kernel_state.hold import ANSWER_SUFFIX, CALL_SUFFIX, held_pid, hold_path
 
 from .errors import KernelCallError, KernelStateMissing
-from .kernelready import kernel_ready
+from .kernelready import kernel_ready, own_client
 
 SAVED_LINE = '{"gkews_saved"'
 BRIDGE_SESSION = "gkews-bridge-"  # the start of our clients' session ids
@@ -151,8 +151,10 @@ class KernelBridge:
             _progress_hook(on_progress)(msg)
             if msg["msg_type"] == "stream" and not saved.done():
                 for line in msg["content"]["text"].splitlines():
-                    if line.startswith(SAVED_LINE):
-                        saved.set_result(json.loads(line)["gkews_saved"])
+                    at = line.find(SAVED_LINE)  # a thread of the notebook may print on the same line
+                    if at >= 0:
+                        saved.set_result(json.JSONDecoder().raw_decode(line, at)[0]["gkews_saved"])
+                        break
         expr = _expression("hold", "save_then_hold", json.dumps(request), hold_file,
                            hold_seconds or self.timeout)
         task = asyncio.create_task(self._execute(client, expr, self.timeout + (hold_seconds or self.timeout), hook))
@@ -189,10 +191,8 @@ class KernelBridge:
         before = (getattr(kernel, "last_activity", None), getattr(km, "last_kernel_activity", None))
         # A session of its own: the kernel routes replies by the client's session id, and every
         # kernel.client() shares the manager's; a hold's client stays connected while others come and go.
-        session = kernel.session.clone()
-        session.session = BRIDGE_SESSION + uuid.uuid4().hex
         _ignore_our_activity(kernel, km)
-        client = kernel.client(session=session)
+        client = own_client(kernel, BRIDGE_SESSION)
         client.start_channels()
         return kernel, client, before
 

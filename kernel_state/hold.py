@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import time
 
 from . import api
@@ -32,7 +33,9 @@ from .shutdown import exit_as_a_shutdown_would
 
 def save_then_hold(request: str, hold_file: str, seconds: float) -> api.Answer:
     answer = api.answer(request)
-    print(json.dumps({"gkews_saved": answer.payload}), flush=True)
+    # one write, on a line of its own: a thread of the notebook that prints meanwhile cannot split it
+    sys.stdout.write("\n" + json.dumps({"gkews_saved": answer.payload}) + "\n")
+    sys.stdout.flush()
     if answer.payload["ok"]:
         with _interrupts_ignored():
             _hold(hold_file, seconds)

@@ -6,7 +6,7 @@ import json
 
 import nbformat
 
-from jupyter_gkews.kernelready import kernel_ready
+from jupyter_gkews.kernelready import kernel_ready, own_client
 
 
 async def open_notebook(jp_fetch, root_dir, path: str, kernel_name: str = "python3") -> dict:
@@ -21,7 +21,7 @@ async def open_notebook(jp_fetch, root_dir, path: str, kernel_name: str = "pytho
 
 async def run_cell(serverapp, kernel_id: str, code: str, timeout: float = 120) -> str:
     """Execute code the way a user's cell runs; return its stdout. Raises on an error."""
-    client = serverapp.kernel_manager.get_kernel(kernel_id).client()
+    client = own_client(serverapp.kernel_manager.get_kernel(kernel_id))
     client.start_channels()
     out = []
     try:

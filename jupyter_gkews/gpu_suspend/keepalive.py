@@ -15,7 +15,7 @@ import signal
 
 from kernel_state.hold import DETACH_SUFFIX
 
-from ..kernelready import kernel_ready
+from ..kernelready import kernel_ready, own_client
 
 # run inside the kernel as a user expression: pure Python, so it works while CUDA calls are locked
 _APP = "__import__('ipykernel.kernelapp', fromlist=['IPKernelApp']).IPKernelApp.instance()"
@@ -50,7 +50,7 @@ async def run_expression(kernel, expr: str, timeout: float = 30.0) -> bool:
     """Evaluate expr silently in the kernel; True when it ran. The kernel's activity stamp is put back: our
     call is not the user's activity."""
     before = getattr(kernel, "last_activity", None)
-    client = kernel.client()
+    client = own_client(kernel)
     client.start_channels()
     try:
         await kernel_ready(client, timeout=timeout)
