@@ -8,6 +8,7 @@ import math
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
+from jupyter_server.services.kernels.handlers import KernelActionHandler
 from jupyter_server.services.sessions.handlers import SessionRootHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
@@ -230,9 +231,32 @@ class SessionsHandler(SessionRootHandler):
         await super().post()
 
 
+#: jupyter_server's route of a kernel action, as it spells it
+KERNEL_ACTION_ROUTE = r"(?P<kernel_id>\w+-\w+-\w+-\w+-\w+)/(?P<action>restart|interrupt)"
+
+
+class KernelActionsHandler(KernelActionHandler):
+    """jupyter_server's POST api/kernels/<id>/restart|interrupt, except on a kernel a pause released: 409 saying
+    the notebook is paused, where jupyter_server answered 500 ("Exception restarting kernel") or 404."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, kernel_id, action):
+        lifecycle = self.settings.get("gkews_lifecycle")  # none when the extension is off: as ever
+        if lifecycle is not None:
+            try:
+                lifecycle.refuse_kernel_action(kernel_id, action)
+            except Conflict as exc:
+                self.set_status(409)
+                self.finish(json.dumps({"message": str(exc), "reason": "Conflict"}))
+                return
+        await super().post(kernel_id, action)
+
+
 def session_handlers(base_url: str) -> list:
-    """Ahead of jupyter_server's own route (an extension's handlers are matched first)."""
-    return [(url_path_join(base_url, "api", "sessions"), SessionsHandler)]
+    """Ahead of jupyter_server's own routes (an extension's handlers are matched first)."""
+    return [(url_path_join(base_url, "api", "sessions"), SessionsHandler),
+            (url_path_join(base_url, "api", "kernels", KERNEL_ACTION_ROUTE), KernelActionsHandler)]
 
 
 def handlers(base_url: str) -> list:

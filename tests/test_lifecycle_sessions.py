@@ -83,6 +83,33 @@ async def test_a_console_for_a_paused_notebook_is_refused_until_it_is_resumed(jp
     assert "42" in await run_cell(jp_serverapp, kid, "print(x + 1)")
 
 
+async def test_restart_or_interrupt_of_a_released_kernel_says_the_notebook_is_paused(
+        jp_fetch, jp_serverapp, jp_root_dir):
+    """A client (a script, an old page) restarting the kernel a pause released got jupyter_server's 500
+    "Exception restarting kernel", and 404 for an interrupt. It is told the notebook is paused and what to do;
+    after the resume, both act on the kernel as ever."""
+    kid = (await open_notebook(jp_fetch, jp_root_dir, "work/train.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "x = 41")
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused", paused["message"]
+    for action in ("restart", "interrupt"):
+        r = await jp_fetch("api", "kernels", kid, action, method="POST", body="", raise_error=False)
+        assert r.code == 409, (action, r.code, r.body)
+        message = json.loads(r.body)["message"]
+        assert message.startswith("'work/train.ipynb' is paused: resume it first") and f"to {action}" in message
+        assert paused["notebooks"][0]["checkpoint"] in message, message
+    assert jp_serverapp.kernel_manager.list_kernel_ids() == []  # nothing was started
+    r = await jp_fetch("api", "kernels", "00000000-0000-0000-0000-000000000000", "restart", method="POST", body="",
+                       raise_error=False)
+    assert r.code in (404, 500)  # not ours: jupyter_server's own answer
+
+    assert (await post(jp_fetch, "resume")).code == 202
+    assert (await wait_for(jp_fetch, ("active", "failed")))["state"] == "active"
+    assert (await jp_fetch("api", "kernels", kid, "interrupt", method="POST", body="")).code == 204
+    assert "42" in await run_cell(jp_serverapp, kid, "print(x + 1)")
+
+
 async def test_a_console_for_a_paused_notebook_reopened_meanwhile_joins_its_live_kernel(
         jp_fetch, jp_serverapp, jp_root_dir):
     """Reopened while paused, the notebook has a live kernel again (the resume restores into it): a console at

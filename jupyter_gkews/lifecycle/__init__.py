@@ -158,6 +158,18 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
                            f"console or session opened on it now would get a new, empty kernel. Resume it first "
                            f"(GPU session: Resume), then open it again.")
 
+    def refuse_kernel_action(self, kernel_id: str, action: str) -> None:
+        """POST api/kernels/<id>/restart or interrupt on a kernel a pause released: jupyter_server answered 500
+        ("Exception restarting kernel") or 404. Conflict, saying that the notebook is paused and what to do."""
+        if kernel_id in self.serverapp.kernel_manager:
+            return  # it runs (suspended, or started again): jupyter_server acts on it
+        for nb in self.state["notebooks"]:
+            if awaiting_resume(nb) and nb["kernel_id"] == kernel_id:
+                doing = "is being resumed: wait until its session is ready" if id(nb) in self._in_resume else \
+                    "is paused: resume it first (GPU session: Resume)"
+                raise Conflict(f"{nb['path']!r} {doing}; the pause released its kernel, so there is no process "
+                               f"to {action} (its variables are in checkpoint {nb['checkpoint']}).")
+
     async def _live_session(self, path: str) -> dict | None:
         """The session at path (exactly, as jupyter_server looks it up) whose kernel runs, if any."""
         km = self.serverapp.kernel_manager
