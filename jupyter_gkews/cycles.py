@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from .states import Event
+from .states import Event, PauseReason
 
 
 def new_cycle(number: int) -> dict:
@@ -51,7 +51,7 @@ class Cycles:
             self._close_earlier(n, e["time"])
             t["pause_requested"] = e["time"]
             t["last_activity"] = e.get("last_activity")
-            c.update(reason=e.get("reason", "user"), gpus=e.get("gpus"))
+            c.update(reason=e.get("reason", PauseReason.USER), gpus=e.get("gpus"))
         elif kind in (Event.NOTEBOOK_CHECKPOINTED, Event.NOTEBOOK_NOT_CHECKPOINTED):
             c["notebooks"].setdefault(e["path"], {})["bytes"] = e.get("bytes") or 0
             if kind == Event.NOTEBOOK_NOT_CHECKPOINTED:

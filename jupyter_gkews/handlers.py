@@ -21,6 +21,7 @@ from .lifecycle import pinned_checkpoints
 from .lifecycle.paths import clean_notebook_paths, one_line
 from .notebook_actions import NotebookActions
 from .schema import CHECKPOINT_ID, validate_request
+from .states import PauseReason
 
 AUTH_RESOURCE = "gkews"
 
@@ -97,7 +98,8 @@ class PauseHandler(GkewsHandler):
     @answers_errors
     async def post(self):
         body = self.body()
-        status = await self.lifecycle.request_pause(body.get("notebooks"), body.get("interrupt", False))
+        status = await self.lifecycle.request_pause(body.get("notebooks"), body.get("interrupt", False),
+                                                    reason=body.get("reason", PauseReason.USER))
         self.reply(202, status)
 
 

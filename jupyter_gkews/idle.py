@@ -21,7 +21,7 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Float, HasTraits, TraitError
 
 from .errors import Conflict
-from .states import State, awaiting_resume
+from .states import PauseReason, State, awaiting_resume
 
 PROFILE_ENV = "GKEWS_PROFILE"
 DEFAULT_PROFILE = "interactive"
@@ -171,7 +171,7 @@ class IdleWatcher:
         if self.log:
             self.log.info("jupyter_gkews: idle policy pauses the session: %s", why)
         try:
-            await self.lifecycle.request_pause(reason="idle policy", snapshot=self.profile.snapshot,
+            await self.lifecycle.request_pause(reason=PauseReason.IDLE_POLICY, snapshot=self.profile.snapshot,
                                                last_activity=round(self.last_activity(now), 3))
         except Conflict as exc:  # a person's pause or resume got there first, or nothing runs
             if self.log:

@@ -12,7 +12,7 @@ import time
 
 from .cycles import build_cycles, gpu_hours_released, released_hours
 from .lifecycle.paths import moved_path, one_line, under
-from .states import OK_VERDICTS, Event, Verdict
+from .states import OK_VERDICTS, Event, PauseReason, Verdict
 
 DAY = 86400.0
 
@@ -175,7 +175,8 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
     totals = {
         "cycles": len(rows),
         "paused": sum(1 for r in rows if r["result"] in ("paused", "resumed")),
-        "by_idle_policy": sum(1 for r in rows if r["reason"] == "idle policy"),
+        "by_idle_policy": sum(1 for r in rows if r["reason"] == PauseReason.IDLE_POLICY),
+        "by_resume_test": sum(1 for r in rows if r["reason"] == PauseReason.RESUME_TEST),
         "idle_hours_before_pause": round(sum(idle) / 3600, 4),
         "released_hours": round(sum(r["released_hours"] for r in rows), 4),
         "gpu_hours_released": round(sum(r["gpu_hours_released"] for r in rows), 4),
@@ -230,7 +231,8 @@ def text(report: dict) -> str:
     rate = "-" if t["success_rate"] is None else f"{t['success_rate'] * 100:.0f}%"
     out += [
         "",
-        f"pauses: {t['paused']} of {t['cycles']} cycle(s), {t['by_idle_policy']} by the idle policy; "
+        f"pauses: {t['paused']} of {t['cycles']} cycle(s), {t['by_idle_policy']} by the idle policy"
+        + (f", {t['by_resume_test']} by resume-test" if t["by_resume_test"] else "") + "; "
         f"idle time before the pauses: {t['idle_hours_before_pause']:.2f} h",
         f"released: {t['released_hours']:.2f} h, {t['gpu_hours_released']:.2f} GPU hours",
         f"written by the pauses: checkpoints {_mib(t['checkpoint_bytes'])} MiB (a blob several of them share "

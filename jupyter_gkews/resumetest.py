@@ -122,7 +122,7 @@ class ResumeTest:
         self.say(f"recorded a secret, a {before['model']} model (weights {before['weights'][:12]}) and "
                  f"{self.result_file} in process {before['pid']}")
         t0 = time.monotonic()
-        self.client.post_ok("gkews/pause", {"notebooks": [self.notebook]})
+        self.client.post_ok("gkews/pause", {"notebooks": [self.notebook], "reason": "resume-test"})
         self.say("pausing ...")
         paused = self.client.wait_for((State.PAUSED, State.FAILED), timeout=self.timeout, tolerate_unreachable=True)
         if paused["state"] != State.PAUSED:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import jsonschema
 
 from .errors import BadRequest
-from .states import Event, NotebookStatus, Phase, State, Verdict
+from .states import REQUEST_PAUSE_REASONS, Event, NotebookStatus, PauseReason, Phase, State, Verdict
 
 #: a checkpoint id: YYYYMMDD-HHMMSS-mmm-xxxx (kernel_state.store.new_checkpoint_id)
 CHECKPOINT_ID = r"[0-9]{8}-[0-9]{6}-[0-9]{3}-[0-9a-f]{4}"
@@ -41,7 +41,10 @@ _NOTEBOOK = {"type": "string", "minLength": 1, "x-message": _NOTEBOOK_MESSAGE}
 
 REQUESTS: dict[str, dict] = {
     "pause": _obj({"notebooks": _NOTEBOOKS,
-                   "interrupt": {**_BOOL, "x-message": '"interrupt" must be true or false'}}),
+                   "interrupt": {**_BOOL, "x-message": '"interrupt" must be true or false'},
+                   # who asked: the report and the metrics count the release checklist's test apart
+                   "reason": {"enum": [str(r) for r in REQUEST_PAUSE_REASONS],
+                              "x-message": '"reason" must be "user" (the default) or "resume-test"'}}),
     "resume": _obj({"notebooks": _NOTEBOOKS}),
     "checkpoint-now": _obj({"notebook": _NOTEBOOK}, required=["notebook"]),
     "restore": _obj({"notebook": _NOTEBOOK}, required=["notebook"]),
@@ -121,7 +124,7 @@ STATUS = _obj({
                         {"type": "null"}]},
     "snapshot": {"type": ["object", "null"], "description": "the backend's snapshot, when it takes one"},
     "restored_from": {"type": "object", "description": "set when the process found itself in a restored Pod"},
-    "paused_by": {"enum": ["user", "idle policy"],
+    "paused_by": {"enum": [str(r) for r in PauseReason],
                   "description": "who asked for this cycle's pause (set when it begins)"},
     "timeline": TIMELINE,
     "notebooks": {"type": "array", "items": NOTEBOOK},

@@ -57,6 +57,18 @@ class Verdict(Name):
     FAILED = "failed"
 
 
+class PauseReason(Name):
+    """Who asked for a pause: the `reason` of its pause-requested event, the report's column and the
+    `reason` label of gkews_pauses_total."""
+    USER = "user"
+    IDLE_POLICY = "idle policy"
+    RESUME_TEST = "resume-test"  # `jupyter gkews resume-test`: not a user's pause, counted apart
+
+
+#: the reasons a REST request may give (the idle policy's is the server's own)
+REQUEST_PAUSE_REASONS = (PauseReason.USER, PauseReason.RESUME_TEST)
+
+
 #: the verdicts that count as a successful resume (the report's success rate): a partial restore is not one
 OK_VERDICTS = (Verdict.LIVE_VERIFIED, Verdict.RESTORED_FROM_CHECKPOINT)
 

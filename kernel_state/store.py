@@ -654,6 +654,8 @@ class Store:
             pins.refuse_if_pinned(self.root, checkpoint_id)  # a paused notebook resumes from it
             os.unlink(path)
             fsync_dir(os.path.dirname(path))
+            # its last checkpoint gone: no empty folder left for `notebooks()` and the cleanup to count
+            self._drop_if_empty(os.path.dirname(os.path.dirname(path)))
             self._collect()
 
     def withdraw(self, notebook: str, checkpoint_id: str) -> None:

@@ -69,7 +69,7 @@ export interface IStatus {
   error: { reason: string; next_step: string } | null;
   restored_from?: Record<string, unknown>;
   /** Who asked for this cycle's pause. */
-  paused_by?: 'user' | 'idle policy';
+  paused_by?: 'user' | 'idle policy' | 'resume-test';
   timeline: Record<string, number | null>;
   notebooks: INotebookStatus[];
   /** The last pause's snapshot; failed means the resume restores from the checkpoints. */

@@ -40,6 +40,14 @@ def test_resume_test_against_a_running_server_and_around_an_upgrade(server, tmp_
     assert server.get("gkews/checkpoints")["checkpoints"] == []
     assert server.request("GET", "api/contents/gkews-resume-test")[0] == 404  # its folder too
     assert server.get("api/sessions") == []
+    assert list((server.checkpoint_root / "notebooks").iterdir()) == []  # no empty folder a cleanup would count
+    # its pause is the test's, not a user's: the report and the metrics count it apart
+    report = jupyter_gkews("report", "--json", f"--state-dir={server.state_dir}",
+                           f"--checkpoint-root={server.checkpoint_root}", home=tmp_path)
+    assert report.returncode == 0, report.stdout + report.stderr
+    totals = json.loads(report.stdout)["totals"]
+    assert (totals["cycles"], totals["by_resume_test"]) == (1, 1), totals
+    assert json.loads(report.stdout)["cycles"][0]["reason"] == "resume-test"
 
     record = tmp_path / "record.json"
     prep = jupyter_gkews("resume-test", f"--url={server.url}", f"--token={server.token}", "--step=prepare",

@@ -96,7 +96,8 @@ def test_the_documented_status_example_is_valid():
 
 @pytest.mark.parametrize("request_name, body, words", [
     ("pause", [], "must be a JSON object"),
-    ("pause", {"notebook": ["a"]}, "unknown field(s) notebook; accepted: interrupt, notebooks"),
+    ("pause", {"notebook": ["a"]}, "unknown field(s) notebook; accepted: interrupt, notebooks, reason"),
+    ("pause", {"reason": "idle policy"}, '"reason" must be "user" (the default) or "resume-test"'),
     ("pause", {"notebooks": "a.ipynb"}, '"notebooks" must be a list'),
     ("pause", {"notebooks": ["a.ipynb", ""]}, '"notebooks" must be a list'),
     ("pause", {"interrupt": 1}, '"interrupt" must be true or false'),

@@ -9,14 +9,14 @@ from ..bridge import kernel_process
 from ..claim import Claim
 from ..errors import BadRequest, Conflict, KernelCallError
 from ..state import now
-from ..states import PAUSE_FROM, Event, NotebookStatus, Phase, State, awaiting_resume
+from ..states import PAUSE_FROM, Event, NotebookStatus, PauseReason, Phase, State, awaiting_resume
 from .paths import clean_notebook_paths, session_path
 
 
 class Pause:
     """The pause of Lifecycle (a mixin)."""
 
-    async def request_pause(self, notebooks=None, interrupt: bool = False, *, reason: str = "user",
+    async def request_pause(self, notebooks=None, interrupt: bool = False, *, reason: str = PauseReason.USER,
                             snapshot: bool = True, last_activity: float | None = None) -> dict:
         """reason and snapshot come from the idle policy (which also knows terminal activity, hence
         last_activity); a user's request takes the defaults."""
