@@ -182,3 +182,12 @@ def test_errors_are_named(fake, gkews, tmp_path):
     fake.stop()
     p = gkews("status", "--workspace", "gpu-notebook", code=1)
     assert f"the Kubernetes API server {fake.url} is unreachable (connection refused)" in p.stderr
+
+
+def test_a_kubeconfig_that_does_not_exist_is_named_as_such(tmp_path):
+    missing = tmp_path / "no-such-kubeconfig"
+    p = subprocess.run([COMMAND, "status", "--workspace", "gpu-notebook", f"--kubeconfig={missing}"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, p.stdout + p.stderr
+    # was "could not be loaded (Invalid kube-config file. No configuration found.)"
+    assert f"the kubeconfig {missing} does not exist" in p.stderr and "--kubeconfig" in p.stderr, p.stderr

@@ -31,6 +31,11 @@ def make_api_client(kubeconfig: str = "", context: str = ""):
 
     configuration = client.Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG", "")
+    named = [p for p in path.split(os.pathsep) if p]  # KUBECONFIG may list several files
+    if named and not any(os.path.isfile(os.path.expanduser(p)) for p in named):
+        # the client says "Invalid kube-config file. No configuration found." for a file that is not there
+        raise KubeError(f"the kubeconfig {path} does not exist; pass --kubeconfig with the path of an existing "
+                        f"kubeconfig file, or set KUBECONFIG to one")
     try:
         if not path and os.environ.get("KUBERNETES_SERVICE_HOST"):
             config.load_incluster_config(client_configuration=configuration)
