@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 
 import pytest
 
@@ -96,6 +97,17 @@ def test_a_cell_whose_magic_failed_is_a_failure(server, monkeypatch):
 def test_bad_use_is_named(tmp_path, args, words):
     r = jupyter_gkews("resume-test", *args, home=tmp_path, timeout=120)
     assert r.returncode == 2 and words in r.stderr
+
+
+def test_a_server_that_never_answers_is_given_up_on_after_the_timeout(tmp_path):
+    """An https:// URL of a plain HTTP server: the TLS handshake is never answered. Each request waited its
+    own 60 s whatever --timeout; with --timeout=1 the command gives up long before that."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"https://127.0.0.1:{silent.getsockname()[1]}/"
+        r = jupyter_gkews("resume-test", f"--url={url}", "--token=x", "--timeout=1", home=tmp_path, timeout=45)
+    assert r.returncode == 2 and f"cannot reach the server at {url}" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])

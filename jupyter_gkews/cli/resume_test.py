@@ -63,7 +63,10 @@ class ResumeTestApp(StrictApp):
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 self._usage(f"--url={self.url!r} is not a server's address: give its base URL with the scheme, "
                             f"e.g. --url=http://127.0.0.1:8888/ (or .../user/NAME/ behind JupyterHub)")
-            client = ServerClient(self.url, self.token or os.environ.get("JUPYTER_TOKEN", ""))
+            # one request waits no longer than a step may (an https:// URL of a plain HTTP server never answers
+            # the TLS handshake)
+            client = ServerClient(self.url, self.token or os.environ.get("JUPYTER_TOKEN", ""),
+                                  request_timeout=min(60.0, self.timeout))
         else:
             from ..localserver import LocalServer
             base = tempfile.mkdtemp(prefix="gkews-resume-test-")
