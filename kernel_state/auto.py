@@ -450,7 +450,7 @@ class AutoCheckpoint:
                 "write_seconds": {"p50": _quantile(write, 0.5), "max": write[-1] if write else None},
                 "keep_last": config.auto_keep_last(), "max_bytes": config.auto_max_bytes(),
                 "staging": {"pooled": POOL.bytes, "reused": POOL.reused, "limit": _staging_limit()},
-                "dirty_pages": TRACKER.status()}
+                "dirty_pages": TRACKER.status(), "setting_problem": SETTING_PROBLEM}
 
     def shutdown(self) -> None:
         """atexit: never wait for the writer; it stops before its next file and removes its temp files."""
@@ -496,18 +496,25 @@ def remembered_choice(notebook: str | None = None, root: str | None = None) -> b
         return None
 
 
+#: what enabled_by_setting could not use, for `auto status` (None: nothing)
+SETTING_PROBLEM: str | None = None
+
+
 def enabled_by_setting(shell) -> bool:
     """At a kernel's start: this notebook's last choice (the magic or the page), else GKEWS_AUTO_CHECKPOINT=1,
     else c.AutoCheckpoint.enabled = True in IPython's config. Never raises: the magic must load."""
     choice = remembered_choice()
     if choice is not None:
         return choice
+    global SETTING_PROBLEM
     env = os.environ.get(ENV_SWITCH, "").strip().lower()
     if env:
         if env not in ("1", "true", "on", "yes", "0", "false", "off", "no"):
             import sys
-            print(f"gkews: {ENV_SWITCH}={env!r} is neither 1 (on) nor 0 (off); automatic checkpoints stay off",
-                  file=sys.stderr)
+            # the stderr of a kernel's start reaches the server's log only: `auto status` says it too
+            SETTING_PROBLEM = (f"{ENV_SWITCH}={env!r} is neither 1 (on) nor 0 (off), so automatic checkpoints "
+                               f"stayed off at the kernel's start; set it to 1 or 0, or use %gkews_checkpoint auto on")
+            print(f"gkews: {SETTING_PROBLEM}", file=sys.stderr)
             return False
         return env in ("1", "true", "on", "yes")
     cfg = getattr(shell, "config", None)

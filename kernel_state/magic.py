@@ -307,4 +307,6 @@ def auto_status_line(s: dict) -> str:
         line += f"\nDirty-page tracking is off ({dirty['off']}): large arrays are hashed whole after every cell."
     if s["error"]:
         line += f"\nLast error: {s['error']}"
+    if s.get("setting_problem") and not s["enabled"]:
+        line += f"\n{s['setting_problem']}."
     return line

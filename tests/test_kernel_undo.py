@@ -89,6 +89,8 @@ def test_a_setting_turns_it_on_from_the_start_and_a_notebook_keeps_its_choice(st
         assert auto_status(k)["enabled"] is False  # the notebook's own choice wins over the default
     with Kernel(store, notebook="third.ipynb", extra_env={"GKEWS_AUTO_CHECKPOINT": "maybe"}) as k:
         assert auto_status(k)["enabled"] is False
+        # said where the user looks, not only on the kernel's stderr (the server's log)
+        assert "GKEWS_AUTO_CHECKPOINT='maybe' is neither 1 (on) nor 0 (off)" in k.run("%gkews_checkpoint auto status")
         assert "%gkews_checkpoint auto on|off|status" in k.run("%gkews_checkpoint?")
 
 
