@@ -9,7 +9,7 @@ import math
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.services.kernels.handlers import KernelActionHandler
-from jupyter_server.services.sessions.handlers import SessionRootHandler
+from jupyter_server.services.sessions.handlers import SessionHandler, SessionRootHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.escape import url_unescape
@@ -233,6 +233,28 @@ class SessionsHandler(SessionRootHandler):
         await super().post()
 
 
+class SessionKernelHandler(SessionHandler):
+    """jupyter_server's PATCH api/sessions/<id>, except a change of kernel for a notebook being paused or
+    resumed, or paused: 409 saying so (a change of path, a rename, is followed as ever)."""
+
+    @web.authenticated
+    @authorized
+    async def patch(self, session_id):
+        lifecycle = self.settings.get("gkews_lifecycle")  # none when the extension is off: as ever
+        model = self.get_json_body()
+        if lifecycle is not None and isinstance(model, dict) and isinstance(model.get("kernel"), dict):
+            try:
+                lifecycle.refuse_kernel_change(session_id)
+            except Conflict as exc:
+                self.set_status(409)
+                self.finish(json.dumps({"message": str(exc), "reason": "Conflict"}))
+                return
+        await super().patch(session_id)
+
+
+#: jupyter_server's route of a session, as it spells it
+SESSION_ROUTE = r"(?P<session_id>\w+-\w+-\w+-\w+-\w+)"
+
 #: jupyter_server's route of a kernel action, as it spells it
 KERNEL_ACTION_ROUTE = r"(?P<kernel_id>\w+-\w+-\w+-\w+-\w+)/(?P<action>restart|interrupt)"
 
@@ -258,6 +280,7 @@ class KernelActionsHandler(KernelActionHandler):
 def session_handlers(base_url: str) -> list:
     """Ahead of jupyter_server's own routes (an extension's handlers are matched first)."""
     return [(url_path_join(base_url, "api", "sessions"), SessionsHandler),
+            (url_path_join(base_url, "api", "sessions", SESSION_ROUTE), SessionKernelHandler),
             (url_path_join(base_url, "api", "kernels", KERNEL_ACTION_ROUTE), KernelActionsHandler)]
 
 

@@ -327,3 +327,59 @@ async def test_a_session_whose_path_a_client_spelled_oddly_is_followed_as_its_no
     assert (await run_cell(jp_serverapp, fresh, "print(globals().get('secret'))")).strip() == "None"
     z = {s["path"]: s["kernel"]["id"] for s in await sessions(jp_fetch)}["sub/z.ipynb"]
     assert (await run_cell(jp_serverapp, z, "print(secret)")).strip() == "of sub/y.ipynb"
+
+
+async def test_changing_the_kernel_of_a_notebook_being_paused_paused_or_resumed_is_refused(
+        jp_fetch, jp_serverapp, jp_root_dir, monkeypatch):
+    """JupyterLab's "Change Kernel" (PATCH api/sessions/<id> with a kernel) during the pause shut down the kernel
+    the pause had checkpointed and held, and a new, empty one ran through the pause while the status said
+    "released". Refused (409) while the pause, the paused state or the resume has the notebook; a rename
+    (PATCH with a path) is followed as ever; once active, the change is jupyter_server's again."""
+    path = "work/train.ipynb"
+    nb = await open_notebook(jp_fetch, jp_root_dir, path)
+    kid = nb["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "x = 41")
+    backend = jp_serverapp.web_app.settings["gkews_lifecycle"].backend
+    snapshotting, go_on, snapshot = asyncio.Event(), asyncio.Event(), backend.snapshot
+    waiting, capacity, acquire = asyncio.Event(), asyncio.Event(), backend.acquire
+
+    async def slow_snapshot(notebooks):
+        snapshotting.set()
+        await go_on.wait()
+        return await snapshot(notebooks)
+
+    async def waiting_for_capacity(notebooks):
+        waiting.set()
+        await capacity.wait()
+        return await acquire(notebooks)
+    monkeypatch.setattr(backend, "snapshot", slow_snapshot)
+    monkeypatch.setattr(backend, "acquire", waiting_for_capacity)
+
+    async def change_kernel():
+        r = await jp_fetch("api", "sessions", nb["id"], method="PATCH", raise_error=False,
+                           body=json.dumps({"kernel": {"name": "python3"}}))
+        return r.code, json.loads(r.body)
+
+    assert (await post(jp_fetch, "pause")).code == 202
+    await asyncio.wait_for(snapshotting.wait(), 180)  # checkpointed and held
+    code, body = await change_kernel()
+    assert code == 409 and body["message"].startswith(f"{path!r} is being paused"), body
+    assert jp_serverapp.kernel_manager.list_kernel_ids() == [kid]  # the held kernel lives on, no other started
+    go_on.set()
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused" and paused["notebooks"][0]["status"] == "released", paused
+    code, body = await change_kernel()
+    assert code == 409 and body["message"].startswith(f"{path!r} is paused: resume it first"), body
+    assert paused["notebooks"][0]["checkpoint"] in body["message"]
+    assert jp_serverapp.kernel_manager.list_kernel_ids() == []  # nothing runs on the released GPU
+
+    assert (await post(jp_fetch, "resume")).code == 202
+    await asyncio.wait_for(waiting.wait(), 180)
+    code, body = await change_kernel()
+    assert code == 409 and body["message"].startswith(f"{path!r} is being resumed"), body
+    capacity.set()
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["state"] == "active" and resumed["notebooks"][0]["verdict"] == "restored-from-checkpoint"
+    assert "42" in await run_cell(jp_serverapp, kid, "print(x + 1)")
+    code, body = await change_kernel()  # active: jupyter_server's change of kernel, as ever
+    assert code == 200 and body["kernel"]["id"] != kid, body

@@ -21,7 +21,7 @@ from ..claim import Claim
 # LifecycleError and NotFound: re-exported for callers that still import them from here
 from ..errors import Conflict, LifecycleError, NotFound  # noqa: F401
 from ..state import StateStore, initial_state
-from ..states import Event, NotebookStatus, awaiting_resume
+from ..states import Event, NotebookStatus, State, awaiting_resume
 from .holds import Holds
 from .paths import clean_notebook_paths, moved_path, one_line, under  # noqa: F401  (notebook_actions, handlers)
 from .paths import session_path
@@ -157,6 +157,25 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
             raise Conflict(f"{nb['path']!r} is paused: the pause released its kernel ({checkpoint}), and a "
                            f"console or session opened on it now would get a new, empty kernel. Resume it first "
                            f"(GPU session: Resume), then open it again.")
+
+    def refuse_kernel_change(self, session_id) -> None:
+        """PATCH api/sessions/<id> giving a session another kernel (JupyterLab's "Change Kernel") while the
+        pause or the resume works on that session's notebook, or while it is paused: jupyter_server would shut
+        down the kernel a pause checkpoints (or holds) and run a new, empty one through the pause, on the GPU
+        the status says is released. Conflict until the session is active again."""
+        for nb in self.state["notebooks"]:
+            sessions = [nb.get("session_id")] + [c.get("session_id") for c in nb.get("companions", [])]
+            pausing, resuming = self.state["state"] == State.PAUSING, id(nb) in self._in_resume
+            if session_id not in sessions or not (pausing or resuming or awaiting_resume(nb)):
+                continue
+            keeps = f" (its variables are in checkpoint {nb['checkpoint']})" if nb.get("checkpoint") else ""
+            if pausing:
+                doing = "is being paused: its kernel is the one the pause checkpoints and releases"
+            elif resuming:
+                doing = "is being resumed: its kernel is the one the resume brings back"
+            else:
+                doing = "is paused: resume it first (GPU session: Resume)"
+            raise Conflict(f"{nb['path']!r} {doing}{keeps}; change its kernel once the session is active again.")
 
     def refuse_kernel_action(self, kernel_id: str, action: str) -> None:
         """POST api/kernels/<id>/restart or interrupt on a kernel a pause released: jupyter_server answered 500
