@@ -213,6 +213,12 @@ class UnknownRouteHandler(GkewsHandler):
             f"(a checkpoint id looks like 20261129-221530-123-a1b2)")})
 
 
+def refuse(handler, exc: Conflict) -> None:
+    """A 409 in jupyter_server's own shape, from a handler standing in for one of its routes."""
+    handler.set_status(409)
+    handler.finish(json.dumps({"message": str(exc), "reason": "Conflict"}))
+
+
 class SessionsHandler(SessionRootHandler):
     """jupyter_server's POST api/sessions, except for a session on the kernel a pause released (by its id, or a
     console at its notebook's path): jupyter_server would start an empty kernel for it; this says to resume."""
@@ -227,28 +233,28 @@ class SessionsHandler(SessionRootHandler):
             try:
                 await lifecycle.refuse_released_kernel(model.get("path"), model.get("type"), kernel.get("id"))
             except Conflict as exc:
-                self.set_status(409)
-                self.finish(json.dumps({"message": str(exc), "reason": "Conflict"}))
-                return
+                return refuse(self, exc)
         await super().post()
 
 
 class SessionKernelHandler(SessionHandler):
     """jupyter_server's PATCH api/sessions/<id>, except a change of kernel for a notebook being paused or
-    resumed, or paused: 409 saying so (a change of path, a rename, is followed as ever)."""
+    resumed, or paused, and a move of another session onto a paused notebook's path: 409 saying so (a
+    paused notebook's own rename is followed as ever)."""
 
     @web.authenticated
     @authorized
     async def patch(self, session_id):
         lifecycle = self.settings.get("gkews_lifecycle")  # none when the extension is off: as ever
         model = self.get_json_body()
-        if lifecycle is not None and isinstance(model, dict) and isinstance(model.get("kernel"), dict):
+        if lifecycle is not None and isinstance(model, dict):
             try:
-                lifecycle.refuse_kernel_change(session_id)
+                if isinstance(model.get("kernel"), dict):
+                    lifecycle.refuse_kernel_change(session_id)
+                if "path" in model:
+                    lifecycle.refuse_path_change(session_id, model["path"])
             except Conflict as exc:
-                self.set_status(409)
-                self.finish(json.dumps({"message": str(exc), "reason": "Conflict"}))
-                return
+                return refuse(self, exc)
         await super().patch(session_id)
 
 
@@ -271,9 +277,7 @@ class KernelActionsHandler(KernelActionHandler):
             try:
                 lifecycle.refuse_kernel_action(kernel_id, action)
             except Conflict as exc:
-                self.set_status(409)
-                self.finish(json.dumps({"message": str(exc), "reason": "Conflict"}))
-                return
+                return refuse(self, exc)
         await super().post(kernel_id, action)
 
 

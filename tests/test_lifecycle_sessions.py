@@ -383,3 +383,61 @@ async def test_changing_the_kernel_of_a_notebook_being_paused_paused_or_resumed_
     assert "42" in await run_cell(jp_serverapp, kid, "print(x + 1)")
     code, body = await change_kernel()  # active: jupyter_server's change of kernel, as ever
     assert code == 200 and body["kernel"]["id"] != kid, body
+
+
+async def test_two_kernels_with_sessions_at_one_path_are_left_running_with_their_own_state(
+        jp_fetch, jp_serverapp, jp_root_dir):
+    """b.ipynb saved as a.ipynb while a.ipynb is open: jupyter_server moves b's session to a.ipynb, two kernels
+    at one path. The pause filed both checkpoints under that path, and the resume restored one kernel's
+    variables into the other (one session left, "restored-from-checkpoint" twice). Neither is paused now;
+    both keep what they hold, the others pause and resume as ever."""
+    ka = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, ka, "who = 'A'")
+    sb = await open_notebook(jp_fetch, jp_root_dir, "b.ipynb")
+    kb = sb["kernel"]["id"]
+    await run_cell(jp_serverapp, kb, "who = 'B'")
+    kc = (await open_notebook(jp_fetch, jp_root_dir, "c.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, kc, "who = 'C'")
+    await jp_fetch("api", "sessions", sb["id"], method="PATCH", body=json.dumps({"path": "a.ipynb"}))
+
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused", paused["message"]
+    by_kernel = {nb["kernel_id"]: nb for nb in paused["notebooks"]}
+    assert by_kernel[kc]["status"] == "released"
+    for kid in (ka, kb):
+        assert by_kernel[kid]["status"] == "not-checkpointed" and "checkpoint" not in by_kernel[kid], by_kernel[kid]
+        assert "2 sessions are at a.ipynb with different kernels" in by_kernel[kid]["error"]
+    assert "still running, not paused: a.ipynb (2 sessions are at a.ipynb" in paused["message"], paused["message"]
+    assert paused["message"].count("2 sessions are at a.ipynb") == 1, paused["message"]
+
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["state"] == "active", resumed["message"]
+    for kid, who in ((ka, "A"), (kb, "B"), (kc, "C")):
+        assert (await run_cell(jp_serverapp, kid, "print(who)")).strip() == who
+    assert sorted(s["kernel"]["id"] for s in await sessions(jp_fetch)) == sorted([ka, kb, kc])
+
+
+async def test_another_session_moved_onto_a_paused_notebooks_path_is_refused(jp_fetch, jp_serverapp, jp_root_dir):
+    """b.ipynb saved as the paused a.ipynb: the resume restored a's checkpoint into b's kernel (the session at
+    a's path), which lost what it held. Refused until a.ipynb is resumed; after it, jupyter_server's as ever."""
+    ka = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, ka, "who = 'A'")
+    assert (await post(jp_fetch, "pause", {"notebooks": ["a.ipynb"]})).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused", paused["message"]
+    sb = await open_notebook(jp_fetch, jp_root_dir, "b.ipynb")
+    await run_cell(jp_serverapp, sb["kernel"]["id"], "who = 'B'")
+    r = await jp_fetch("api", "sessions", sb["id"], method="PATCH", raise_error=False,
+                       body=json.dumps({"path": "/a.ipynb"}))
+    assert r.code == 409, r.body
+    message = json.loads(r.body)["message"]
+    assert message.startswith("'a.ipynb' is paused") and "Resume 'a.ipynb' first" in message, message
+
+    assert (await post(jp_fetch, "resume")).code == 202
+    assert (await wait_for(jp_fetch, ("active", "failed")))["state"] == "active"
+    assert (await run_cell(jp_serverapp, ka, "print(who)")).strip() == "A"
+    assert (await run_cell(jp_serverapp, sb["kernel"]["id"], "print(who)")).strip() == "B"
+    r = await jp_fetch("api", "sessions", sb["id"], method="PATCH", body=json.dumps({"path": "b2.ipynb"}))
+    assert json.loads(r.body)["path"] == "b2.ipynb"

@@ -177,6 +177,21 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
                 doing = "is paused: resume it first (GPU session: Resume)"
             raise Conflict(f"{nb['path']!r} {doing}{keeps}; change its kernel once the session is active again.")
 
+    def refuse_path_change(self, session_id, path) -> None:
+        """PATCH api/sessions/<id> moving another session onto a paused notebook's path (that notebook saved
+        over with Save As): the resume restores the path's checkpoint into the kernel a session there has, so
+        the moved session's kernel would lose what it holds to the paused one's variables."""
+        wanted = session_path(path) if isinstance(path, str) else None
+        for nb in self.state["notebooks"]:
+            if not awaiting_resume(nb) or nb["path"] != wanted:
+                continue
+            if session_id in [nb.get("session_id")] + [c.get("session_id") for c in nb.get("companions", [])]:
+                return  # the paused notebook's own session (its rename is followed)
+            raise Conflict(f"{wanted!r} is paused (its variables are in checkpoint {nb['checkpoint']}), and the "
+                           f"resume restores them into the kernel of the session at that path: this session's "
+                           f"kernel would lose what it holds. Resume {wanted!r} first, or give this one another "
+                           f"name.")
+
     def refuse_kernel_action(self, kernel_id: str, action: str) -> None:
         """POST api/kernels/<id>/restart or interrupt on a kernel a pause released: jupyter_server answered 500
         ("Exception restarting kernel") or 404. Conflict, saying that the notebook is paused and what to do."""

@@ -90,6 +90,7 @@ class Pause:
                 by_kernel[entry["kernel_id"]], lead, entry = entry, entry, lead
             lead.setdefault("companions", []).append({k: entry[k] for k in ("path", "name", "type", "session_id")})
         targets = list(by_kernel.values())
+        _refuse_shared_paths(targets)
         if wanted is None:
             return targets
         still = [p for p in wanted if p in waiting]
@@ -138,7 +139,7 @@ class Pause:
             done = [nb for nb in notebooks if nb["status"] == NotebookStatus.CHECKPOINTED]
             left = [nb for nb in notebooks if nb["status"] != NotebookStatus.CHECKPOINTED]
             if notebooks and not done:
-                reasons = "; ".join(f"{nb['path']}: {_reason(nb)}" for nb in left)
+                reasons = "; ".join(dict.fromkeys(f"{nb['path']}: {_reason(nb)}" for nb in left))  # each once
                 if carried:  # a pause from paused: what the earlier one released stays paused
                     await self._enter(State.PAUSED, None, f"nothing more was paused: {reasons}; still paused: "
                                       f"{', '.join(carried)}", Event.PAUSED, final=True,
@@ -188,7 +189,8 @@ class Pause:
             if any(nb["status"] in LIVE_STATUSES for nb in done):
                 message += "; " + "; ".join(f"{nb['path']}: {nb['message']}" for nb in done)
             if left:
-                message += "; still running, not paused: " + "; ".join(f"{nb['path']} ({_reason(nb)})" for nb in left)
+                message += "; still running, not paused: " + "; ".join(
+                    dict.fromkeys(f"{nb['path']} ({_reason(nb)})" for nb in left))
             for nb in done:
                 if _missing(nb):
                     message += f"; the checkpoint of {nb['path']} lacks {', '.join(_missing(nb))} (not restored " \
@@ -236,6 +238,8 @@ class Pause:
 
     async def _checkpoint(self, nb: dict, interrupt: bool) -> None:
         """Checkpoint one notebook and hold its kernel until it is released (or the pause ends)."""
+        if nb["status"] == NotebookStatus.NOT_CHECKPOINTED:  # refused before the pause began
+            return
         if not await self._wait_idle(nb, interrupt):
             return
         km, asked = self.serverapp.kernel_manager, getattr(self, "_paused_processes", {}).get(nb["kernel_id"])
@@ -296,6 +300,26 @@ class Pause:
             return True
         live = {nb["kernel_id"] for nb in self.state["notebooks"] if nb.get("status") in LIVE_STATUSES}
         return all(kid in live for kid in self.serverapp.kernel_manager.list_kernel_ids())
+
+
+def _refuse_shared_paths(targets: list[dict]) -> None:
+    """Two kernels whose sessions are at one path (a notebook saved as another open one's name: jupyter_server
+    moves its session there): a checkpoint is filed under the path, and the resume restores the path's
+    checkpoint into the kernel a session there has, so each would come back as the other. Neither is
+    paused; both keep running with what they hold, and the error says how to part them."""
+    by_path: dict[str, list[dict]] = {}
+    for t in targets:
+        by_path.setdefault(t["path"], []).append(t)
+    for path, sharing in by_path.items():
+        if len(sharing) < 2:
+            continue
+        kernels = ", ".join(t["kernel_id"] for t in sharing)
+        for t in sharing:
+            t.update(status=NotebookStatus.NOT_CHECKPOINTED,
+                     error=f"{len(sharing)} sessions are at {path} with different kernels ({kernels}), and a "
+                           f"checkpoint is a path's: neither was paused, each keeps running with what it holds; "
+                           f"save one under another name (File > Save Notebook As) or shut one of the kernels "
+                           f"down, then pause again")
 
 
 def _missing(nb: dict) -> list[str]:
