@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 
@@ -22,6 +23,7 @@ from .renames import Renames
 from .handlers import handlers, session_handlers
 from .lifecycle import Lifecycle
 from .lifecycle.paths import session_path
+from .states import awaiting_resume
 from .kernelchanges import KernelChanges
 from .state import StateDirInUse, StateDirNotOurs, StateStore, damaged_events_note
 
@@ -45,6 +47,23 @@ _TRAIT_OF = re.compile(r"The '(\w+)' trait of (?:an? (\w+)|<[\w.]*?(\w+) object 
 def bad_setting(exc: Exception) -> str:
     """A TraitError's message, naming the setting as c.<Class>.<name>."""
     return _TRAIT_OF.sub(lambda m: f"c.{m[2] or m[3]}.{m[1]}", str(exc)).rstrip(".")
+
+
+def cannot_write(folder: str) -> OSError | None:
+    """Why a folder (maybe not made yet) cannot be written, found without writing there; None when it can."""
+    folder = probe = os.path.abspath(folder)
+    while not os.path.lexists(probe):  # the folder it would be made in
+        probe = os.path.dirname(probe)
+
+    def error(kind, code):
+        return kind(code, os.strerror(code) + ("" if probe == folder else f" at {probe}"), folder)
+    if not os.path.isdir(probe):
+        return error(NotADirectoryError, errno.ENOTDIR)
+    if os.statvfs(probe).f_flag & os.ST_RDONLY:
+        return error(OSError, errno.EROFS)
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return error(PermissionError, errno.EACCES)
+    return None
 
 
 class GkewsApp(ExtensionApp):
@@ -272,6 +291,12 @@ class GkewsApp(ExtensionApp):
             damaged = store.read_events(limit=1)[1]
             if damaged:
                 self.log.warning("jupyter_gkews: %s", damaged_events_note(store.events_path, damaged))
+            cannot = cannot_write(os.environ[CHECKPOINT_ROOT_ENV])
+            if cannot is not None:
+                if not any(awaiting_resume(nb) for nb in self.lifecycle.state["notebooks"]):
+                    raise cannot  # every pause would fail after waiting for the kernels: say it now
+                # a paused notebook's checkpoint can still be read back: the resume goes on, the next pause fails
+                self.log.error("jupyter_gkews: %s", self._unwritable(store, cannot))
         except (OSError, StateDirInUse, StateDirNotOurs) as exc:
             store.release_claim()
             self._unavailable(self._unwritable(store, exc) if isinstance(exc, OSError) else str(exc))

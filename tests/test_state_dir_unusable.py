@@ -4,6 +4,8 @@ first one's pause (issue 11, problems 11 and 12)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import pytest
 
@@ -27,6 +29,7 @@ def jp_server_config(tmp_path, state_dir, monkeypatch, request):
         blocker = tmp_path / "a-file"
         blocker.write_text("not a directory")
         state_dir = blocker / "state"  # cannot be created, whoever runs the test (root too)
+    root = tmp_path / "ckpt"
     if "users_folder" in request.node.name:  # another tool's state.json, and a log linked from elsewhere
         state_dir.mkdir()
         (state_dir / "state.json").write_text('{"theme": "dark"}')
@@ -36,7 +39,7 @@ def jp_server_config(tmp_path, state_dir, monkeypatch, request):
         state_dir.mkdir()
         (state_dir / "state.json").write_text(json.dumps({"state": "paused", "phase": None, "notebooks": 5}))
     return {"ServerApp": {"jpserver_extensions": {"jupyter_gkews": True}, "allow_unauthenticated_access": False},
-            "GkewsApp": {"checkpoint_root": str(tmp_path / "ckpt"), "state_dir": str(state_dir)}}
+            "GkewsApp": {"checkpoint_root": str(root), "state_dir": str(state_dir)}}
 
 
 async def test_an_unwritable_state_directory_is_reported_on_every_route(jp_fetch, jp_serverapp):
@@ -49,6 +52,83 @@ async def test_an_unwritable_state_directory_is_reported_on_every_route(jp_fetch
     # still behind the token: the reason is not told to strangers
     r = await jp_fetch("gkews", "status", headers={"Authorization": "token wrong"}, raise_error=False)
     assert r.code == 403
+
+
+class Volume:
+    """A folder whose file system can be made read-only: a tmpfs remounted read-only where this user may
+    mount (CI runs as root), else a folder this user may no longer write."""
+
+    def __init__(self, folder):
+        self.folder, self.mounted = folder, False
+        folder.mkdir()
+        if os.geteuid() == 0:
+            mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(folder)],
+                                     capture_output=True, text=True)
+            if mounted.returncode != 0:
+                pytest.skip(f"root, but no tmpfs can be mounted here: {mounted.stderr.strip()}")
+            self.mounted = True
+
+    def make_read_only(self):
+        if self.mounted:
+            subprocess.run(["mount", "-o", "remount,ro", str(self.folder)], check=True)
+        else:
+            self.folder.chmod(0o500)
+
+    def remove(self):
+        if self.mounted:
+            subprocess.run(["umount", "-l", str(self.folder)])
+        else:
+            self.folder.chmod(0o700)
+
+
+@pytest.fixture
+def volume(tmp_path):
+    v = Volume(tmp_path / "volume")
+    yield v
+    v.remove()
+
+
+def test_a_checkpoint_root_that_cannot_be_written_is_reported_on_every_route(volume, tmp_path):
+    """A checkpoint root on a read-only mount answered 200 "active" and took the pause, which failed only after
+    waiting for every kernel (the idle policy's pause at night too): the extension is off, saying why."""
+    volume.make_read_only()
+    read_only_folder = volume.folder
+    server = Server(tmp_path / "server")
+    server.checkpoint_root = read_only_folder / "ckpt"
+    with pytest.raises(AssertionError, match="503"):  # it starts, and its routes say why they are off
+        server.start()
+    try:
+        for method, parts in ROUTES:
+            code, body = server.request(method, "/".join(parts), {} if method == "POST" else None)
+            assert code == 503 and body["reason"] == "ExtensionUnavailable", (method, parts, code, body)
+            assert f"the checkpoint root {read_only_folder / 'ckpt'} cannot be written" in body["message"], body
+            assert f"at {read_only_folder}" in body["message"] and "c.GkewsApp.checkpoint_root" in body["message"]
+    finally:
+        server.stop()
+
+
+def test_a_paused_notebook_resumes_from_a_checkpoint_root_made_read_only_since(volume, tmp_path):
+    """...but a paused notebook's checkpoint can still be read: the server restarted on it resumes it (the
+    next pause fails, naming the volume), rather than turning off with the notebook paused."""
+    server = Server(tmp_path / "server")
+    server.checkpoint_root = volume.folder / "ckpt"
+    server.start()
+    try:
+        kid = server.open_notebook("a.ipynb")["kernel"]["id"]
+        server.run_cell(kid, "x = 41")
+        server.post_ok("gkews/pause")
+        assert server.wait_for(("paused", "failed"))["state"] == "paused"
+        server.stop()
+        volume.make_read_only()
+        server.start()
+        assert server.status()["state"] == "paused"
+        server.post_ok("gkews/resume")
+        resumed = server.wait_for(("active", "failed"))
+        assert resumed["notebooks"][0]["verdict"] == "restored-from-checkpoint", resumed
+        assert server.run_cell(kid, "print(x + 1)").strip() == "42"
+        assert "cannot be written" in server.log_tail()  # said in the log at the start
+    finally:
+        server.stop()
 
 
 async def test_a_second_server_on_the_same_state_directory_is_refused(jp_fetch, jp_serverapp, state_dir, tmp_path):
