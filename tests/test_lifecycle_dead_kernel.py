@@ -73,7 +73,9 @@ async def test_resuming_again_right_after_the_kernel_died_in_a_resume_restores_i
     after = await wait_for(jp_fetch, ("active", "failed"), timeout=60)
     [nb] = after["notebooks"]  # failed, and still to resume
     assert nb["verdict"] == "failed" and "died" in json.dumps(nb), nb
-    assert nb.get("next_step"), nb
+    # the advice agrees with the session's message ("Resume brings them back"): it said to restore by hand
+    assert nb["next_step"].startswith(f"resume again: its checkpoint {nb['checkpoint']} is kept"), nb
+    assert "Resume brings" in after["message"], after["message"]
 
     gate.touch()
     assert (await post(jp_fetch, "resume")).code == 202  # at once

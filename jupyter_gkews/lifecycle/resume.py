@@ -206,8 +206,12 @@ class Resume:
                                     "%gkews_checkpoint restore --checkpoint ID with an ID from %gkews_checkpoint "
                                     "list), or re-run its cells")
                 return
+            # the checkpoint is intact (what failed was the kernel, or its call): a resume again restores it, as the
+            # session's message says
             nb.update(status=NotebookStatus.FAILED, verdict=Verdict.FAILED, error=str(exc),
-                      next_step="open the notebook and run %gkews_checkpoint restore, or re-run its cells")
+                      next_step=f"resume again: its checkpoint {nb['checkpoint']} is kept, and the resume restores it "
+                                f"into the notebook's kernel (in the notebook, %gkews_checkpoint restore --checkpoint "
+                                f"{nb['checkpoint']} does the same)")
             return
         nb.update(status=NotebookStatus.RESUMED, verdict=Verdict.PARTIALLY_RESTORED if result["failed"]
                   else Verdict.RESTORED_FROM_CHECKPOINT, why_restored=reason,
