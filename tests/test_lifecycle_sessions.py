@@ -441,3 +441,15 @@ async def test_another_session_moved_onto_a_paused_notebooks_path_is_refused(jp_
     assert (await run_cell(jp_serverapp, sb["kernel"]["id"], "print(who)")).strip() == "B"
     r = await jp_fetch("api", "sessions", sb["id"], method="PATCH", body=json.dumps({"path": "b2.ipynb"}))
     assert json.loads(r.body)["path"] == "b2.ipynb"
+
+
+async def test_a_kernel_no_session_shows_is_named_as_still_running(jp_fetch, jp_serverapp, jp_root_dir):
+    """A kernel started through api/kernels alone (a script, an extension) has no session: the pause leaves it
+    running, and only the event's environment_released said the GPU was not all given back."""
+    await run_cell(jp_serverapp, (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"], "x = 1")
+    bare = json.loads((await jp_fetch("api", "kernels", method="POST", body=json.dumps({"name": "python3"}))).body)
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused", paused["message"]
+    assert f"still running, not paused: 1 kernel(s) no session shows ({bare['id']})" in paused["message"], paused
+    assert bare["id"] in jp_serverapp.kernel_manager

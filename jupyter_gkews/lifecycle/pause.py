@@ -191,6 +191,10 @@ class Pause:
             if left:
                 message += "; still running, not paused: " + "; ".join(
                     dict.fromkeys(f"{nb['path']} ({_reason(nb)})" for nb in left))
+            strays = await self._kernels_without_a_session()
+            if strays:
+                message += f"; still running, not paused: {len(strays)} kernel(s) no session shows " \
+                           f"({', '.join(strays)}), which keep their GPU memory: shut them down through api/kernels"
             for nb in done:
                 if _missing(nb):
                     message += f"; the checkpoint of {nb['path']} lacks {', '.join(_missing(nb))} (not restored " \
@@ -291,6 +295,14 @@ class Pause:
                 nb.pop("unrestored_checkpoints", None)
         await self._pin_before(nb, changes)
         nb.update(changes)
+
+    async def _kernels_without_a_session(self) -> list[str]:
+        """Kernels that run though no session shows them (started through api/kernels alone): a pause pauses
+        sessions, so they go on, and the message says so (the event's environment_released was all it had)."""
+        sessions = await self.serverapp.session_manager.list_sessions()
+        known = {nb["kernel_id"] for nb in self.state["notebooks"]} | {
+            (s.get("kernel") or {}).get("id") for s in sessions}
+        return [kid for kid in self.serverapp.kernel_manager.list_kernel_ids() if kid not in known]
 
     def _released_all(self) -> bool:
         """Did the pause leave the session holding no GPU? A kernel that was not paused (a notebook not named,
