@@ -63,6 +63,14 @@ _ENUM_CACHES = {"_value2member_map_", "_unhashable_values_"}
 _COMPILE_STATE = {("torch._dynamo.convert_frame", "ConvertFrameBox")}
 
 
+def _numpy_constant(obj) -> bool:
+    """numpy's own dtypes, and its scalars that hold no object (an object field's bytes are a pointer)."""
+    np = sys.modules.get("numpy")
+    if np is None or type(obj).__module__ not in ("numpy", "numpy.dtypes"):
+        return False
+    return isinstance(obj, np.dtype) or isinstance(obj, np.generic) and not obj.dtype.hasobject
+
+
 def _defined_here(obj) -> bool:
     return getattr(obj, "__module__", None) in ("__main__", None)
 
@@ -130,6 +138,8 @@ class _Digest:
         if t in (tuple, frozenset) and _immutable(obj):  # nested constants: the same, walked by value
             self._plain(obj)
             return
+        if _numpy_constant(obj):
+            return self._numpy_constant(obj)
         seen = self.memo.get(id(obj))
         if seen is not None:
             self.emit("same", seen)
@@ -254,6 +264,16 @@ class _Digest:
             self.emit("compile-state", t.__qualname__)
             return
         self._reduced(obj)
+
+    def _numpy_constant(self, obj) -> None:
+        """A numpy dtype or scalar, by value: whether two equal ones are one object is numpy's choice (a
+        structured dtype's int32 field is numpy's own int32 dtype in the saving process, a copy of it once
+        unpickled), like that of equal ints."""
+        np = sys.modules["numpy"]
+        if isinstance(obj, np.dtype):
+            self.emit("dtype", dtype_key(obj), None if obj.metadata is None else sorted(obj.metadata.items()))
+        else:
+            self.emit("numpy-scalar", dtype_key(obj.dtype), obj.tobytes())
 
     def _plain(self, obj) -> None:
         """A list, tuple, set or frozenset (not the fast path's tuple of scalars): its items."""

@@ -336,3 +336,20 @@ def test_a_variable_holding_a_later_one_reads_unchanged_and_shares_it_after_a_re
         fresh.run("%gkews_checkpoint restore")
         assert fresh.value(seen) == [True, True, True]
         assert all(v["verdict"] == "match" for v in fresh.call({"op": "verify"})["result"]["variables"].values())
+
+
+def test_numpy_scalars_and_dtypes_match_after_a_restore_and_a_change_is_found(tmp_path):
+    """An int32 scalar beside a structured scalar with an int32 field: in the saving process both dtypes hold
+    numpy's one int32 dtype, once unpickled the field's is a copy, and verify (which walked dtypes as objects)
+    called the list changed after every restore."""
+    build = ("import numpy as np\nrec = np.zeros(2, dtype=[('a', 'i4'), ('b', 'f8')])\n"
+             "vals = [np.int32(-3), rec[0], np.float64(2.5), np.datetime64('2026-12-04'), rec.dtype]\n"
+             "kinds = {'i': np.dtype('int32'), 'rec': rec.dtype}")
+    with Kernel(tmp_path) as first:
+        first.run(build)
+        assert "Skipped" not in first.run("%gkews_checkpoint save")
+    with Kernel(tmp_path) as fresh:
+        assert "Not restored" not in fresh.run("%gkews_checkpoint restore")
+        assert _changed(fresh.call({"op": "verify"})["result"]) == []
+        fresh.run("vals[0] = np.int32(-4)\nkinds['rec'] = np.dtype([('a', 'i4'), ('b', 'f4')])")
+        assert _changed(fresh.call({"op": "verify"})["result"]) == ["kinds", "vals"]
