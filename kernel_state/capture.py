@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import dill
 
-from . import byvalue, cuda_io, module_objects, packed, pending_names, shared_memory, torch_modules
+from . import byvalue, cuda_io, module_objects, packed, pending_names, shared_memory, torch_modules, weak_containers
 from .alignment import (array_from_layout, hook_dict, masked_view, small_root, subclass_view, tensor_extras, view_of,
                         view_of_bytearray)
 from .dirty_pages import PAGE, TRACKER
@@ -504,7 +504,7 @@ class Capture:
         cached = self._reductions.get(id(obj))
         if cached is None:
             rv = module_objects.reduce_logger(obj) or self._reduce_masked(obj) or self._reduce_subclass(obj) or \
-                torch_modules.reduction(obj) or obj.__reduce_ex__(PROTOCOL)
+                torch_modules.reduction(obj) or weak_containers.reduction(obj) or obj.__reduce_ex__(PROTOCOL)
             if not isinstance(rv, str):
                 rv = tuple(rv)
                 rv = rv[:3] + tuple(None if items is None else list(items) for items in rv[3:5]) + rv[5:]

@@ -11,7 +11,8 @@ with what makes two values equal:
 - set, frozenset: type and the sorted digests of the elements (independent of iteration order); a
   subclass also its class and instance __dict__;
 - numpy arrays pickled inline: dtype (a structured one with its fields), shape and the bytes in C order;
-  object arrays element by element;
+  object arrays element by element; numpy dtypes and scalars by value, like ints (numpy shares or copies
+  equal dtypes as it likes);
 - builtin methods: name, and the object they are bound to; a method bound to an imported module's own
   object (`random.random`): that module and attribute, not the object's state;
 - the process's environment and streams (`os.environ`, `sys.stdout`): their module and name only;

@@ -663,3 +663,22 @@ def test_numpy_subclass_views_and_arrays_over_an_array_array_still_share_memory(
         fresh.run("rv.a[0] = 7; mat[0, 0] = -1.0; words[0] = 9.0")
         assert fresh.value("[int(s['a'][0]), float(a[0, 0]), float(over[0]), type(rv).__name__, type(mat).__name__, "
                            "rv.ctypes.data % 64, mat.ctypes.data % 64]") == [7, -1.0, 9.0, "recarray", "matrix", 0, 0]
+
+
+def test_weak_containers_come_back_weak_and_verify_as_they_were(tmp_path):
+    """A WeakSet came back with entries that never left (dill drops the callbacks of the weak references
+    inside it), read as changed beside a weakref.ref of the same object, and a WeakValueDictionary could not
+    be saved. They come back holding what other variables hold, and drop it when it dies, as they did."""
+    with Kernel(tmp_path) as first:
+        first.run("import weakref, gc\nclass Obj:\n    pass\no, p = Obj(), Obj()\nwr = weakref.ref(o)\n"
+                  "wks = weakref.WeakSet([o, p])\nwkd = weakref.WeakKeyDictionary({o: 1})\n"
+                  "wvd = weakref.WeakValueDictionary({'o': o, 'gone': Obj()})")
+        out = first.run("%gkews_checkpoint save")
+        assert "Skipped" not in out, out
+    with Kernel(tmp_path) as fresh:
+        assert "Not restored" not in fresh.run("%gkews_checkpoint restore")
+        assert changed(fresh) == []
+        assert fresh.value("[wr() is o, o in wks, p in wks, len(wks), wkd[o], wvd['o'] is o, sorted(wvd)]") == \
+            [True, True, True, 2, 1, True, ["o"]]
+        fresh.run("del o\ngc.collect()")
+        assert fresh.value("[wr(), len(wks), len(wkd), len(wvd)]") == [None, 1, 0, 0]
