@@ -120,6 +120,12 @@ def _missed_by_dill(obj) -> bool:
     return found is obj
 
 
+def _grad(t):
+    """A tensor's gradient: a leaf's, or the one a non-leaf retains (`h.retain_grad()`); reading a non-leaf's
+    `.grad` otherwise only warns."""
+    return t.grad if t.is_leaf or t.retains_grad else None
+
+
 def type_name(value) -> str:
     t = type(value)
     return t.__qualname__ if t.__module__ in ("builtins", "__main__") else f"{t.__module__}.{t.__qualname__}"
@@ -549,7 +555,7 @@ class Capture:
     def _tensor_extras(self, t, key: str) -> tuple | None:
         """What a tensor's table row does not hold: a gradient that is no strided tensor (sparse) and its
         gradient hooks. None when it has neither."""
-        grad = t.grad if t.is_leaf and "grad" not in self.tensors[key] else None
+        grad = _grad(t) if "grad" not in self.tensors[key] else None
         hooks = [list((getattr(t, attr, None) or {}).values()) if self._with_hooks else []
                  for attr in ("_backward_hooks", "_post_accumulate_grad_hooks")]
         if grad is None and not any(hooks):
@@ -649,7 +655,7 @@ class Capture:
         if t.requires_grad and not t.is_leaf:
             record["non_leaf"] = True  # comes back as a leaf that requires grad, as torch.save does
         self.tensors[key] = record
-        if t.is_leaf and t.grad is not None:
+        if _grad(t) is not None:  # a non-leaf's retained one too: the restored leaf holds it
             grad = self._tensor(t.grad, torch)
             if grad is not None:
                 record["grad"] = grad

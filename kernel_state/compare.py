@@ -8,8 +8,8 @@ with what makes two values equal:
 - None, bool, int, str, bytes: type and value (huge ints in hex); float and complex: type and exact bits
   (float.hex; a NaN by its bits);
 - list, tuple, dict: type, length, items in order (dict insertion order is part of the value);
-- set, frozenset: type and the sorted digests of the elements (independent of iteration order); a
-  subclass also its class and instance __dict__;
+- set, frozenset, weakref.WeakSet: type and the sorted digests of the elements (independent of iteration
+  order); a subclass also its class and instance __dict__;
 - numpy arrays pickled inline: dtype (a structured one with its fields), shape and the bytes in C order;
   object arrays element by element; numpy dtypes and scalars by value, like ints (numpy shares or copies
   equal dtypes as it likes);
@@ -41,6 +41,7 @@ import marshal
 import struct
 import sys
 import types
+import weakref
 
 from . import module_objects
 from .hashing import new_hasher
@@ -170,6 +171,9 @@ class _Digest:
             self.emit("set-subclass", sorted(self.sub(x) for x in obj))
             self.walk(t)
             self.walk(dict(sorted(getattr(obj, "__dict__", {}).items())))
+            return
+        if t is weakref.WeakSet:  # a set: its order follows the ids of what it holds, not the same after a restore
+            self.emit("weakset", sorted(self.sub(x) for x in obj))
             return
         if t is bytearray:
             self.emit("bytearray", bytes(obj))
@@ -302,7 +306,7 @@ class _Digest:
                       r["dtype"], r["requires_grad"], r["parameter"])
             if "grad" in r:
                 self.walk(obj.grad)
-            elif obj.is_leaf and obj.grad is not None:  # a grad the table cannot hold (sparse)
+            elif (obj.is_leaf or obj.retains_grad) and obj.grad is not None:  # one the table cannot hold (sparse)
                 self.walk(obj.grad)
             hooks = [list((getattr(obj, a, None) or {}).values())
                      for a in ("_backward_hooks", "_post_accumulate_grad_hooks")]
