@@ -18,6 +18,7 @@ export type Display =
   | 'reconnecting'
   | 'ready'
   | 'not reconnected'
+  | 'not resumed'
   | 'failed'
   | 'offline';
 
@@ -48,7 +49,11 @@ export function display(status: IStatus | null, connected: boolean, attachment?:
       if (attachment === null || attachment?.waiting.length) {
         return 'reconnecting';
       }
-      return attachment && Object.keys(attachment.failed).length ? 'not reconnected' : 'ready';
+      if (attachment && Object.keys(attachment.failed).length) {
+        return 'not reconnected';
+      }
+      // a notebook whose resume failed (its kernel died in it, say) is not back: Resume is what to do
+      return notResumed(status).length ? 'not resumed' : 'ready';
   }
 }
 
@@ -114,6 +119,9 @@ export function statusLabel(status: IStatus | null, connected: boolean, extras: 
   if (what === 'not reconnected') {
     return `GPU session: ${names(Object.keys(extras.attachment?.failed ?? {}))} not reconnected`;
   }
+  if (what === 'not resumed') {
+    return `GPU session: ${names(notResumed(status))} not resumed`;
+  }
   const detail = [status.state === 'pausing' ? status.phase : null, progressText(status.progress)].filter(Boolean);
   const queued = extras.resumeQueued && status.state === 'pausing' ? '; resume queued' : '';
   // a pause that left a busy notebook's kernel running did not release everything: say which
@@ -128,6 +136,16 @@ function describeSkipped(name: string, skipped: ISkipped): string {
   const what = why ? `a ${why[1]}` : (skipped.reason ?? 'not saved').split(':')[0];
   const cell = skipped.cell ? `, re-run cell ${skipped.cell}` : '';
   return `${name} (${what}${cell})`;
+}
+
+/**
+ * The notebooks the last resume failed to bring back, whose checkpoint is kept: a resume again restores
+ * them (the server's next step says so). Not one whose checkpoint is gone ("lost"): nothing to resume.
+ */
+export function notResumed(status: IStatus): string[] {
+  return status.notebooks
+    .filter(nb => nb.verdict === 'failed' && nb.status === 'failed' && !!nb.checkpoint)
+    .map(nb => nb.path);
 }
 
 /** Whether a resume says something of this notebook: its verdict, or that it was deleted while paused. */

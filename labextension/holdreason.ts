@@ -30,7 +30,18 @@ export function holdReason(model: GkewsModel, panel: NotebookPanel): string | nu
   if (status.state === 'active' && reconnecting) {
     return 'is being reconnected to its restored kernel';
   }
+  if (model.resumesAlone(nb)) {
+    return NOT_RESUMED; // its kernel is empty (or dead): the cell waits for the resume that restores it
+  }
   return null;
+}
+
+/** holdReason of a notebook whose resume failed: Resume, not the passing of time, brings it back. */
+export const NOT_RESUMED = 'was not resumed';
+
+/** Whether this panel's own toolbar button resumes its notebook (GkewsModel.resumesAlone). */
+export function resumesAlone(model: GkewsModel, panel: NotebookPanel): boolean {
+  return !panel.isDisposed && model.resumesAlone(model.status?.notebooks.find(n => belongsTo(panel, n)));
 }
 
 /**

@@ -1,7 +1,7 @@
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { display, Display, LEFT_RUNNING, resumeOutcome, statusLabel } from './describe';
+import { display, Display, LEFT_RUNNING, notResumed, resumeOutcome, statusLabel } from './describe';
 import { GkewsError, IGkewsApi, INotebookStatus, IStatus } from './types';
 
 export { LEFT_RUNNING };
@@ -135,8 +135,8 @@ export class GkewsModel {
     if (s.state === 'pausing' && !this._requesting) {
       return this._queuedResume === null ? 'queue-resume' : null;
     }
-    if (this.busy || this._queuedResume !== null) {
-      return null;
+    if (this.busy || this._queuedResume !== null || this.display === 'reconnecting') {
+      return null; // a second click of Resume would pause the session it just resumed
     }
     if (s.state === 'paused') {
       return 'resume';
@@ -158,6 +158,14 @@ export class GkewsModel {
       return [];
     }
     return s.notebooks.filter(nb => AWAITING.includes(nb.status) && !!nb.checkpoint).map(nb => nb.path);
+  }
+
+  /**
+   * Whether a notebook's own toolbar resumes: its last resume failed (its kernel died in it, say) and
+   * its checkpoint is kept, while the session is active; `nb` is its entry in the status.
+   */
+  resumesAlone(nb: INotebookStatus | undefined): boolean {
+    return !!nb && this.stillToResume.includes(nb.path) && notResumed(this._status!).includes(nb.path);
   }
 
   /**

@@ -55,10 +55,12 @@ export class Readiness {
     if (!status || status.state !== 'active' || !status.notebooks.some(nb => nb.verdict)) {
       return;
     }
-    if (this.handled === status.cycle) {
+    // each resume once: a resume again of a notebook the first one failed is of the same pause cycle
+    const resume = `${status.cycle}/${status.timeline.resume_requested ?? ''}`;
+    if (this.handled === resume) {
       return;
     }
-    this.handled = status.cycle;
+    this.handled = resume;
     const resumed = resumedNotebooks(status);
     this.model.setAttachment({ cycle: status.cycle, waiting: resumed.map(nb => nb.path), failed: {} });
     void this.reattach(status, resumed, !firstRead);
@@ -67,12 +69,13 @@ export class Readiness {
   /** Reconnect the open panels of the resumed notebooks; swap kernels only if this page saw the pause. */
   private async reattach(status: IStatus, resumed: INotebookStatus[], sawPause: boolean): Promise<void> {
     const cycle = status.cycle;
+    const resume = this.handled;
     await this.restored; // a reloaded page restores its notebooks first
     const remaining = new Map<string, number>(); // panels left per notebook: it may be open twice
     const failed: Record<string, string> = {};
     const work: Promise<void>[] = [];
     const update = () => {
-      if (this.handled === cycle) {
+      if (this.handled === resume) {
         this.model.setAttachment({ cycle, waiting: [...remaining.keys()], failed: { ...failed } });
       }
     };
@@ -110,7 +113,7 @@ export class Readiness {
     update();
     await Promise.all(work);
     const broken = Object.keys(failed);
-    if (broken.length && this.handled === cycle) {
+    if (broken.length && this.handled === resume) {
       const reasons = broken.map(p => failed[p]);
       Notification.error(
         clip(
@@ -123,5 +126,5 @@ export class Readiness {
   }
 
   private seenStatus = false;
-  private handled: number | null = null;
+  private handled: string | null = null;
 }

@@ -5,7 +5,7 @@ import { Widget } from '@lumino/widgets';
 import { GkewsModel } from './model';
 import { CommandIDs } from './commands';
 import { pauseIcon, resumeIcon, waitIcon } from './icons';
-import { pausesAlone } from './holdreason';
+import { pausesAlone, resumesAlone } from './holdreason';
 
 /** The name under which settings place the button in the notebook toolbar. */
 export const TOOLBAR_ITEM = 'gkews-pause-resume';
@@ -31,6 +31,10 @@ export class PauseResumeButton extends Widget {
     this.labelNode.className = 'jp-ToolbarButtonComponent-label';
     button.appendChild(this.labelNode);
     button.addEventListener('click', () => {
+      if (this.resumesAlone()) {
+        void this.commands.execute(CommandIDs.resume);
+        return;
+      }
       if (this.pausesAlone()) {
         void this.commands.execute(CommandIDs.pause, { notebooks: [this.panel!.context.path] });
         return;
@@ -45,6 +49,11 @@ export class PauseResumeButton extends Widget {
     this.render();
   }
 
+  /** This button's notebook was not brought back by the last resume (its checkpoint is kept). */
+  private resumesAlone(): boolean {
+    return !!this.panel && resumesAlone(this.model, this.panel);
+  }
+
   /** This button's notebook runs a kernel of its own while the others are paused. */
   private pausesAlone(): boolean {
     return !!this.panel && pausesAlone(this.model, this.panel);
@@ -52,12 +61,17 @@ export class PauseResumeButton extends Widget {
 
   private render(): void {
     const button = this.node as HTMLButtonElement;
-    const alone = this.pausesAlone();
-    const action = alone ? 'pause' : this.model.nextAction;
+    const again = this.resumesAlone();
+    const alone = !again && this.pausesAlone();
+    const action = again ? 'resume' : alone ? 'pause' : this.model.nextAction;
     const state = this.model.display;
     let label: string;
     let tooltip: string;
-    if (alone) {
+    if (again) {
+      label = 'Resume';
+      tooltip = 'The last resume did not bring this notebook back: resume it again from its checkpoint';
+      resumeIcon.element({ container: this.iconNode });
+    } else if (alone) {
       label = 'Pause';
       tooltip = 'Pause this notebook too: checkpoint its kernel, then release it (the others are paused already)';
       pauseIcon.element({ container: this.iconNode });

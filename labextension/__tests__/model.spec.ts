@@ -446,7 +446,8 @@ describe('GkewsModel', () => {
     await model.refresh();
     expect(model.display).toBe('reconnecting');
     expect(model.label).toBe('GPU session: reconnecting the notebooks');
-    expect(model.nextAction).toBe('pause');
+    expect(model.nextAction).toBeNull(); // a second click of Resume would pause the session it resumed
+
     model.setAttachment({ cycle: 2, waiting: ['work/train.ipynb', 'eval.ipynb'], failed: {} });
     expect(model.label).toBe('GPU session: reconnecting train.ipynb and eval.ipynb');
     model.setAttachment({ cycle: 1, waiting: [], failed: {} }); // an older cycle does not count
@@ -459,6 +460,31 @@ describe('GkewsModel', () => {
     expect(model.label).toBe('GPU session: train.ipynb not reconnected');
     model.setAttachment({ cycle: 2, waiting: [], failed: {} });
     expect(model.label).toBe('GPU session: ready');
+    expect(model.nextAction).toBe('pause');
+  });
+
+  it('says a notebook the resume failed is not resumed, and its own button resumes it', async () => {
+    // the kernel died while the resume restored into it: the server is active, the notebook still to resume
+    model.expectAttachment();
+    const died: INotebookStatus = {
+      path: 'work/k1.ipynb',
+      kernel_id: 'k1',
+      status: 'failed',
+      verdict: 'failed',
+      checkpoint: '20261204-040000-000-abcd',
+      error: 'the kernel of work/k1.ipynb died (its process is gone) during the call',
+      next_step: 'resume again: its checkpoint 20261204-040000-000-abcd is kept'
+    };
+    const lost: INotebookStatus = { ...died, path: 'gone.ipynb', kernel_id: 'k3', status: 'lost' };
+    server.answer = status({ state: 'active', cycle: 2, notebooks: [restoredNotebook, died, lost] });
+    await model.refresh();
+    model.setAttachment({ cycle: 2, waiting: [], failed: {} });
+    expect(model.display).toBe('not resumed'); // it said "ready"
+    expect(model.label).toBe('GPU session: k1.ipynb not resumed');
+    expect(model.resumesAlone(died)).toBe(true);
+    expect(model.resumesAlone(lost)).toBe(false); // its checkpoint is gone: nothing to resume
+    expect(model.resumesAlone(restoredNotebook)).toBe(false);
+    expect(model.nextAction).toBe('pause'); // the others' buttons still pause
   });
 });
 

@@ -191,9 +191,9 @@ test('Interrupt while paused drops the cells held, saying so: they do not run af
     notification(page, 'interrupt.ipynb is paused: the cell will run after Resume, once it is ready.')
   ).toHaveCount(1);
   await page.menu.clickMenuItem('Kernel>Interrupt Kernel');
-  await expect(
-    notification(page, 'interrupt.ipynb is paused: the 1 cell(s) waiting for it will not run.')
-  ).toHaveCount(1);
+  await expect(notification(page, 'interrupt.ipynb is paused: the 1 cell(s) waiting for it will not run.')).toHaveCount(
+    1
+  );
   await expect(held.locator('.jp-InputPrompt')).toHaveText('[ ]:');
   await resumeButton(page).click();
   await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
@@ -277,7 +277,6 @@ test('Restart Kernel and Change Kernel while paused are refused, saying why; Res
   const { prompt } = await typeAndRun(page, 'print(w + 1)', '42\n');
   expect(prompt).toBe('[2]:');
 });
-
 
 test('New Console for a paused notebook is refused, saying to resume; after Resume the console has its variables', async ({
   page,
@@ -380,4 +379,39 @@ test('a notebook opened while another is paused is paused from its own toolbar; 
   await page.notebook.activate('before.ipynb');
   const { prompt } = await typeAndRun(page, 'print(w + 1)', '42\n');
   expect(prompt).toBe('[2]:');
+});
+
+/** A variable whose restore kills its kernel once: the first time it meets the file "die" (which it removes). */
+const DIES_ONCE = [
+  'import os',
+  'def _die_once(flag):',
+  '    if os.path.exists(flag):',
+  '        os.remove(flag)',
+  '        os._exit(1)',
+  '    return 0',
+  'class DiesOnce:',
+  '    def __reduce__(self):',
+  '        return (_die_once, ("die",))',
+  'd = DiesOnce()'
+].join('\n');
+
+test('a kernel that died during its restore: the page says not resumed, holds the next cell, and Resume brings it back', async ({
+  page,
+  tmpPath
+}) => {
+  // The status said "ready" and the toolbar Pause while the server said the notebook was still to resume,
+  // and the next cell stayed [*] for ever (the page stayed on the dead kernel's connection).
+  await openAndRun(page, tmpPath, ['dies.ipynb'], ['w = 41', DIES_ONCE]);
+  await pauseButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  await page.contents.uploadContent('', 'text', `${tmpPath}/die`);
+  await resumeButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: dies.ipynb not resumed', READY);
+  await expect(notification(page, 'dies.ipynb was not restored')).toHaveCount(1);
+  const cell = await typeAndSchedule(page, 'print(w + 1)');
+  await expect(notification(page, 'dies.ipynb was not resumed: the cell will run after Resume')).toHaveCount(1);
+  await resumeButton(page).click(); // its own toolbar resumes it again
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  await expect(cell.locator('.jp-OutputArea-output')).toHaveText('42\n', { timeout: 60_000 });
+  await typeAndRun(page, 'print(w + 2)', '43\n');
 });
