@@ -281,6 +281,25 @@ def _collect_quietly(store: Store) -> None:
         pass
 
 
+def default_checkpoint(store: Store, nb: str, checkpoint: str | None) -> str | None:
+    """The checkpoint restore and verify take when none is named: the newest one a save made (the magic's,
+    checkpoint now's, a pause's), which holds the probes' results; kernel undo's automatic ones come after
+    every cell (a rewind's "before" one too), without probes, and may still be being written. Only when the
+    notebook has no other: the newest automatic one, once the writer has written the last cell's."""
+    if checkpoint is not None:
+        return checkpoint
+    for cid in store.checkpoint_ids(nb):
+        try:
+            if not store.load_manifest(nb, cid, lean=True).get("auto"):
+                return cid
+        except CheckpointError:
+            return cid  # damaged: named by the read that follows, never passed over for an older one
+    auto = sys.modules.get(f"{__package__}.auto")
+    if auto is not None:
+        auto.AUTO.writer.wait_idle()
+    return None
+
+
 def restore(namespace=None, *, notebook=None, root=None, checkpoint=None, names=None, device=None,
             random_state: bool = True, removes_later: bool = False) -> dict:
     """Put a checkpoint's variables (or `names`) back into the namespace. removes_later: the caller (rewind)
@@ -295,7 +314,7 @@ def restore(namespace=None, *, notebook=None, root=None, checkpoint=None, names=
     ns, _shell = _namespace(namespace)
     nb = config.notebook_name(notebook)
     store = Store(root)
-    manifest = store.load_manifest(nb, checkpoint)
+    manifest = store.load_manifest(nb, default_checkpoint(store, nb, checkpoint))
     known = set(manifest["variables"]) | set(manifest["skipped"]) | set(manifest["modules"])
     later = [] if names or removes_later else [n for n, _v in select_variables(ns, _shell)[0] if n not in known]
     _activity.update(operation="restore")
@@ -319,7 +338,8 @@ def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict
     """Compare the live namespace with a checkpoint, bit for bit, without writing anything."""
     ns, _shell = _namespace(namespace)
     nb = config.notebook_name(notebook)
-    manifest = Store(root).load_manifest(nb, checkpoint)
+    store = Store(root)
+    manifest = store.load_manifest(nb, default_checkpoint(store, nb, checkpoint))
     algorithms = {k: r["fingerprint"]["algorithm"] for k, r in manifest["storages"].items() if "fingerprint" in r}
     dry = Capture(dry=True, algorithms=algorithms)
     for name in manifest["variables"]:

@@ -626,3 +626,34 @@ def test_the_save_message_names_the_notebook_it_saved_under(store):
         assert "Saved checkpoint " in out and "for 'work/console-7'" in out, out
         out = k.run("%gkews_checkpoint save --notebook elsewhere.ipynb")
         assert "for 'elsewhere.ipynb'" in out, out
+
+
+def test_verify_and_restore_take_the_newest_saved_checkpoint_and_its_probes(store):
+    """With kernel undo on, verify compared the live state with the last cell's automatic checkpoint, which
+    holds no probe results: a changed probe read "Verified". And a plain restore after a rewind brought back
+    the rewind's "before" checkpoint instead of the user's own save."""
+    with Kernel(store) as k:
+        k.run("import os\nos.environ['MODE'] = 'a'\nx = 1")
+        k.run("%gkews_checkpoint probe os.environ.get('MODE')")
+        saved = k.call({"op": "save"})["result"]["id"]
+        k.run("%gkews_checkpoint auto on")
+        k.run("os.environ['MODE'] = 'b'\ny = 2")
+        settle(k)
+        out = k.run("%gkews_checkpoint verify")
+        assert f"Checkpoint {saved}:" in out and "1 probe(s) differ: os.environ.get('MODE')" in out, out
+        k.run("x = 5")
+        k.run("%gkews_checkpoint restore")
+        assert k.value("x") == 1  # the save's, not the last cell's automatic checkpoint
+
+
+def test_verify_with_only_automatic_checkpoints_waits_for_the_last_cells(store):
+    """Right after a cell changed a large array, verify compared with the previous cell's checkpoint (the
+    writer had not written this one yet) and said it changed; a few seconds later, Verified."""
+    with Kernel(store) as k:
+        k.run("%gkews_checkpoint auto on")
+        k.run("import numpy as np\nA = np.zeros(5_000_000)")
+        settle(k)
+        k.run("from kernel_state import auto; auto.AUTO.writer.hold()\nA += 1")
+        k.run("import threading\nthreading.Timer(0.5, auto.AUTO.writer.release).start()")  # after verify began
+        out = k.run("%gkews_checkpoint verify")
+        assert "Verified" in out and "Not verified" not in out, out
