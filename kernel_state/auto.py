@@ -637,14 +637,12 @@ def rewind(cell: int | None, namespace=None, *, notebook: str | None = None, roo
             "cell": now, "source": f"(before rewind to cell [{cell}])", "before_rewind": cell})
         store = Store(root)
         before = store.load_manifest(config.notebook_name(notebook), undo["id"])
-        result = checkpoint.restore(ns, notebook=notebook, root=root, checkpoint=target["id"], removes_later=True)
+        kept = set(target["variables"]) | set(target["modules"]) | set(target["skipped"])
+        # defined after that cell: a rewind takes it away (the undo checkpoint has it), in the step that puts
+        # the restored values in place; a module imported since stays bound, as it stays loaded
+        removed = [n for n in before["variables"] if n not in kept]
+        result = checkpoint.restore(ns, notebook=notebook, root=root, checkpoint=target["id"], remove=removed)
         store.apply_retention(config.notebook_name(notebook), auto=True)  # now that the target is read
-    kept = set(target["variables"]) | set(target["modules"]) | set(target["skipped"])
-    # defined after that cell: a rewind takes it away (the undo checkpoint has it); a module imported
-    # since stays bound, as it stays loaded
-    removed = [n for n in before["variables"] if n not in kept]
-    for name in removed:
-        ns.pop(name, None)
     changed, came_back, unchanged = [], [], []
     for name in result["restored"]:
         old, new = before["variables"].get(name), target["variables"].get(name)

@@ -301,9 +301,9 @@ def default_checkpoint(store: Store, nb: str, checkpoint: str | None) -> str | N
 
 
 def restore(namespace=None, *, notebook=None, root=None, checkpoint=None, names=None, device=None,
-            random_state: bool = True, removes_later: bool = False) -> dict:
-    """Put a checkpoint's variables (or `names`) back into the namespace. removes_later: the caller (rewind)
-    takes away the variables the checkpoint does not hold, so none is reported as left as it was."""
+            random_state: bool = True, remove=None) -> dict:
+    """Put a checkpoint's variables (or `names`) back into the namespace. remove: the variables the caller
+    (rewind) takes away with it, in the same step, so none is reported as left as it was."""
     if device not in (None, "cpu", "cuda") and not str(device).startswith("cuda:"):
         raise ValueError(f"device must be 'cpu' or 'cuda' (got {device!r})")
     if device and device.startswith("cuda"):
@@ -316,11 +316,12 @@ def restore(namespace=None, *, notebook=None, root=None, checkpoint=None, names=
     store = Store(root)
     manifest = store.load_manifest(nb, default_checkpoint(store, nb, checkpoint))
     known = set(manifest["variables"]) | set(manifest["skipped"]) | set(manifest["modules"])
-    later = [] if names or removes_later else [n for n, _v in select_variables(ns, _shell)[0] if n not in known]
+    later = [] if names or remove is not None else [n for n, _v in select_variables(ns, _shell)[0] if n not in known]
     _activity.update(operation="restore")
     try:
         with store.lock(reading=True):
-            result = restore_namespace(ns, store, manifest, names=names, device=device, random_state=random_state)
+            result = restore_namespace(ns, store, manifest, names=names, device=device, random_state=random_state,
+                                       remove=remove or ())
     finally:
         _activity.update(operation=None)
     if later and result["restored"]:  # an optimizer made after the checkpoint would train the replaced model

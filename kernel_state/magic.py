@@ -1,7 +1,9 @@
 """%gkews_checkpoint: save, restore, list, verify, status, probe and delete from a notebook cell."""
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import time
 
 from IPython.core.error import UsageError
@@ -32,6 +34,17 @@ def _skipped_lines(skipped: dict) -> list[str]:
             where = f"; re-run cell [{info['cell']}]: {info['source']}{at}"
         lines.append(f"  {name}: {info['reason']}{where}")
     return lines
+
+
+@contextlib.contextmanager
+def _said_if_interrupted(what: str):
+    """An interrupt while a checkpoint was being loaded: say that nothing changed (restore_namespace puts
+    the values in place only once all are loaded), then stop as interrupted."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(f"Interrupted: {what}.", file=sys.stderr)
+        raise
 
 
 def _verify_conclusion(result: dict) -> str:
@@ -145,9 +158,10 @@ class CheckpointMagics(Magics):
             print(f"Note: {retention['blobs_kept']}.")
 
     def _restore(self, args):
-        result = checkpoint.restore(self.shell.user_ns, notebook=args.notebook, checkpoint=args.checkpoint,
-                                    names=args.names or None, device=args.device,
-                                    random_state=args.random_state)
+        with _said_if_interrupted("the restore changed nothing: the variables are as they were"):
+            result = checkpoint.restore(self.shell.user_ns, notebook=args.notebook, checkpoint=args.checkpoint,
+                                        names=args.names or None, device=args.device,
+                                        random_state=args.random_state)
         print(f"Restored {len(result['restored'])} variables from checkpoint {result['checkpoint']} "
               f"(saved {result['created']}) in {result['seconds']:.2f} s: {', '.join(result['restored'])}")
         if result.get("random_state"):
@@ -257,8 +271,9 @@ class CheckpointMagics(Magics):
             raise UsageError("rewind takes one cell number: %gkews_checkpoint rewind 12 (the [12] left of the cell), "
                              "or an automatic checkpoint's id: %gkews_checkpoint rewind --checkpoint ID")
         # IPython has already counted this cell: the one before it is execution_count - 2
-        r = auto.rewind(None if by_id else int(args.names[0]), self.shell.user_ns, notebook=args.notebook,
-                        undo_cell=self.shell.execution_count - 2, checkpoint_id=args.checkpoint)
+        with _said_if_interrupted("the rewind changed nothing: the variables are as they were"):
+            r = auto.rewind(None if by_id else int(args.names[0]), self.shell.user_ns, notebook=args.notebook,
+                            undo_cell=self.shell.execution_count - 2, checkpoint_id=args.checkpoint)
         label = r["label"] or {}
         earlier = " of an earlier kernel" if r.get("earlier_kernel") else ""
         print(f"Rewound to the end of cell [{r['cell']}]{earlier} ({label.get('source', '')}) "

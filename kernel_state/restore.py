@@ -20,6 +20,7 @@ from .alignment import address, aligned_copy, is_aligned, private_memory
 from .dtype_json import array_dtype
 from .errors import CheckpointError, CorruptBlob
 from .identity import TOKEN
+from .interrupts import held_off
 from .safetensors_io import read_blob
 from .shared_memory import tensor_memory
 
@@ -485,21 +486,25 @@ def _warn_orphaned(manifest: dict, restored: list, failed: dict, restorer: Resto
 
 
 def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, device=None,
-                      random_state: bool = True) -> dict:
-    """Put the checkpoint's variables (or `names`) into `namespace`; report what came back and what did not.
+                      random_state: bool = True, remove=()) -> dict:
+    """Put the checkpoint's variables (or `names`) into `namespace`, and take `remove` out of it; report what
+    came back and what did not.
 
     A restore brings back the checkpoint's state, class and function definitions included: one the
-    kernel has redefined since is replaced by the saved one, and the report says so."""
+    kernel has redefined since is replaced by the saved one, and the report says so. Every value is loaded
+    first (an interrupt meanwhile changes nothing), then put in place in one step that an interrupt does
+    not cut short (interrupts.py)."""
     started = time.perf_counter()
     same_process = manifest["identity"].get("token") == TOKEN
     restorer = Restorer(store, manifest, device)
     wanted = list(names) if names else None
     restored, failed = [], {}
+    fresh: dict = {}
     for alias, module in manifest["modules"].items():
         if wanted and alias not in wanted:
             continue
         try:
-            namespace[alias] = importlib.import_module(module)
+            fresh[alias] = importlib.import_module(module)
             restored.append(alias)
         except ImportError as exc:
             folder = manifest.get("module_folders", {}).get(alias)
@@ -516,12 +521,19 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
                 restorer.warnings.append(
                     f"{name}: this kernel redefined it since the checkpoint; the checkpoint's definition is "
                     f"restored (re-run its cell to use the new one)")
-            namespace[name] = value
+            fresh[name] = value
             restored.append(name)
         except Exception as exc:  # each variable fails alone, with its reason
             restorer.failed[name] = reason = f"{type(exc).__name__}: {exc}" if not isinstance(
                 exc, CheckpointError) else str(exc)
             failed[name] = reason
+    with held_off() as interrupts:
+        namespace.update(fresh)
+        for name in remove:
+            namespace.pop(name, None)
+    if interrupts:
+        restorer.warnings.append("an interrupt came while the restored values were put in place: they were put "
+                                 "in place whole (interrupt again to stop what runs next)")
     _rebase_notebook_classes(namespace, restored, restorer.warnings)
     if wanted:
         _warn_detached(manifest, restored, restorer, namespace)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -657,3 +658,59 @@ def test_verify_with_only_automatic_checkpoints_waits_for_the_last_cells(store):
         k.run("import threading\nthreading.Timer(0.5, auto.AUTO.writer.release).start()")  # after verify began
         out = k.run("%gkews_checkpoint verify")
         assert "Verified" in out and "Not verified" not in out, out
+
+
+GATED_RESTORE = '''
+def _wait_for_gate(path):
+    import os, time
+    open(path + ".reached", "w").close()
+    while not os.path.exists(path):
+        time.sleep(0.05)
+    return 0
+class SlowRestore:
+    def __reduce__(self):
+        return (_wait_for_gate, ({gate!r},))
+'''
+
+
+@pytest.mark.parametrize("how", ["restore", "rewind"])
+def test_an_interrupted_restore_or_rewind_changes_nothing_and_says_so(store, tmp_path, how):
+    """An interrupt while the checkpoint was being loaded left the variables before the one being loaded
+    restored and those after it not (a rewind half done), and said only KeyboardInterrupt."""
+    gate = tmp_path / "gate"
+    with Kernel(store) as k:
+        k.run(GATED_RESTORE.format(gate=str(gate)))
+        k.run("x = 1\nslow = SlowRestore()\ny = 1")  # restored in this order: x, slow, y
+        if how == "restore":
+            k.run("%gkews_checkpoint save")
+            command = "%gkews_checkpoint restore"
+        else:
+            k.run("%gkews_checkpoint auto on")
+            k.run("z = 0")  # its own cell, with its own automatic checkpoint
+            settle(k)
+            command = f"%gkews_checkpoint rewind {k.value('get_ipython().execution_count') - 2}"
+        k.run("x = 2\ny = 2\nlater = 3")
+        msg_id = k.client.execute(command)
+        reached = tmp_path / "gate.reached"
+        deadline = time.monotonic() + 120
+        while not reached.exists():  # the restore is loading `slow`, after x and before y
+            assert time.monotonic() < deadline, "the restore never reached the slow variable"
+            time.sleep(0.05)
+        k.km.interrupt_kernel()
+        out = []
+        while True:
+            msg = k.client.get_iopub_msg(timeout=60)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream":
+                out.append(msg["content"]["text"])
+            if msg["msg_type"] == "error":
+                assert msg["content"]["ename"] == "KeyboardInterrupt"
+                break
+        while k.client.get_shell_msg(timeout=60)["parent_header"].get("msg_id") != msg_id:
+            pass  # its reply, before the next cell's
+        assert f"Interrupted: the {how} changed nothing: the variables are as they were." in "".join(out), out
+        assert k.value("[x, y, later]") == [2, 2, 3]
+        gate.touch()
+        k.run(command)  # not interrupted: done whole
+        assert k.value("[x, y, 'later' in globals()]") == [1, 1, how == "restore"]
