@@ -128,6 +128,10 @@ class Abandoned(Exception):
     pass
 
 
+def _cell_of(snap) -> int | None:
+    return ((snap.manifest.get("label") or {}).get("cell")) if snap is not None else None
+
+
 class Writer:
     """The background thread: writes one snapshot at a time, the newest queued one next."""
 
@@ -142,6 +146,10 @@ class Writer:
         self.last: dict | None = None
         self.error: str | None = None
         self.write_seconds: list[float] = []
+        # what became of each cell's snapshot, for rewind's message when it has no checkpoint (any more)
+        self.cells_written: set[int] = set()
+        self.cells_coalesced: set[int] = set()
+        self.cells_failed: dict[int, str] = {}
         self._open = threading.Event()
         self._open.set()
 
@@ -161,6 +169,7 @@ class Writer:
             if self._next is not None:
                 snap.take_over(self._next)  # coalesce: the newest wins
                 self.coalesced += 1
+                self.cells_coalesced.add(_cell_of(self._next))
             self._next = snap
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="gkews-auto-writer", daemon=True)
@@ -188,6 +197,7 @@ class Writer:
                 seconds = time.perf_counter() - started
                 with self._cond:
                     self.written += 1
+                    self.cells_written.add(_cell_of(snap))
                     self.write_seconds = (self.write_seconds + [seconds])[-200:]
                     self.last = {**summary(snap.manifest), "write_seconds": round(seconds, 4),
                                  "stage_seconds": snap.stage_seconds}
@@ -198,6 +208,7 @@ class Writer:
             except BaseException as exc:  # reported once by the hook; the next snapshot retries its bytes
                 with self._cond:
                     self.error = str(exc) if isinstance(exc, CheckpointError) else f"{type(exc).__name__}: {exc}"
+                    self.cells_failed[_cell_of(snap)] = self.error
                     if self._next is not None:
                         self._next.take_over(snap)
             finally:
@@ -571,10 +582,21 @@ def _why_none(cell: int) -> str:
                                                              isinstance(count, int) and count > 1 else "")
     if cell in AUTO.raised_cells:
         return f"cell [{cell}] raised an exception: a cell that did not complete leaves no state to come back to"
+    w = AUTO.writer
+    if cell in w.cells_written:
+        from .magic import human_bytes
+        limit = config.auto_max_bytes()
+        return (f"its automatic checkpoint was deleted since: automatic checkpoints keep the newest "
+                f"{config.auto_keep_last()}{f' within {human_bytes(limit)}' if limit else ''} "
+                f"(raise GKEWS_AUTO_KEEP_LAST or GKEWS_AUTO_MAX_BYTES to keep more), or it was deleted by hand")
+    if cell in w.cells_failed:
+        return f"its automatic checkpoint could not be written: {w.cells_failed[cell]}"
+    if cell in w.cells_coalesced:
+        return ("it ended while the previous checkpoint was still being written, and the next cell's "
+                "checkpoint replaced its own")
     if not AUTO.enabled:
         return "turn them on with %gkews_checkpoint auto on"
-    return ("a cell that ended while the previous checkpoint was still being written has none: the next one "
-            "replaced it")
+    return "none was taken after it (automatic checkpoints were off then, or a save or restore was running)"
 
 
 def _clock(epoch) -> str:

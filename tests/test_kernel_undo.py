@@ -714,3 +714,16 @@ def test_an_interrupted_restore_or_rewind_changes_nothing_and_says_so(store, tmp
         gate.touch()
         k.run(command)  # not interrupted: done whole
         assert k.value("[x, y, 'later' in globals()]") == [1, 1, how == "restore"]
+
+
+def test_rewind_to_a_cell_whose_checkpoint_retention_deleted_says_so(store):
+    """It said "the next one replaced it" (a coalesced snapshot) for a checkpoint the automatic checkpoints'
+    retention had deleted, whose fix is a larger GKEWS_AUTO_KEEP_LAST."""
+    with Kernel(store, extra_env={"GKEWS_AUTO_CHECKPOINT": "1", "GKEWS_AUTO_KEEP_LAST": "2"}) as k:
+        for value in range(4):
+            k.run(f"v = {value}")
+            settle(k)
+        first = k.value("get_ipython().execution_count") - 5  # the cell of "v = 0"
+        out = k.run(f"%gkews_checkpoint rewind {first}", allow_error=True)
+        assert "its automatic checkpoint was deleted since: automatic checkpoints keep the newest 2" in out, out
+        assert "GKEWS_AUTO_KEEP_LAST" in out and "replaced" not in out, out
