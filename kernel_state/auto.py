@@ -23,6 +23,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import threading
 import time
 
@@ -666,9 +667,13 @@ def rewind(cell: int | None, namespace=None, *, notebook: str | None = None, roo
         result = checkpoint.restore(ns, notebook=notebook, root=root, checkpoint=target["id"], remove=removed)
         store.apply_retention(config.notebook_name(notebook), auto=True)  # now that the target is read
     changed, came_back, unchanged = [], [], []
+    # what no checkpoint can hold (an open file, a generator) is in no undo either
+    unsaved = set(before["skipped"])
     for name in result["restored"]:
         old, new = before["variables"].get(name), target["variables"].get(name)
-        if name not in before["variables"] and name not in before["modules"]:
+        if name in unsaved:
+            changed.append(name)
+        elif name not in before["variables"] and name not in before["modules"]:
             came_back.append(name)
         elif old is not None and new is not None and _same_value(before, old, target, new):
             unchanged.append(name)
@@ -676,12 +681,32 @@ def rewind(cell: int | None, namespace=None, *, notebook: str | None = None, roo
             unchanged.append(name)
         else:
             changed.append(name)
+    gone = sorted(unsaved & set(result["restored"]))
+    if gone:
+        result["warnings"].append(
+            f"{', '.join(gone)} held what no checkpoint can ({_skip_kinds(before, gone)}): the rewind replaced "
+            f"{'it' if len(gone) == 1 else 'them'} with the value of cell [{cell}], and undoing it cannot bring "
+            "that back")
+    left = sorted(unsaved - set(result["restored"]) - set(target["variables"]))
+    if left:
+        result["warnings"].append(f"left as they are, since no checkpoint holds them: {', '.join(left)}")
     return {"cell": cell, "checkpoint": target["id"], "label": target.get("label"), "earlier_kernel": earlier,
             "undo": undo["id"],
             "undo_cell": now, "changed": changed, "came_back": came_back, "removed": removed,
             "unchanged": unchanged, "failed": result["failed"], "skipped_at_save": result["skipped_at_save"],
             "warnings": result["warnings"], "seconds": result["seconds"],
             "total_seconds": round(time.perf_counter() - started, 4)}  # with the wait and the undo checkpoint
+
+
+def _skip_kinds(manifest: dict, names: list[str]) -> str:
+    """What the save said each of these is: "f: an open file (/data/log.txt)", "g: a generator"."""
+    kinds = []
+    for name in names:
+        reason = str((manifest["skipped"].get(name) or {}).get("reason", ""))
+        live = re.search(r"object: (.+?) is a live resource", reason)
+        pickled = re.search(r"cannot pickle '([^']+)' object", reason)
+        kinds.append(f"{name}: {live.group(1)}" if live else f"{name}: a {pickled.group(1)}" if pickled else name)
+    return ", ".join(kinds)
 
 
 def _same_value(ma: dict, a: dict, mb: dict, b: dict) -> bool:

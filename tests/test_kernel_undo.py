@@ -727,3 +727,21 @@ def test_rewind_to_a_cell_whose_checkpoint_retention_deleted_says_so(store):
         out = k.run(f"%gkews_checkpoint rewind {first}", allow_error=True)
         assert "its automatic checkpoint was deleted since: automatic checkpoints keep the newest 2" in out, out
         assert "GKEWS_AUTO_KEEP_LAST" in out and "replaced" not in out, out
+
+
+def test_a_rewind_over_variables_no_checkpoint_holds_says_what_it_cannot_undo(store, tmp_path):
+    """A variable that became an open file or a generator after cell [N] was replaced by the rewind without a
+    word (listed as "came back"), though its undo cannot bring it back; one made after [N] stayed, unnamed."""
+    log = tmp_path / "log.txt"
+    with Kernel(store, extra_env={"GKEWS_AUTO_CHECKPOINT": "1"}) as k:
+        k.run("f = 5\ng = 0")
+        settle(k)
+        cell = k.value("get_ipython().execution_count") - 2
+        k.run(f"f = open({str(log)!r}, 'w')\ng = (i for i in range(3))\nh = open({str(log)!r}, 'a')")
+        settle(k)
+        out = k.run(f"%gkews_checkpoint rewind {cell}")
+        assert "changed: f, g" in out and "came back" not in out, out
+        assert f"f, g held what no checkpoint can (f: an open file ({log}), g: a generator)" in out, out
+        assert "undoing it cannot bring that back" in out and "left as they are, since no checkpoint holds them: h" \
+            in out, out
+        assert k.value("[f, g, type(h).__name__]") == [5, 0, "TextIOWrapper"]
