@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import re
+import socket
 import threading
 import time
 
@@ -565,9 +566,16 @@ def find_cell(cell: int, *, notebook: str | None = None, root: str | None = None
         return continued
     have = ", ".join(f"[{c}]" for c in sorted(set(cells))) or "none"
     if elsewhere is not None:
+        other = elsewhere.get("identity") or {}
+        if _still_running(other):  # not a restart: a second kernel of the notebook, with its own numbering
+            raise CheckpointNotFound(
+                f"no automatic checkpoint after cell [{cell}] of this kernel: cell [{cell}] ran in "
+                f"{_other_kernel(other)}; rewind N goes back only to this kernel's own cells (cells with one: "
+                f"{have}; {_why_none(cell)}). To bring back the state at the end of that kernel's cell [{cell}] "
+                f"anyway: %gkews_checkpoint rewind --checkpoint {elsewhere['id']}")
         raise CheckpointNotFound(
             f"no automatic checkpoint after cell [{cell}] of this kernel: cell [{cell}] ran in "
-            f"{_other_kernel(elsewhere.get('identity'))}; this kernel numbers its cells from [1] again, and "
+            f"{_other_kernel(other)}; this kernel numbers its cells from [1] again, and "
             f"rewind N goes back only to its own cells (cells with one: {have}). To bring back the state at "
             f"the end of that earlier cell [{cell}] anyway: %gkews_checkpoint rewind --checkpoint {elsewhere['id']}")
     how = _why_none(cell)
@@ -618,8 +626,30 @@ def _other_kernel(identity: dict | None) -> str:
         return "an earlier kernel (a checkpoint of an older version, which did not record its process)"
     if isinstance(started, (int, float)) and started > STARTED:
         return f"another kernel process (pid {identity.get('pid', '?')}, started at {_clock(started)})"
+    if _still_running(identity):  # two kernels of one notebook (a second tab's, a console's): no restart
+        return (f"another kernel of this notebook that still runs (pid {identity['pid']}, started at "
+                f"{_clock(started)})")
     return (f"an earlier kernel (pid {identity.get('pid', '?')}, started at {_clock(started)}), before this "
             f"kernel's restart at {_clock(STARTED)}")
+
+
+def _still_running(identity: dict) -> bool:
+    """Whether the process that wrote a checkpoint runs on this host now: its pid is alive and that process
+    started when the checkpoint says (a pid is reused; /proc gives a process's start in clock ticks since
+    boot)."""
+    pid, started = identity.get("pid"), identity.get("started")
+    if identity.get("hostname") != socket.gethostname() or not isinstance(pid, int) or pid == os.getpid() or \
+            not isinstance(started, (int, float)):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    # the process starts a moment before kernel_state is imported in it
+    return 0 <= started - (boot + ticks / os.sysconf("SC_CLK_TCK")) < 60
 
 
 def find_checkpoint(checkpoint_id: str, cell: int | None = None, *, notebook: str | None = None,

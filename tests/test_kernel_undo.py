@@ -745,3 +745,19 @@ def test_a_rewind_over_variables_no_checkpoint_holds_says_what_it_cannot_undo(st
         assert "undoing it cannot bring that back" in out and "left as they are, since no checkpoint holds them: h" \
             in out, out
         assert k.value("[f, g, type(h).__name__]") == [5, 0, "TextIOWrapper"]
+
+
+def test_a_second_live_kernel_of_the_notebook_is_not_called_an_earlier_one(store):
+    """Two kernels of one notebook (a second tab, a console): rewinding in the second to a cell only the first
+    ran said it "ran in an earlier kernel ... before this kernel's restart", and left out why the second had
+    none (its automatic checkpoints were off)."""
+    with Kernel(store, extra_env={"GKEWS_AUTO_CHECKPOINT": "1"}) as first:
+        first.run("x = 'first'")
+        settle(first)
+        cell = first.value("get_ipython().execution_count") - 2
+        pid = first.value("__import__('os').getpid()")
+        with Kernel(store) as second:
+            second.run("%gkews_checkpoint auto off")
+            out = second.run(f"%gkews_checkpoint rewind {cell}", allow_error=True)
+            assert f"another kernel of this notebook that still runs (pid {pid}" in out, out
+            assert "restart" not in out and "turn them on with %gkews_checkpoint auto on" in out, out
