@@ -133,6 +133,14 @@ class CheckpointMagics(Magics):
             expr = stripped[len("probe"):].strip()
             return self._probe(expr)
         args = parse_argstring(self.gkews_checkpoint, line)
+        if args.names and args.action in ("list", "verify", "status"):  # argparse would take and ignore them
+            usage = " [--checkpoint ID]" if args.action == "verify" else ""
+            raise UsageError(f"{args.action} takes no names (got {' '.join(args.names)}): "
+                             f"%gkews_checkpoint {args.action}{usage}")
+        both = sorted(set(args.names) & set(args.exclude))
+        if both:
+            raise UsageError(f"{', '.join(both)} is both named and excluded: leave "
+                             f"{'it' if len(both) == 1 else 'them'} out of the names or of --exclude")
         try:
             return getattr(self, f"_{args.action}")(args)
         except (CheckpointError, ValueError) as exc:
@@ -162,8 +170,9 @@ class CheckpointMagics(Magics):
             result = checkpoint.restore(self.shell.user_ns, notebook=args.notebook, checkpoint=args.checkpoint,
                                         names=args.names or None, device=args.device,
                                         random_state=args.random_state)
+        restored = f": {', '.join(result['restored'])}" if result["restored"] else ""
         print(f"Restored {len(result['restored'])} variables from checkpoint {result['checkpoint']} "
-              f"(saved {result['created']}) in {result['seconds']:.2f} s: {', '.join(result['restored'])}")
+              f"(saved {result['created']}) in {result['seconds']:.2f} s{restored}")
         if result.get("random_state"):
             print(f"Random state restored: {', '.join(result['random_state'])}.")
         for warning in result["warnings"]:

@@ -142,6 +142,12 @@ def test_magic_is_loaded_without_load_ext_and_explains_itself(store):
         assert "UsageError: no checkpoint for notebook 'work/experiment.ipynb'" in out
         out = k.run("%gkews_checkpoint save nothere", allow_error=True)
         assert "no variable named 'nothere'" in out
+        # names argparse took and the action ignored, or named and excluded at once (x was left out silently)
+        out = k.run("%gkews_checkpoint list extra", allow_error=True)
+        assert "UsageError: list takes no names (got extra): %gkews_checkpoint list" in out, out
+        k.run("x = 1")
+        out = k.run("%gkews_checkpoint save x --exclude x", allow_error=True)
+        assert "UsageError: x is both named and excluded" in out, out
     finally:
         k.close()
 
