@@ -9,6 +9,21 @@ import queue
 from jupyter_client.manager import KernelManager
 
 
+#: a notebook class whose instance's restore (its unpickling) waits until the file <gate> exists, and leaves
+#: <gate>.reached once it waits there (a restore run in a kernel's start hold: Jupyter does not see it busy)
+SLOW_RESTORE = '''
+def _wait_for_gate(path):
+    import os, time
+    open(path + ".reached", "w").close()
+    while not os.path.exists(path):
+        time.sleep(0.05)
+    return 0
+class SlowRestore:
+    def __reduce__(self):
+        return (_wait_for_gate, ({gate!r},))
+'''
+
+
 class KernelError(AssertionError):
     pass
 

@@ -9,6 +9,7 @@ import signal
 
 import pytest
 
+from kernels import SLOW_RESTORE
 from serverkit import gkews_server_config, open_notebook, post, run_cell, status, wait_for, wait_until
 
 from jupyter_gkews.bridge import kernel_pid
@@ -31,26 +32,10 @@ async def phase(jp_fetch, wanted: str, timeout: float = 120) -> None:
         await asyncio.sleep(0.1)
 
 
-#: a variable whose restore (its unpickling, in the resumed kernel) waits for the gate; it leaves
-#: <gate>.reached once there (the restore runs in the kernel's start hold: Jupyter does not see it busy)
-SLOW_RESTORE = '''
-def _wait_for_gate(path):
-    import os, time
-    open(path + ".reached", "w").close()
-    while not os.path.exists(path):
-        time.sleep(0.05)
-    return 0
-class SlowRestore:
-    def __reduce__(self):
-        return (_wait_for_gate, ({gate!r},))
-slow = SlowRestore()
-'''
-
-
 async def resuming_into_a_slow_restore(jp_fetch, jp_serverapp, jp_root_dir, gate) -> str:
     """a.ipynb (x = 41) paused, and its resume restoring into its kernel until the gate opens; its kernel id."""
     a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
-    await run_cell(jp_serverapp, a, "x = 41\n" + SLOW_RESTORE.format(gate=str(gate)))
+    await run_cell(jp_serverapp, a, "x = 41\n" + SLOW_RESTORE.format(gate=str(gate)) + "\nslow = SlowRestore()")
     assert (await post(jp_fetch, "pause")).code == 202
     assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
     assert (await post(jp_fetch, "resume")).code == 202
