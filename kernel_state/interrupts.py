@@ -1,10 +1,11 @@
-"""An interrupt (SIGINT: the page's Interrupt, `km.interrupt_kernel`) held off while a restore puts its
-values in place, so that the namespace is changed whole or not at all.
+"""An interrupt (SIGINT: the page's Interrupt, `km.interrupt_kernel`) held off while a restore takes away
+what it must, or puts back what an interrupted restore changed, so that the namespace is changed whole
+or not at all.
 
-Loading a checkpoint can take minutes and stays interruptible: an interrupt then stops the restore before
-anything is changed. Putting the loaded values into the namespace takes microseconds, and an interrupt in
-its middle left some variables restored and others not (a rewind half done, with no word of it): during
-that step SIGINT is noted instead, and the step finishes.
+Loading a checkpoint can take minutes and stays interruptible: restore_namespace puts each value in place
+as it is loaded, and an interrupt part way puts back what the namespace held (it left some variables
+restored and others not: a rewind half done, with no word of it). The short steps at its end, and that
+putting back, must not be cut short themselves: during them SIGINT is noted instead, and the step finishes.
 """
 from __future__ import annotations
 

@@ -485,55 +485,69 @@ def _warn_orphaned(manifest: dict, restored: list, failed: dict, restorer: Resto
                 f"(names={sorted(lost + [name])!r}, --checkpoint ID)")
 
 
+_ABSENT = object()
+
+
 def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, device=None,
                       random_state: bool = True, remove=()) -> dict:
     """Put the checkpoint's variables (or `names`) into `namespace`, and take `remove` out of it; report what
     came back and what did not.
 
     A restore brings back the checkpoint's state, class and function definitions included: one the
-    kernel has redefined since is replaced by the saved one, and the report says so. Every value is loaded
-    first (an interrupt meanwhile changes nothing), then put in place in one step that an interrupt does
-    not cut short (interrupts.py)."""
+    kernel has redefined since is replaced by the saved one, and the report says so. Each value is put in
+    place as it is loaded (what unpickles a later one may call a notebook function that reads an earlier
+    one as a global: a module alias, a helper); an interrupt before the end puts back what the namespace
+    held, so that a restore changes it whole or not at all (interrupts.py)."""
     started = time.perf_counter()
     same_process = manifest["identity"].get("token") == TOKEN
     restorer = Restorer(store, manifest, device)
     wanted = list(names) if names else None
     restored, failed = [], {}
-    fresh: dict = {}
-    for alias, module in manifest["modules"].items():
-        if wanted and alias not in wanted:
-            continue
-        try:
-            fresh[alias] = importlib.import_module(module)
-            restored.append(alias)
-        except ImportError as exc:
-            folder = manifest.get("module_folders", {}).get(alias)
-            fix = (f"it was imported from {folder}, not installed: put {folder} on sys.path (or start the "
-                   f"kernel there)" if folder else "install it")
-            failed[alias] = f"module {module} cannot be imported here ({exc}); {fix} and restore again"
-    for name in manifest["variables"]:
-        if wanted and name not in wanted:
-            continue
-        try:
-            value = restorer.variable(name)
-            saved_id = manifest["variables"][name].get("object_id") if same_process else None
-            if name in namespace and _redefined(namespace[name], value, saved_id):
-                restorer.warnings.append(
-                    f"{name}: this kernel redefined it since the checkpoint; the checkpoint's definition is "
-                    f"restored (re-run its cell to use the new one)")
-            fresh[name] = value
-            restored.append(name)
-        except Exception as exc:  # each variable fails alone, with its reason
-            restorer.failed[name] = reason = f"{type(exc).__name__}: {exc}" if not isinstance(
-                exc, CheckpointError) else str(exc)
-            failed[name] = reason
-    with held_off() as interrupts:
-        namespace.update(fresh)
-        for name in remove:
-            namespace.pop(name, None)
-    if interrupts:
-        restorer.warnings.append("an interrupt came while the restored values were put in place: they were put "
-                                 "in place whole (interrupt again to stop what runs next)")
+    before: dict = {}  # each name the restore sets: what the namespace held (_ABSENT: nothing)
+
+    def put(name, value):
+        before.setdefault(name, namespace.get(name, _ABSENT))
+        namespace[name] = value
+    try:
+        for alias, module in manifest["modules"].items():
+            if wanted and alias not in wanted:
+                continue
+            try:
+                put(alias, importlib.import_module(module))
+                restored.append(alias)
+            except ImportError as exc:
+                folder = manifest.get("module_folders", {}).get(alias)
+                fix = (f"it was imported from {folder}, not installed: put {folder} on sys.path (or start the "
+                       f"kernel there)" if folder else "install it")
+                failed[alias] = f"module {module} cannot be imported here ({exc}); {fix} and restore again"
+        for name in manifest["variables"]:
+            if wanted and name not in wanted:
+                continue
+            try:
+                value = restorer.variable(name)
+                saved_id = manifest["variables"][name].get("object_id") if same_process else None
+                if name in namespace and _redefined(namespace[name], value, saved_id):
+                    restorer.warnings.append(
+                        f"{name}: this kernel redefined it since the checkpoint; the checkpoint's definition is "
+                        f"restored (re-run its cell to use the new one)")
+                put(name, value)
+                restored.append(name)
+            except Exception as exc:  # each variable fails alone, with its reason
+                restorer.failed[name] = reason = f"{type(exc).__name__}: {exc}" if not isinstance(
+                    exc, CheckpointError) else str(exc)
+                failed[name] = reason
+        with held_off():
+            for name in remove:
+                before.setdefault(name, namespace.get(name, _ABSENT))
+                namespace.pop(name, None)
+    except BaseException:  # an interrupt (or worse) part way: the namespace as it was
+        with held_off():
+            for name, old in before.items():
+                if old is _ABSENT:
+                    namespace.pop(name, None)
+                else:
+                    namespace[name] = old
+        raise
     _rebase_notebook_classes(namespace, restored, restorer.warnings)
     if wanted:
         _warn_detached(manifest, restored, restorer, namespace)

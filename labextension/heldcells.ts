@@ -35,7 +35,7 @@ import { PathExt } from '@jupyterlab/coreutils';
 import type { Cell, ICodeCellModel } from '@jupyterlab/cells';
 import { Notebook, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 
-import { holdReason, kernelLivedOn, NOT_RESUMED } from './holdreason';
+import { holdReason, kernelLivedOn } from './holdreason';
 import { GkewsModel, LEFT_RUNNING } from './model';
 import { belongsTo } from './reattach';
 
@@ -212,10 +212,7 @@ export class HeldCells {
       return;
     }
     const state = this.model.status?.state;
-    const after =
-      state === 'paused' || state === 'pausing' || why === NOT_RESUMED
-        ? 'after Resume, once it is ready'
-        : 'once it is ready';
+    const after = state === 'paused' || state === 'pausing' ? 'after Resume, once it is ready' : 'once it is ready';
     Notification.info(`${PathExt.basename(panel.context.path)} ${why}: the cell will run ${after}.`, {
       autoClose: 8000
     });

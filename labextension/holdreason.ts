@@ -30,14 +30,10 @@ export function holdReason(model: GkewsModel, panel: NotebookPanel): string | nu
   if (status.state === 'active' && reconnecting) {
     return 'is being reconnected to its restored kernel';
   }
-  if (model.resumesAlone(nb)) {
-    return NOT_RESUMED; // its kernel is empty (or dead): the cell waits for the resume that restores it
-  }
+  // a notebook whose resume failed runs its cells in the kernel it has (the page reconnects it): holding them
+  // would trap a notebook whose every resume fails; the status bar and its toolbar say to resume it
   return null;
 }
-
-/** holdReason of a notebook whose resume failed: Resume, not the passing of time, brings it back. */
-export const NOT_RESUMED = 'was not resumed';
 
 /** Whether this panel's own toolbar button resumes its notebook (GkewsModel.resumesAlone). */
 export function resumesAlone(model: GkewsModel, panel: NotebookPanel): boolean {

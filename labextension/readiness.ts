@@ -9,7 +9,7 @@ import { Notification } from '@jupyterlab/apputils';
 import { NotebookPanel } from '@jupyterlab/notebook';
 import { Session } from '@jupyterlab/services';
 
-import { clip, names } from './describe';
+import { clip, names, notResumed } from './describe';
 import { GkewsModel } from './model';
 import { belongsTo, reattachPanel } from './reattach';
 import { INotebookStatus, IStatus } from './types';
@@ -23,12 +23,19 @@ export interface IReadinessOptions {
 
 export const DEFAULT_READINESS: IReadinessOptions = { probeTimeout: 5000, reattachTimeout: 30000 };
 
-/** Was this status the end of a resume (the server is active again and the notebooks carry verdicts)? */
+/**
+ * The notebooks of a resume that just ended (the server is active again and the notebooks carry verdicts):
+ * those it brought back, and those it failed whose checkpoint is kept. A panel of the latter is reconnected
+ * too, to the kernel its notebook has now (the one the server's restarter brought back when it died in its
+ * restore), so that its next cell runs rather than waiting for ever on the dead kernel's connection; its
+ * status says "not resumed" until a resume brings it back.
+ */
 function resumedNotebooks(status: IStatus | null): INotebookStatus[] {
   if (!status || status.state !== 'active') {
     return [];
   }
-  return status.notebooks.filter(nb => nb.verdict && nb.verdict !== 'failed');
+  const again = notResumed(status);
+  return status.notebooks.filter(nb => (nb.verdict && nb.verdict !== 'failed') || again.includes(nb.path));
 }
 
 export class Readiness {
@@ -117,7 +124,7 @@ export class Readiness {
       const reasons = broken.map(p => failed[p]);
       Notification.error(
         clip(
-          `${names(broken)} could not be reconnected to ${broken.length === 1 ? 'its resumed kernel' : 'their resumed kernels'} within ${Math.round(this.options.reattachTimeout / 1000)} s ` +
+          `${names(broken)} could not be reconnected to ${broken.length === 1 ? 'its kernel' : 'their kernels'} within ${Math.round(this.options.reattachTimeout / 1000)} s ` +
             `(${reasons[0]}). Reload the page to reconnect.`
         ),
         { autoClose: false }

@@ -339,3 +339,20 @@ class Square(Shape):
         assert fresh.run("try:\n    Shape()\nexcept TypeError:\n    print('abstract')") == "abstract\n"
         fresh.run("class Crop(Plugin):\n    pass")
         assert fresh.value("[PluginMeta.registry, Crop.slug]") == [["Plugin", "Resize", "Crop"], "crop"]
+
+
+def test_notebook_code_that_unpickling_runs_sees_the_variables_restored_before(tmp_path):
+    """A notebook function that a value's reduction calls at restore reads another restored variable (a module
+    alias, a helper) as a global: it must be in place by then, in a fresh kernel too (a restore that put its
+    values in place only at its end failed such a variable with NameError)."""
+    with Kernel(tmp_path) as first:
+        first.run("import os.path as osp\nprefix = 'runs'\n"
+                  "def rebuild(leaf):\n    return osp.join(prefix, leaf)\n"
+                  "class Run:\n    def __init__(self, leaf): self.leaf = leaf\n"
+                  "    def __reduce__(self): return (rebuild, (self.leaf,))\n"
+                  "run = Run('seed-1')")
+        first.run("%gkews_checkpoint save")
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out, out
+        assert fresh.value("run") == "runs/seed-1"

@@ -395,7 +395,7 @@ const DIES_ONCE = [
   'd = DiesOnce()'
 ].join('\n');
 
-test('a kernel that died during its restore: the page says not resumed, holds the next cell, and Resume brings it back', async ({
+test('a kernel that died during its restore: the page says not resumed, its next cell runs, and Resume brings it back', async ({
   page,
   tmpPath
 }) => {
@@ -408,10 +408,9 @@ test('a kernel that died during its restore: the page says not resumed, holds th
   await resumeButton(page).click();
   await expect(statusItem(page)).toHaveText('GPU session: dies.ipynb not resumed', READY);
   await expect(notification(page, 'dies.ipynb was not restored')).toHaveCount(1);
-  const cell = await typeAndSchedule(page, 'print(w + 1)');
-  await expect(notification(page, 'dies.ipynb was not resumed: the cell will run after Resume')).toHaveCount(1);
+  // the page is on the kernel the server's restarter brought back (empty): a cell runs, it does not hang
+  await typeAndRun(page, 'print("w" in dir())', 'False\n');
   await resumeButton(page).click(); // its own toolbar resumes it again
   await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
-  await expect(cell.locator('.jp-OutputArea-output')).toHaveText('42\n', { timeout: 60_000 });
-  await typeAndRun(page, 'print(w + 2)', '43\n');
+  await typeAndRun(page, 'print(w + 1)', '42\n');
 });
