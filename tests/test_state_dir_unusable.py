@@ -95,9 +95,9 @@ def test_a_checkpoint_root_that_cannot_be_written_is_reported_on_every_route(vol
     read_only_folder = volume.folder
     server = Server(tmp_path / "server")
     server.checkpoint_root = read_only_folder / "ckpt"
-    with pytest.raises(AssertionError, match="503"):  # it starts, and its routes say why they are off
-        server.start()
     try:
+        with pytest.raises(AssertionError, match="503"):  # it starts, and its routes say why they are off
+            server.start()
         for method, parts in ROUTES:
             code, body = server.request(method, "/".join(parts), {} if method == "POST" else None)
             assert code == 503 and body["reason"] == "ExtensionUnavailable", (method, parts, code, body)
