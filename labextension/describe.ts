@@ -326,11 +326,18 @@ export function shutDownAllNote(status: IStatus | null): string | null {
   return parts.join(' ');
 }
 
-/** Why nothing can be restored (or rewound) into a notebook's kernel now, or null when it can: it is paused. */
+/**
+ * Why nothing can be restored (or rewound) into a notebook's kernel now, nor its automatic checkpoints
+ * switched, or null when it can: it is paused, or a pause is taking it (the server refuses both meanwhile).
+ */
 export function pausedKernelNote(path: string, status: IStatus | null): string | null {
-  return pausedNotebooks(status).some(nb => nb.path === path)
-    ? `${baseName(path)} is paused: nothing can be restored into its kernel until it is resumed. Resume it first, then try again.`
-    : null;
+  if (pausedNotebooks(status).some(nb => nb.path === path)) {
+    return `${baseName(path)} is paused: nothing can be restored into its kernel until it is resumed. Resume it first, then try again.`;
+  }
+  if (status?.state === 'pausing' && status.notebooks.some(nb => nb.path === path)) {
+    return `${baseName(path)} is being paused: nothing can be restored into its kernel until it is resumed.`;
+  }
+  return null;
 }
 
 /** What the session is doing, as a sentence (the status item's tooltip and the details). */

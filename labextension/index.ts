@@ -69,7 +69,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     // a panel open all along is held too, from the moment the pause releases its notebook
     model.changed.connect(() => tracker.forEach(panel => holdKernelStart(panel, model.status)));
 
-    const panel = new CheckpointPanel(model);
+    const panel = new CheckpointPanel(model, app.serviceManager.sessions);
     const showCheckpoints = () => {
       if (labShell) {
         labShell.activateById(panel.id);

@@ -1,6 +1,6 @@
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { URLExt } from '@jupyterlab/coreutils';
-import { ServerConnection } from '@jupyterlab/services';
+import { ServerConnection, Session } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
 import { checkpointIcon } from './icons';
@@ -36,7 +36,10 @@ async function postUndo<T>(path: string, body: unknown): Promise<T> {
  * those automatic checkpoints "Rewind to after cell [N]".
  */
 export class CheckpointPanel extends Widget {
-  constructor(private model: GkewsModel) {
+  constructor(
+    private model: GkewsModel,
+    private sessions: Session.IManager
+  ) {
     super();
     this.id = 'jp-gkews-checkpoints';
     this.addClass('jp-gkews-CheckpointPanel');
@@ -60,6 +63,8 @@ export class CheckpointPanel extends Widget {
 
     // a finished pause or a checkpoint-now adds checkpoints: read the list again
     model.transition.connect(() => void this.refresh(), this);
+    // a kernel started or gone changes which notebooks can switch automatic checkpoints
+    sessions.runningChanged.connect(() => void this.refresh(), this);
   }
 
   protected onAfterShow(): void {
@@ -121,6 +126,12 @@ export class CheckpointPanel extends Widget {
       box.checked = status.enabled;
       box.disabled = false;
     };
+    // only a running kernel can say or switch it: no request that can only be refused
+    const unavailable = pausedKernelNote(notebook, this.model.status) ?? this.noKernelNote(notebook);
+    if (unavailable) {
+      label.title = `Not available: ${unavailable}`;
+      return label;
+    }
     postUndo<{ enabled: boolean }>('checkpoints/auto', { notebook, action: 'status' })
       .then(apply)
       .catch((error: Error) => {
@@ -140,6 +151,16 @@ export class CheckpointPanel extends Widget {
         });
     });
     return label;
+  }
+
+  /** Why `notebook` has no kernel to ask, or null when the server runs one for it. */
+  private noKernelNote(notebook: string): string | null {
+    for (const session of this.sessions.running()) {
+      if (session.path === notebook && session.kernel) {
+        return null;
+      }
+    }
+    return `${notebook} has no running kernel. Open it and run a cell, then refresh this list.`;
   }
 
   private item(c: ICheckpoint): HTMLLIElement {

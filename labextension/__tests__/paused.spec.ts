@@ -56,5 +56,13 @@ describe('a paused notebook', () => {
     );
     expect(pausedKernelNote('other.ipynb', paused)).toBeNull();
     expect(pausedKernelNote('work/train.ipynb', status())).toBeNull();
+    const pausing = status({
+      state: 'pausing',
+      notebooks: [{ path: 'work/train.ipynb', kernel_id: 'k1', status: 'checkpointed' }]
+    });
+    expect(pausedKernelNote('work/train.ipynb', pausing)).toBe(
+      'train.ipynb is being paused: nothing can be restored into its kernel until it is resumed.'
+    );
+    expect(pausedKernelNote('other.ipynb', pausing)).toBeNull();
   });
 });

@@ -10,7 +10,15 @@ import { expect, test } from '@jupyterlab/galata';
 import type { Page } from '@playwright/test';
 import * as path from 'path';
 
-import { newNotebook, notification, panelKernel, serverKernels, serverSessions, shutDownEverything } from './helpers';
+import {
+  newNotebook,
+  notification,
+  panelKernel,
+  serverKernels,
+  serverSessions,
+  shutDownEverything,
+  statusItem
+} from './helpers';
 
 const SETUP = `import torch
 torch.manual_seed(0)
@@ -162,6 +170,62 @@ test.describe('with the real sessions API', () => {
     expect(await serverKernels(page)).toEqual([kernelBefore]);
     // one session, the notebook's own, back on its kernel: the page made no second one
     expect(await serverSessions(page)).toEqual(sessionsBefore);
+  });
+
+  test('kernel undo from the sidebar: a checkpoint after every cell, rewind, and no request that can only be refused', async ({
+    page,
+    tmpPath
+  }) => {
+    // a notebook without a running kernel (paused, or closed by an earlier test) cannot say whether its
+    // automatic checkpoints are on: the sidebar must not ask (each such question was answered 409)
+    const refused: string[] = [];
+    page.on('response', async r => {
+      if (r.url().includes('/gkews/checkpoints/auto') && r.status() >= 400) {
+        refused.push(`${r.status()} ${r.request().postData()}: ${await r.text().catch(() => '')}`);
+      }
+    });
+    const notebook = `${tmpPath}/undo.ipynb`;
+    const cells = ['x = 1', 'x = 2', 'print(x)'];
+    await page.contents.uploadContent(JSON.stringify(newNotebook(cells)), 'text', notebook);
+    await page.notebook.openByPath(notebook);
+    await page.notebook.activate('undo.ipynb');
+    await page.notebook.runCell(0);
+    await page.menu.clickMenuItem('Kernel>Checkpoint the current notebook now');
+
+    const panel = page.getByRole('region', { name: 'GPU session checkpoints' });
+    const section = panel.locator('section', { has: page.getByRole('heading', { name: notebook }) });
+    const toggle = section.getByRole('checkbox', { name: 'Checkpoint after every cell' });
+    await expect(toggle).toBeEnabled();
+    await expect(toggle).not.toBeChecked();
+    await toggle.check();
+    await expect(toggle).toBeEnabled();
+    await page.notebook.runCell(0); // [2]: x = 1
+    await page.notebook.runCell(1); // [3]: x = 2
+
+    // the automatic checkpoints are written in the background: read the list until both are there
+    const rewind = section.getByRole('button', { name: /back to the end of cell \[2\]$/ });
+    await expect(async () => {
+      await panel.getByRole('button', { name: 'Refresh the list of checkpoints' }).click();
+      await expect(section.getByRole('button', { name: /back to the end of cell \[3\]$/ })).toBeVisible({
+        timeout: 1000
+      });
+    }).toPass({ timeout: 60_000 });
+    await rewind.click();
+    await page.locator('.jp-Dialog').getByRole('button', { name: 'Rewind' }).click();
+    await expect(notification(page, `Rewound ${notebook} to after cell [2]; changed: x`)).toBeVisible();
+    await page.notebook.runCell(2);
+    expect((await page.notebook.getCellTextOutput(2))?.join('')).toBe('1\n');
+
+    // paused: the toggle says why it is off, without asking the kernel that is gone
+    const status = statusItem(page);
+    await page.getByRole('button', { name: /^Pause:/ }).click();
+    await expect(status).toHaveText('GPU session: paused', { timeout: 120_000 });
+    await expect(section.locator('.jp-gkews-Checkpoint-auto')).toHaveAttribute('title', /is paused/);
+    await expect(toggle).toBeDisabled();
+    await page.getByRole('button', { name: /^Resume:/ }).click();
+    await expect(status).toHaveText('GPU session: ready', { timeout: 180_000 });
+    await expect(toggle).toBeEnabled();
+    expect(refused).toEqual([]);
   });
 });
 
