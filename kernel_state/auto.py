@@ -686,8 +686,13 @@ def rewind(cell: int | None, namespace=None, *, notebook: str | None = None, roo
     count = getattr(shell, "execution_count", None)  # the next cell's number, outside a cell
     now = undo_cell if undo_cell is not None else count - 1 if isinstance(count, int) else None
     with AUTO.paused():
-        undo = checkpoint.save(ns, notebook=notebook, root=root, retention=False, auto_label={
-            "cell": now, "source": f"(before rewind to cell [{cell}])", "before_rewind": cell})
+        try:
+            undo = checkpoint.save(ns, notebook=notebook, root=root, retention=False, auto_label={
+                "cell": now, "source": f"(before rewind to cell [{cell}])", "before_rewind": cell})
+        except CheckpointWriteError as exc:  # the undo first: without it the rewind could not be taken back
+            raise CheckpointWriteError(
+                f"the rewind to the end of cell [{cell}] was not done, and nothing was changed: it first "
+                f"checkpoints the state it replaces, so that it can be undone, and {exc}") from None
         store = Store(root)
         before = store.load_manifest(config.notebook_name(notebook), undo["id"])
         kept = set(target["variables"]) | set(target["modules"]) | set(target["skipped"])

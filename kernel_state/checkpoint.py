@@ -525,7 +525,12 @@ def probe(expr: str, namespace=None, *, notebook=None, root=None, remove: bool =
     except SyntaxError as exc:
         raise ValueError(f"probe {expr!r} is not a Python expression: {exc.msg}") from None
     ns, _shell = _namespace(namespace)
-    value = _evaluate(ns, expr)
+    try:
+        value = _evaluate(ns, expr)
+    except Exception as exc:  # the notebook's error, not ours: said in a line (the magic's traceback is noise)
+        raise ValueError(f"probe {expr!r} raised {type(exc).__name__}: {exc}; it was not recorded. A probe must "
+                         f"evaluate now, in this namespace (it runs again at each save and each verify): fix "
+                         f"it, or define what it uses first, then add it again") from None
     result = {"expr": expr, "repr": _repr(value), "digest": value_digest(value)}
     if expr not in exprs:
         exprs.append(expr)

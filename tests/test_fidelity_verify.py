@@ -155,6 +155,19 @@ def test_a_damaged_probe_file_is_named_never_written_over(tmp_path):
         assert "is damaged" in k.run("%gkews_checkpoint probe", allow_error=True)
 
 
+def test_a_probe_that_raises_is_said_in_a_line_and_not_recorded(tmp_path):
+    """`probe 1/0` printed a traceback through the magic's own frames, ending in "Could not get source"."""
+    with Kernel(tmp_path) as k:
+        k.run("x = 1")
+        out = k.run("%gkews_checkpoint probe 1/0", allow_error=True)
+        assert "probe '1/0' raised ZeroDivisionError: division by zero; it was not recorded" in out, out
+        assert "define what it uses first, then add it again" in out and "magic.py" not in out, out
+        out = k.run("%gkews_checkpoint probe undefined_name + 1", allow_error=True)
+        assert "raised NameError: name 'undefined_name' is not defined" in out, out
+        assert "No probes" in k.run("%gkews_checkpoint probe")
+        assert k.call({"op": "probe", "expr": "x / 0"})["error"].startswith("probe 'x / 0' raised ZeroDivisionError")
+
+
 def _changed(result: dict) -> list:
     return sorted(n for n, v in result["variables"].items() if v["verdict"] != "match")
 

@@ -243,6 +243,29 @@ def test_pause_flag_a_failing_save_said_once_and_shutdown_not_delayed(store):
             == [1, True]
 
 
+def test_a_rewind_the_disk_refuses_says_it_changed_nothing_and_why_it_writes(store):
+    """A rewind first checkpoints the state it replaces (its undo); when the disk refused that, the magic
+    said only "could not write the checkpoint", as if a save had been asked for."""
+    with Kernel(store) as k:
+        k.run("%gkews_checkpoint auto on")
+        k.run("import resource, numpy as np\nx = 1")
+        cell = k.quietly("get_ipython().execution_count") - 1
+        settle(k)
+        # random: 8 MB that no compression brings under the 1 MiB limit
+        k.run("big = np.random.default_rng(0).standard_normal(1_000_000)\nx = 2\n"
+              "_soft, _hard = resource.getrlimit(resource.RLIMIT_FSIZE)\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, _hard))")
+        settle(k)
+        out = k.run(f"%gkews_checkpoint rewind {cell}", allow_error=True)
+        assert f"the rewind to the end of cell [{cell}] was not done, and nothing was changed: it first " \
+               "checkpoints the state it replaces, so that it can be undone" in out, out
+        assert "file size limit" in out, out
+        assert k.quietly("(x, big.shape)") == (2, (1_000_000,))
+        k.run("resource.setrlimit(resource.RLIMIT_FSIZE, (_soft, _hard))")
+        assert "Rewound to the end of cell" in k.run(f"%gkews_checkpoint rewind {cell}")
+        assert k.quietly("(x, 'big' in globals())") == (1, False)
+
+
 def test_byte_budget_of_automatic_checkpoints_and_the_two_sets_apart(tmp_path):
     import numpy as np
 
