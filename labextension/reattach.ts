@@ -209,10 +209,15 @@ export async function reattachPanel(
         await within(kernel.reconnect(), probe, 'its socket did not reconnect');
       }
       await within(kernel.requestKernelInfo(), probe, 'its kernel did not answer');
-      // The first answer on a fresh socket may come before its status messages flow; the kernel
-      // indicator says "Unknown" until one does. Ask again (briefly) so that it shows the real state.
-      for (let i = 0; i < 2 && kernel.status === 'unknown'; i++) {
-        await within(kernel.requestKernelInfo(), probe, 'its kernel did not answer');
+      if (kernel.status === 'unknown') {
+        // A reconnected socket says "Unknown" until a status message it tracks comes, and JupyterLab
+        // tracks none of kernel_info's (untracked_message_types). An empty silent execute is tracked,
+        // runs no hook (post_run_cell is not fired) and takes no execution count: the indicator says Idle.
+        await within(
+          kernel.requestExecute({ code: '', silent: true, store_history: false }).done,
+          probe,
+          'its kernel did not answer'
+        );
       }
       return true;
     } catch (error) {

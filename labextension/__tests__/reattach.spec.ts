@@ -23,11 +23,17 @@ function fakePanel(answers: boolean) {
     reconnect: jest.fn(async () => {
       connectionStatusChanged.emit('connected');
     }),
-    requestKernelInfo: jest.fn(() => (answers ? Promise.resolve({}) : new Promise(() => undefined)))
+    requestKernelInfo: jest.fn(() => (answers ? Promise.resolve({}) : new Promise(() => undefined))),
+    // an empty silent execute: the kernel's status messages for it are tracked (idle after it)
+    requestExecute: jest.fn(() => ({
+      done: Promise.resolve({}).then(() => {
+        kernel.status = 'idle';
+      })
+    }))
   };
   const sessionContext = {
     ready: Promise.resolve(),
-    session: { id: 's1', kernel },
+    session: { id: 's1', kernel, isDisposed: false, dispose: jest.fn() } as any,
     kernelPreference: {},
     sessionChanged: new Signal(owner),
     kernelChanged: new Signal(owner),
@@ -55,6 +61,27 @@ describe('reattachPanel', () => {
     expect(ok).toBe(true);
     expect(kernel.reconnect).toHaveBeenCalledTimes(1);
     expect(kernel.requestKernelInfo).toHaveBeenCalled();
+  });
+
+  it('a socket that says "Unknown" after kernel_info runs an empty silent execute, so that it says Idle', async () => {
+    const { panel, kernel } = fakePanel(true);
+    kernel.status = 'unknown'; // a reconnected socket: kernel_info's status messages are not tracked
+    await reattachPanel(panel, nb, sessions, {
+      probeTimeout: 1000,
+      deadline: 5000,
+      staleBefore: -Infinity,
+      swap: true
+    });
+    expect(kernel.requestExecute).toHaveBeenCalledWith({ code: '', silent: true, store_history: false });
+    expect(kernel.status).toBe('idle');
+    const { panel: known, kernel: idle } = fakePanel(true);
+    await reattachPanel(known, nb, sessions, {
+      probeTimeout: 1000,
+      deadline: 5000,
+      staleBefore: -Infinity,
+      swap: true
+    });
+    expect(idle.requestExecute).not.toHaveBeenCalled();
   });
 
   it('keeps a socket that opened after the cycle was seen: the round trip alone proves it', async () => {

@@ -74,6 +74,22 @@ test('Resume pressed the instant "paused" shows: the next cell runs as [2]', asy
   await expect(notification(page, 'Resumed instant.ipynb from its checkpoint: 1 variable restored.')).toHaveCount(1);
 });
 
+test('the kernel indicator says Idle once ready, not Unknown', async ({ page, tmpPath }) => {
+  await openAndRun(page, tmpPath, ['indicator.ipynb']);
+  // what JupyterLab's kernel indicators (toolbar and status bar) show, read at the instant asked
+  const indicator = () =>
+    page.evaluate(() => (window as any).jupyterapp.shell.currentWidget.sessionContext.kernelDisplayStatus);
+  expect(await indicator()).toBe('idle');
+  await pauseButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  await resumeButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  // the reconnected socket was proven with kernel_info, whose status messages JupyterLab does not track
+  expect(await indicator()).toBe('idle');
+  await expect(page.locator('#jp-main-statusbar')).toContainText('| Idle');
+  expect((await typeAndRun(page, 'print(w + 1)', '42')).prompt).toBe('[2]:');
+});
+
 test('Resume pressed while the pause is still finishing is queued, then posted', async ({ page, tmpPath }) => {
   await openAndRun(page, tmpPath, ['queued.ipynb']);
   // a cell that keeps the pause waiting (it waits for the kernel to be idle) until the test lets it go
