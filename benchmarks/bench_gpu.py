@@ -29,6 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import kernel_state  # noqa: E402
 from kernel_state import config, cuda_io  # noqa: E402
+from kernel_state.fingerprint import kernel_name  # noqa: E402
 from kernel_state.fsutil import fsync_file  # noqa: E402
 
 from bench_checkpoint import drop_cache, files_under, timed  # noqa: E402
@@ -245,11 +246,13 @@ def main() -> None:
     loader = "pinned" if restore_best <= safetensors_loader else "safetensors"
     machine = {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
                "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None, "cold": sorted(set(how_cold)),
-               "staging_bytes": config.staging_bytes(), "ring": list(cuda_io.ring_shape(config.staging_bytes()))}
+               "staging_bytes": config.staging_bytes(), "ring": list(cuda_io.ring_shape(config.staging_bytes())),
+               "fingerprint": kernel_name(torch.device(device))}
 
     print(f"\nmodel: {nbytes / 2**30:.3f} GiB on {device}"
           f" ({'CPU stand-in device, --smoke' if args.smoke else machine['gpu']}),"
-          f" medians of {args.repeat} after a warm-up; dd source in {shm}; cold reads by {', '.join(machine['cold'])}")
+          f" medians of {args.repeat} after a warm-up; dd source in {shm}; cold reads by {', '.join(machine['cold'])};"
+          f" GPU fingerprints by the {machine['fingerprint']}")
     print(f"{'mode':<58} {'median s':>9} {'GB/s':>7}")
     for name, seconds in med.items():
         rate = "" if "unchanged" in name or "verify" in name else f"{nbytes / seconds / 1e9:7.2f}"

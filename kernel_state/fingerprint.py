@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import functools
 
+from .fingerprint_triton import block_sums_for
 from .hashing import new_hasher
 from .safetensors_io import build_header
 
@@ -83,6 +84,13 @@ template <typename T> T gkews_mix64_terms(T word, T position) {
 _fused: dict = {}  # device type -> the checked kernel, or None where it cannot be used
 
 
+def kernel_name(device) -> str:
+    """Which mix64 kernel runs on this device (the benchmarks print it)."""
+    if block_sums_for(device) is not None:
+        return "one-pass Triton kernel"
+    return "fused jiterator kernel" if fused_terms(device) else "unfused torch ops"
+
+
 def fused_terms(device):
     """The fused summand kernel for this device, once it proved equal to mix64_terms; None otherwise."""
     if device.type != "cuda":
@@ -124,11 +132,15 @@ def mix64(untyped_storage) -> str:
     whole = nbytes // _WORD
     words = raw[:whole * _WORD].view(torch.int64)
     total = torch.zeros((), dtype=torch.int64, device=device)
-    terms = fused_terms(device) or mix64_terms
-    for start in range(0, whole, _CHUNK_WORDS):
-        chunk = words[start:start + _CHUNK_WORDS]
-        positions = torch.arange(start, start + chunk.numel(), dtype=torch.int64, device=device)
-        total += terms(chunk, positions).sum()
+    one_pass = block_sums_for(device)
+    if one_pass is not None and whole:
+        total += one_pass(words, 0)
+    else:
+        terms = fused_terms(device) or mix64_terms
+        for start in range(0, whole, _CHUNK_WORDS):
+            chunk = words[start:start + _CHUNK_WORDS]
+            positions = torch.arange(start, start + chunk.numel(), dtype=torch.int64, device=device)
+            total += terms(chunk, positions).sum()
     if nbytes % _WORD:  # the last partial word, zero-padded (the length term tells padding from zeros)
         tail = torch.zeros(_WORD, dtype=torch.uint8, device=device)
         tail[:nbytes % _WORD] = raw[whole * _WORD:]

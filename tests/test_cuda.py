@@ -15,7 +15,7 @@ import pytest
 
 import kernel_state
 from kernel_state import cuda_io
-from kernel_state.fingerprint import DEVICE_ALGORITHM, device_checksum, fused_terms, mix64
+from kernel_state.fingerprint import DEVICE_ALGORITHM, device_checksum, kernel_name, mix64
 from kernel_state.hashing import new_hasher
 from kernel_state.store import manifest_checksum
 
@@ -115,15 +115,15 @@ def test_a_save_sees_work_still_queued_on_the_gpu(tmp_path):
     w = torch.ones(64 << 20, device="cuda")  # 256 MiB
     torch.cuda._sleep(200_000_000)  # the current stream stays busy a while (about 0.1 s)
     w.mul_(3.0)
-    path = tmp_path / "w.bin"
+    path = tmp_path / "w.bin"  # beside the store, not in it: the store refuses a root holding files it did not write
     with open(path, "wb") as f:
         end = cuda_io.stream_to_file(cuda_io.device_for("cuda"), w.untyped_storage(), f.fileno(), 0, new_hasher())
     assert end == w.untyped_storage().nbytes()
     back = torch.from_file(str(path), size=w.numel(), dtype=torch.float32)
     assert torch.equal(back, torch.full_like(back, 3.0))
-    kernel_state.save({"w": w}, notebook=NB, root=tmp_path)  # and the whole save, then a restore
+    kernel_state.save({"w": w}, notebook=NB, root=tmp_path / "store")  # and the whole save, then a restore
     restored = {}
-    kernel_state.restore(restored, notebook=NB, root=tmp_path)
+    kernel_state.restore(restored, notebook=NB, root=tmp_path / "store")
     assert torch.equal(restored["w"] * 2, w * 2)  # used at once, on the current stream
 
 
@@ -177,7 +177,7 @@ def test_gpu_fingerprint_costs_under_one_percent_of_a_save(tmp_path):
         mix64(w.untyped_storage())
     torch.cuda.synchronize()
     fingerprint_s = time.perf_counter() - start
-    kernel = "fused kernel" if fused_terms(torch.device("cuda")) else "unfused torch ops (no jiterator here)"
+    kernel = kernel_name(torch.device("cuda"))
     print(f"mix64 of 1 GiB on the GPU ({kernel}): {fingerprint_s * 1000:.1f} ms; save: {save_s * 1000:.0f} ms "
           f"({100 * fingerprint_s / save_s:.2f}%)")
     assert fingerprint_s < 0.01 * save_s

@@ -67,6 +67,27 @@ def test_a_fused_kernel_is_used_only_when_it_gives_the_same_summands(monkeypatch
     assert fp(t) == unfused and len(calls) == 51  # every chunk through it, and the same value
 
 
+def test_the_one_pass_kernel_is_used_only_when_its_sums_agree(monkeypatch):
+    """On CUDA with Triton, mix64 takes one pass (kernel_state/fingerprint_triton.py), checked first against
+    mix64_terms' sums (the GPU run of test_cuda.py uses the real one); here a stand-in takes its place."""
+    import kernel_state.fingerprint as f
+    import kernel_state.fingerprint_triton as ft
+    cpu = torch.device("cpu")
+
+    def reference(words, start):
+        return f.mix64_terms(words, torch.arange(start, start + words.numel())).sum()
+    assert ft.agrees(reference, cpu)
+    assert not ft.agrees(lambda w, start: reference(w, start + 1), cpu)  # positions off by one
+    assert not ft.agrees(lambda w, start: reference(w[1:], start + 1) if w.numel() > 1 else reference(w, start),
+                         cpu)  # a word skipped
+    assert ft.block_sums_for(cpu) is None and f.kernel_name(cpu) == "unfused torch ops"
+
+    t = torch.randn(100_003)
+    unfused, calls = fp(t), []
+    monkeypatch.setattr(f, "block_sums_for", lambda device: lambda w, s: calls.append(w.numel()) or reference(w, s))
+    assert fp(t) == unfused and calls == [100_003 // 2]  # the whole words in one call, the same value
+
+
 def test_one_bit_of_any_element_changes_the_fingerprint():
     t = torch.randn(4097)
     base = fp(t)
