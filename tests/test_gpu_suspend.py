@@ -16,7 +16,7 @@ from test_lifecycle_restart import kill_pids
 
 torch = pytest.importorskip("torch", reason="the torch extra is installed by make test")
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the device machine)"),
-              pytest.mark.timeout(900)]
+              pytest.mark.timeout(140)]
 
 GIB = 1024 ** 3
 SETUP = r'''
