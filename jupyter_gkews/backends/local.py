@@ -28,6 +28,7 @@ from kernel_state.fsutil import remove_quietly
 from kernel_state.hold import START as HOLD_AT_START, held_pid
 
 from ..bridge import hold_file, kernel_pid
+from ..kernelready import kernel_ready, own_client
 from ..gpu_suspend import GIB, DriverError, GpuUnavailable, gib, keepalive, procs
 from ..gpu_suspend.driver import refusal
 from ..lifecycle.paths import one_line, session_path
@@ -317,21 +318,45 @@ class LocalBackend(Backend):
 
     async def _until_held(self, kernel_id: str, path: str) -> None:
         """Wait until the kernel just started is in its hold (it signs the hold file with its pid), so that the
-        resume's calls go through the hold and no cell runs before them. A kernel that does not load
-        kernel_state, or that died, is not waited for long: the hold file goes, and it starts as it would."""
+        resume's calls go through the hold and no cell runs before them. A kernel that died, or that answers
+        requests unsigned, is not waited for: the hold file goes, and it starts as it would. A held kernel
+        answers nothing (it holds while loading its extensions), so an answer means that its IPython does not
+        load kernel_state as an extension (a profile's own `c.IPKernelApp.extensions` replaces ours)."""
         km = self.serverapp.kernel_manager
         deadline = time.monotonic() + self.start_hold_wait
-        while time.monotonic() < deadline and kernel_id in km:
-            kernel = km.get_kernel(kernel_id)
-            if held_pid(path) == kernel_pid(kernel):
-                return
-            if not await ensure_async(kernel.is_alive()):
-                remove_quietly(path)
-                return
-            await asyncio.sleep(0.05)
-        self.log.warning("gkews: the kernel of %s did not enter its start hold within %.0f s; restoring into it "
-                         "as it runs", kernel_id, self.start_hold_wait)
+        answers = asyncio.ensure_future(self._answers(km.get_kernel(kernel_id)))
+        try:
+            while time.monotonic() < deadline and kernel_id in km:
+                kernel = km.get_kernel(kernel_id)
+                if held_pid(path) == kernel_pid(kernel):
+                    return
+                if not await ensure_async(kernel.is_alive()):
+                    remove_quietly(path)
+                    return
+                if answers.done() and answers.result() and held_pid(path) != kernel_pid(kernel):
+                    self.log.warning("gkews: the kernel of %s runs without its start hold: its IPython does not "
+                                     "load kernel_state as an extension (add it to c.IPKernelApp.extensions); "
+                                     "restoring into it as it runs", kernel_id)
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                self.log.warning("gkews: the kernel of %s did not enter its start hold within %.0f s; restoring "
+                                 "into it as it runs", kernel_id, self.start_hold_wait)
+        finally:
+            answers.cancel()
         remove_quietly(path)  # a kernel reading it now finds none, or cannot sign it, and starts as usual
+
+    async def _answers(self, kernel) -> bool:
+        """Whether the kernel answers a kernel_info request (within start_hold_wait)."""
+        client = own_client(kernel, prefix="gkews-start-")
+        client.start_channels()
+        try:
+            await kernel_ready(client, timeout=self.start_hold_wait)
+            return True
+        except RuntimeError:
+            return False
+        finally:
+            client.stop_channels()
 
     async def _alive(self, kernel_id: str) -> str:
         """A kernel found dead (killed during the last resume, say) is alive again before anything is restored
