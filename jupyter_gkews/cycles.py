@@ -54,6 +54,8 @@ class Cycles:
             c.update(reason=e.get("reason", PauseReason.USER), gpus=e.get("gpus"))
         elif kind in (Event.NOTEBOOK_CHECKPOINTED, Event.NOTEBOOK_NOT_CHECKPOINTED):
             c["notebooks"].setdefault(e["path"], {})["bytes"] = e.get("bytes") or 0
+            # what the pause wrote: only what the store did not hold yet (events before this field: the size)
+            c["notebooks"][e["path"]]["bytes_written"] = e.get("bytes_written", e.get("bytes")) or 0
             if kind == Event.NOTEBOOK_NOT_CHECKPOINTED:
                 c["notebooks"][e["path"]]["pause_error"] = e.get("error")
         elif kind == Event.RELEASING:

@@ -36,9 +36,11 @@ def measure(cycle: dict, until: float) -> dict:
         "still_paused": bool(t.get("environment_stopped")) and t.get("capacity_obtained") is None,
         "gpu_hours_released": gpu_hours_released(cycle, until),
         "checkpoint_bytes": sum(nb.get("bytes") or 0 for nb in cycle["notebooks"].values()),
+        "written_bytes": sum(nb.get("bytes_written") or 0 for nb in cycle["notebooks"].values()),
         "verdicts": verdicts,
-        "ready_seconds": _seconds(t, "resume_requested", "restore_done"),
-        "first_cell_seconds": _seconds(t, "resume_requested", "kernel_usable"),
+        # a resume that brought no notebook back (all deleted while paused) made no kernel usable
+        "ready_seconds": _seconds(t, "resume_requested", "restore_done") if verdicts else None,
+        "first_cell_seconds": _seconds(t, "resume_requested", "kernel_usable") if verdicts else None,
     }
 
 
@@ -148,11 +150,15 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
                      "timeline": c["timeline"], "notebooks": c["notebooks"], "snapshot_bytes": c["snapshot_bytes"],
                      "pause_failed": c["pause_failed"], "resume_failed": c["resume_failed"],
                      "deleted": deleted.get(c["cycle"], []), **measure(c, until)})
+    # resume-test's scripted cycles are a release check, not the users' experience: their resumes, times and
+    # idle time are counted apart (their releases and writes did happen, and count as such)
+    users = [r for r in rows if r["reason"] != PauseReason.RESUME_TEST]
+    tests = [r for r in rows if r["reason"] == PauseReason.RESUME_TEST]
     verdicts: dict[str, int] = {}
     fallbacks: dict[str, int] = {}
     failures: dict[str, int] = {}
     pause_failures: dict[str, int] = {}
-    for r in rows:
+    for r in users:
         if r["pause_failed"]:
             pause_failures[r["pause_failed"]] = pause_failures.get(r["pause_failed"], 0) + 1
         for v, n in r["verdicts"].items():
@@ -169,9 +175,14 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
         if r["resume_failed"]:
             failures[r["resume_failed"]] = failures.get(r["resume_failed"], 0) + 1
     resumed = sum(verdicts.values())
-    ready = [r["ready_seconds"] for r in rows if r["ready_seconds"] is not None]
-    first = [r["first_cell_seconds"] for r in rows if r["first_cell_seconds"] is not None]
-    idle = [r["idle_seconds"] for r in rows if r["idle_seconds"] is not None]
+    ready = [r["ready_seconds"] for r in users if r["ready_seconds"] is not None]
+    first = [r["first_cell_seconds"] for r in users if r["first_cell_seconds"] is not None]
+    idle = [r["idle_seconds"] for r in users if r["idle_seconds"] is not None]
+    test_verdicts: dict[str, int] = {}
+    for r in tests:
+        for v, n in r["verdicts"].items():
+            test_verdicts[v] = test_verdicts.get(v, 0) + n
+    test_resumed = sum(test_verdicts.values())
     totals = {
         "cycles": len(rows),
         "paused": sum(1 for r in rows if r["result"] in ("paused", "resumed")),
@@ -181,6 +192,7 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
         "released_hours": round(sum(r["released_hours"] for r in rows), 4),
         "gpu_hours_released": round(sum(r["gpu_hours_released"] for r in rows), 4),
         "checkpoint_bytes": sum(r["checkpoint_bytes"] for r in rows),
+        "written_bytes": sum(r["written_bytes"] for r in rows),
         "snapshot_bytes": sum(r["snapshot_bytes"] for r in rows),
         "verdicts": verdicts,
         "notebooks_resumed": resumed,
@@ -189,6 +201,9 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
         "ready_seconds_p50": percentile(ready, 0.5), "ready_seconds_p95": percentile(ready, 0.95),
         "first_cell_seconds_p50": percentile(first, 0.5), "first_cell_seconds_p95": percentile(first, 0.95),
         "fallbacks": fallbacks, "failures": failures, "pause_failures": pause_failures,
+        "resume_test": {"notebooks_resumed": test_resumed, "verdicts": test_verdicts,
+                        "success_rate": round(sum(test_verdicts.get(v, 0) for v in OK_VERDICTS) / test_resumed, 4)
+                        if test_resumed else None},
     }
     return {"until": until, "cycles": rows, "totals": totals, "week": week(events, cycles, asked, until)}
 
@@ -235,8 +250,9 @@ def text(report: dict) -> str:
         + (f", {t['by_resume_test']} by resume-test" if t["by_resume_test"] else "") + "; "
         f"idle time before the pauses: {t['idle_hours_before_pause']:.2f} h",
         f"released: {t['released_hours']:.2f} h, {t['gpu_hours_released']:.2f} GPU hours",
-        f"written by the pauses: checkpoints {_mib(t['checkpoint_bytes'])} MiB (a blob several of them share "
-        f"counts in each), snapshots {_mib(t['snapshot_bytes'])} MiB",
+        f"written by the pauses: {_mib(t['written_bytes'])} MiB of checkpoints (what the store did not hold "
+        f"yet), snapshots {_mib(t['snapshot_bytes'])} MiB; the checkpoints' sizes add up to "
+        f"{_mib(t['checkpoint_bytes'])} MiB (a blob several of them share counts in each)",
     ]
     if "checkpoint_bytes_on_disk" in t:
         out.append(f"kept: the checkpoint store holds {_mib(t['checkpoint_bytes_on_disk'])} MiB now")
@@ -244,6 +260,11 @@ def text(report: dict) -> str:
         f"resumes: {t['notebooks_resumed']} notebook resume(s), success {rate} ("
         + (", ".join(f"{n} {v}" for v, n in sorted(t["verdicts"].items())) or "none") + ")",
     ]
+    rt = t["resume_test"]
+    if rt["notebooks_resumed"]:
+        out.append(f"resume-test (not counted above or below): {rt['notebooks_resumed']} notebook resume(s), success "
+                   f"{rt['success_rate'] * 100:.0f}% ("
+                   + ", ".join(f"{n} {v}" for v, n in sorted(rt["verdicts"].items())) + ")")
     if t["deleted_while_paused"]:
         out.append(f"deleted while paused (not resumed, not counted above): {t['deleted_while_paused']} notebook(s)")
     out += [

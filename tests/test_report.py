@@ -146,6 +146,24 @@ def test_until_leaves_out_what_came_after_it(tmp_path):
     assert last["verdicts"] == {} and last["ready_seconds"] is None
 
 
+def test_a_resume_that_brought_no_notebook_back_gives_no_time_sample():
+    """Every notebook of the pause was deleted while paused: the resume had nothing to restore, and its 0.01 s
+    to "ready" was a sample of the time to a usable kernel (p50 0.65 s where the real resumes took 1.27 s)."""
+    events = pause_events(1, MONDAY + 9 * H, MONDAY + 8 * H)
+    requested = MONDAY + 10 * H
+    events += [ev(requested, "resume-requested", 1, "resuming", "restoring", notebooks=["train.ipynb"]),
+               ev(requested + 0.01, "notebook-deleted", 1, "resuming", "restoring", notebooks=["train.ipynb"]),
+               ev(requested + 0.01, "resumed", 1, "active", verdicts={},
+                  timeline={"resume_requested": requested, "capacity_obtained": requested,
+                            "restore_done": requested + 0.01})]
+    events += pause_events(2, MONDAY + 33 * H, MONDAY + 32 * H) + resume_events(2, MONDAY + 34 * H, 20, "live-verified")
+    report = build_report(events, until=NEXT_MONDAY)
+    first = report["cycles"][0]
+    assert first["deleted"] == ["train.ipynb"] and first["ready_seconds"] is None
+    assert first["first_cell_seconds"] is None
+    assert report["totals"]["ready_seconds_p50"] == report["totals"]["ready_seconds_p95"] == 50  # 30 s + 20 s
+
+
 def test_a_report_until_a_day_still_to_come_counts_only_the_hours_until_now(tmp_path):
     """The weekly report run on Friday with --until=Sunday: a GPU released since an hour ago counts 1 h, not
     the hours until Sunday's end."""
@@ -192,9 +210,26 @@ def test_kept_is_what_the_checkpoint_store_holds_now(tmp_path):
     on_disk = sum(p.stat().st_size for p in (tmp_path / "ckpt").rglob("*") if p.is_file())
     assert 1_000_000 < on_disk < 2_000_000  # one 1 MB blob, not three
     assert f"kept: the checkpoint store holds {on_disk / MIB:.1f} MiB now" in r.stdout, r.stdout
-    assert "written by the pauses: checkpoints 300.0 MiB" in r.stdout
+    # a log from before bytes_written: each checkpoint's size stands for what it wrote
+    assert "written by the pauses: 300.0 MiB of checkpoints" in r.stdout, r.stdout
     totals = json.loads(report_of(tmp_path, [], f"--until={NEXT_MONDAY}", "--json").stdout)["totals"]
     assert totals["checkpoint_bytes_on_disk"] == on_disk and totals["checkpoint_bytes"] == 300 * MIB
+
+
+def test_written_is_what_the_pauses_added_to_the_store_not_the_checkpoints_sizes(tmp_path):
+    """The second and third pauses of an unchanged notebook wrote 6 KiB each: the report said the pauses wrote
+    300 MiB (three times the checkpoint's size)."""
+    events = []
+    for cycle, written in ((1, 100 * MIB), (2, 6 * 1024), (3, 6 * 1024)):
+        pause = pause_events(cycle, MONDAY + cycle * 24 * H, last_activity=MONDAY + cycle * 24 * H - H)
+        pause[1]["bytes_written"] = written
+        events += pause
+    r = report_of(tmp_path, events, f"--until={NEXT_MONDAY}", "--json")
+    assert r.returncode == 0, r.stderr
+    totals = json.loads(r.stdout)["totals"]
+    assert totals["written_bytes"] == 100 * MIB + 12 * 1024 and totals["checkpoint_bytes"] == 300 * MIB
+    text = report_of(tmp_path, [], f"--until={NEXT_MONDAY}").stdout
+    assert "written by the pauses: 100.0 MiB of checkpoints" in text and "add up to 300.0 MiB" in text, text
 
 
 def test_a_notebook_renamed_while_paused_is_one_notebook(tmp_path):

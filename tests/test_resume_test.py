@@ -48,6 +48,9 @@ def test_resume_test_against_a_running_server_and_around_an_upgrade(server, tmp_
     assert report.returncode == 0, report.stdout + report.stderr
     totals = json.loads(report.stdout)["totals"]
     assert (totals["cycles"], totals["by_resume_test"]) == (1, 1), totals
+    # none of the users' resume figures: its verdict, success and times are on a line of their own
+    assert (totals["notebooks_resumed"], totals["success_rate"], totals["ready_seconds_p50"]) == (0, None, None)
+    assert totals["resume_test"]["notebooks_resumed"] == 1 and totals["resume_test"]["success_rate"] == 1.0, totals
     assert json.loads(report.stdout)["cycles"][0]["reason"] == "resume-test"
 
     record = tmp_path / "record.json"

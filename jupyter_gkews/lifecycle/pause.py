@@ -131,8 +131,8 @@ class Pause:
                 await self._checkpoint(nb, interrupt)
                 await self._persist(Event.NOTEBOOK_CHECKPOINTED if nb["status"] == NotebookStatus.CHECKPOINTED
                                     else Event.NOTEBOOK_NOT_CHECKPOINTED, path=nb["path"], error=nb.get("error"),
-                                    bytes=nb.get("bytes"), seconds=nb.get("seconds"),
-                                    **({"missing": _missing(nb)} if _missing(nb) else {}))
+                                    bytes=nb.get("bytes"), bytes_written=nb.get("bytes_written"),
+                                    seconds=nb.get("seconds"), **({"missing": _missing(nb)} if _missing(nb) else {}))
             self.state["progress"] = None
             await self._renew_broken_holds(notebooks, interrupt)
             self.state["timeline"]["checkpoint_done"] = now()
