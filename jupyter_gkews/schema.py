@@ -35,7 +35,10 @@ _STR_LIST = {"type": "array", "items": _STR}
 _EPOCH = {"type": ["number", "null"], "description": "seconds since the epoch"}
 
 # -- requests -------------------------------------------------------------------------------------------
-_NOTEBOOKS = {"type": "array", "items": {"type": "string", "minLength": 1}, "x-message": _NOTEBOOKS_MESSAGE,
+# a request names at most MAX_NAMED notebooks: its checks are linear, yet they run on the event loop
+MAX_NAMED = 10_000
+_NOTEBOOKS = {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": MAX_NAMED,
+              "x-message": _NOTEBOOKS_MESSAGE, "x-too-many": 'leave "notebooks" out to act on every notebook',
               "description": "paths relative to the contents root, as in /api/sessions"}
 _NOTEBOOK = {"type": "string", "minLength": 1, "x-message": _NOTEBOOK_MESSAGE}
 
@@ -67,6 +70,11 @@ def validate_request(request: str, body) -> dict:
     schema = REQUESTS[request]
     if not isinstance(body, dict):
         raise BadRequest('the request body must be a JSON object, e.g. {"notebooks": [...]}')
+    for field, value in body.items():  # before the validator, which walks every item of a long list
+        rule = schema["properties"].get(field, {})
+        if isinstance(value, list) and len(value) > rule.get("maxItems", len(value)):
+            raise BadRequest(f'"{field}" has {len(value)} items; at most {rule["maxItems"]} are accepted'
+                             + (f"; {rule['x-too-many']}" if "x-too-many" in rule else ""))
     unknown = set(body) - set(schema["properties"])
     if unknown:
         raise BadRequest(f"unknown field(s) {', '.join(sorted(unknown))}; accepted: "

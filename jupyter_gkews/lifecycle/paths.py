@@ -22,7 +22,7 @@ def clean_notebook_paths(paths) -> list[str] | None:
         raise BadRequest('"notebooks" must be a list of notebook paths relative to the contents root')
     if not paths:  # an empty list would act on nothing, yet end the pause (or start one) for all
         raise BadRequest('"notebooks" is empty: name at least one notebook, or leave "notebooks" out for all')
-    out = []
+    out: dict[str, None] = {}  # a notebook named twice is paused (and resumed) once, in the order first named
     for p in paths:
         if "\0" in p:
             raise BadRequest(f"notebook path {p!r} contains a NUL character, which no file name can hold")
@@ -31,10 +31,14 @@ def clean_notebook_paths(paths) -> list[str] | None:
         escape = posixpath.normpath(p.replace("\\", "/"))
         if p.startswith(("/", "\\")) or escape == ".." or escape.startswith("../"):
             raise BadRequest(f"notebook path {p!r} is outside the contents root; give a path relative to it")
-        norm = posixpath.normpath(p)
-        if norm not in out:  # a notebook named twice is paused (and resumed) once
-            out.append(norm)
-    return out
+        out[posixpath.normpath(p)] = None
+    return list(out)
+
+
+def named(paths: list[str], most: int = 10) -> str:
+    """Paths for a message: the first `most`, quoted, and how many more."""
+    shown = ", ".join(map(repr, paths[:most]))
+    return shown + (f" and {len(paths) - most} more" if len(paths) > most else "")
 
 
 def under(path: str, base: str) -> bool:

@@ -10,7 +10,7 @@ from ..claim import Claim
 from ..errors import BadRequest, Conflict, KernelCallError
 from ..state import now
 from ..states import PAUSE_FROM, Event, NotebookStatus, PauseReason, Phase, State, awaiting_resume
-from .paths import clean_notebook_paths, session_path
+from .paths import clean_notebook_paths, named, session_path
 
 
 class Pause:
@@ -97,11 +97,11 @@ class Pause:
         if still:
             why = "is paused already" if self.state["state"] == State.PAUSED else "is still to be resumed from its " \
                 "checkpoint (a resume left it behind)"
-            raise Conflict(f"{', '.join(map(repr, still))} {why}; resume it first, or leave it out")
+            raise Conflict(f"{named(still)} {why}; resume it first, or leave it out")
         found = {p: t for t in targets for p in [t["path"]] + [c["path"] for c in t.get("companions", [])]}
         missing = [p for p in wanted if p not in found]
         if missing:
-            raise BadRequest(f"no running kernel for {', '.join(map(repr, missing))}; "
+            raise BadRequest(f"no running kernel for {named(missing)}; "
                              f"open the notebook and start its kernel, or leave it out")
         return list({id(found[p]): found[p] for p in wanted}.values())
 

@@ -13,7 +13,7 @@ from ..claim import Claim
 from ..errors import KERNEL_NOT_FOUND, KERNEL_UNREADABLE, BadRequest, Conflict, KernelCallError
 from ..state import now
 from ..states import RESUME_FROM, Event, NotebookStatus, Phase, State, Verdict, awaiting_resume
-from .paths import clean_notebook_paths
+from .paths import clean_notebook_paths, named
 
 #: a notebook whose state is back in its kernel (fully or not)
 BACK_VERDICTS = (Verdict.LIVE_VERIFIED, Verdict.RESTORED_FROM_CHECKPOINT, Verdict.PARTIALLY_RESTORED)
@@ -30,12 +30,13 @@ class Resume:
             # deleted while paused (Lifecycle.notebook_deleted): not resumed, but the resume's message names them
             gone = [nb for nb in self.state["notebooks"] if nb.get("deleted")]
             if wanted is not None:
-                unknown = [p for p in wanted if p not in {nb["path"] for nb in paused + gone}]
+                known, named_here = {nb["path"] for nb in paused + gone}, set(wanted)
+                unknown = [p for p in wanted if p not in known]
                 if unknown:
-                    raise BadRequest(f"{', '.join(map(repr, unknown))} was not paused; paused notebooks: "
+                    raise BadRequest(f"{named(unknown)} was not paused; paused notebooks: "
                                      f"{', '.join(nb['path'] for nb in paused) or 'none'}")
-                paused = [nb for nb in paused if nb["path"] in wanted]
-                gone = [nb for nb in gone if nb["path"] in wanted]
+                paused = [nb for nb in paused if nb["path"] in named_here]
+                gone = [nb for nb in gone if nb["path"] in named_here]
             deleted = [nb["path"] for nb in gone]
             # the pause could not checkpoint them (the server stopped first): named by the resume that ends it
             unsaved = [] if wanted is not None or self.state["state"] != State.PAUSED else [
