@@ -17,6 +17,9 @@ from ..state import StateStore, damaged_events_note
 from .serverconfig import ROOT_FIX, ServerConfigApp
 
 
+LAST_DAY_END = 253402300800.0  # 10000-01-01 UTC: time.gmtime and strftime take nothing later
+
+
 def parse_until(value: str) -> float:
     """Seconds since the epoch, or a UTC date YYYY-MM-DD (its end) or YYYY-MM-DDTHH:MM."""
     forms = "give YYYY-MM-DD, YYYY-MM-DDTHH:MM (UTC) or epoch seconds"
@@ -25,8 +28,9 @@ def parse_until(value: str) -> float:
             until = parse(value)
         except ValueError:
             continue
-        if not (math.isfinite(until) and until > 0):  # -5 was a week of 1969, reported as empty
-            raise ValueError(f"--until={value!r} is not a time after 1970-01-01: {forms}")
+        # -5 was a week of 1969, reported as empty; 1e17 overflowed the calendar (a traceback)
+        if not (math.isfinite(until) and 0 < until < LAST_DAY_END):
+            raise ValueError(f"--until={value!r} is not a time between 1970-01-01 and 9999-12-31: {forms}")
         return until
     raise ValueError(f"--until={value!r} is not a date: {forms}")
 
