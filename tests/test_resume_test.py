@@ -70,6 +70,31 @@ def test_resume_test_against_a_running_server_and_around_an_upgrade(server, tmp_
     assert f"kept for inspection: {saved['notebook']}" in out
 
 
+@pytest.mark.parametrize("content", ["[1]", "{}", '{"notebook": 3}', '"a string"'])
+def test_a_record_that_prepare_did_not_write_is_named(server, tmp_path, content):
+    """A JSON file of another shape ended in a TypeError or KeyError traceback, exit 1 ("the test failed")."""
+    record = tmp_path / "other.json"
+    record.write_text(content)
+    r = jupyter_gkews("resume-test", f"--url={server.url}", f"--token={server.token}", "--step=check",
+                      f"--record={record}", home=tmp_path, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert f"{record} is not a record that --step=prepare wrote" in r.stderr, r.stderr
+
+
+def test_checking_a_record_twice_says_it_was_checked_already(server, tmp_path):
+    """The second check of one record said "verdict restored-from-checkpoint" (stale) and then failed with a
+    404 traceback, exit 1; a passing check removes its notebook, and the second one says so."""
+    record = tmp_path / "record.json"
+    args = (f"--url={server.url}", f"--token={server.token}", f"--record={record}")
+    assert jupyter_gkews("resume-test", *args, "--step=prepare", home=tmp_path).returncode == 0
+    first = jupyter_gkews("resume-test", *args, "--step=check", home=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    again = jupyter_gkews("resume-test", *args, "--step=check", home=tmp_path, timeout=120)
+    assert again.returncode == 2 and "Traceback" not in again.stderr, again.stdout + again.stderr
+    assert "it was checked already (a check that passes removes it)" in again.stderr, again.stderr
+    assert "verdict" not in again.stdout
+
+
 def test_a_cell_whose_magic_failed_is_a_failure(server, monkeypatch):
     """A magic's UsageError sends no `error` message on IOPub, only its text on stderr, with an execute_reply
     of status "error": the client called such a cell a success, and the resume test went on without its
@@ -96,6 +121,8 @@ def test_a_cell_whose_magic_failed_is_a_failure(server, monkeypatch):
     (["--timeout=abc"], "The 'timeout' trait"),
     (["--url=notaurl", "--token=x"], "--url='notaurl' is not a server's address"),  # was a ValueError traceback
     (["--url=127.0.0.1:8888", "--token=x"], "give its base URL with the scheme, e.g. --url=http://127.0.0.1:8888/"),
+    (["--url=http://[::1", "--token=x"], "--url='http://[::1' is not a server's address"),  # ValueError traceback
+    (["--url=http://host:port/", "--token=x"], "--url='http://host:port/' is not a server's address"),
 ])
 def test_bad_use_is_named(tmp_path, args, words):
     r = jupyter_gkews("resume-test", *args, home=tmp_path, timeout=120)

@@ -59,8 +59,12 @@ class ResumeTestApp(StrictApp):
         server = None
         base = None
         if self.url:
-            parts = urllib.parse.urlsplit(self.url)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
+            try:
+                parts = urllib.parse.urlsplit(self.url)
+                parts.port  # noqa: B018  (a port that is not a number raises only when read)
+            except ValueError:  # http://[::1 (an unclosed IPv6 bracket), http://host:port
+                parts = None
+            if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
                 self._usage(f"--url={self.url!r} is not a server's address: give its base URL with the scheme, "
                             f"e.g. --url=http://127.0.0.1:8888/ (or .../user/NAME/ behind JupyterHub)")
             # one request waits no longer than a step may (an https:// URL of a plain HTTP server never answers
@@ -119,6 +123,14 @@ class ResumeTestApp(StrictApp):
                     record = json.load(f)
             except (OSError, ValueError) as exc:
                 self._usage(f"cannot read the record {self.record} ({exc}); run --step=prepare first")
+            if not is_record(record):
+                self._usage(f"{self.record} is not a record that --step=prepare wrote (it holds "
+                            f"{type(record).__name__} {str(record)[:80]}); give the file prepare wrote, or run "
+                            f"--step=prepare first")
+            if client.request("GET", f"api/contents/{urllib.parse.quote(record['notebook'])}?content=0")[0] == 404:
+                self._usage(f"the notebook of this record, {record['notebook']}, is not on the server at {client.url}"
+                            f": it was checked already (a check that passes removes it), or the record is from "
+                            f"another server. Run --step=prepare again for a new test")
         else:
             record = test.prepare()
             if self.step == "prepare":
@@ -135,6 +147,13 @@ class ResumeTestApp(StrictApp):
         elif not passed:
             print(f"kept for inspection: {record['notebook']} and {record['result_file']}")
         return 0 if passed else 1
+
+
+def is_record(record) -> bool:
+    """What ResumeTest.prepare returns, in the shape check reads."""
+    return (isinstance(record, dict) and all(isinstance(record.get(k), str) and record[k]
+                                             for k in ("notebook", "result_file", "session", "kernel_id"))
+            and isinstance(record.get("before"), dict) and "pid" in record["before"])
 
 
 main = ResumeTestApp.launch_instance
