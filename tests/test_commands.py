@@ -68,6 +68,31 @@ def test_a_mistyped_option_without_a_value_is_named_unknown(command, tmp_path):
     assert "unknown option --dryrun" in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize("command", sorted(GkewsCommand.subcommands))
+def test_a_setting_the_command_does_not_have_is_refused(command, tmp_path):
+    """`cleanup --GkewsApp.keep_lst=100` (a typo of keep_last) was a warning, and the cleanup ran with
+    keep_last=5; `resume-test --GkewsApp.busy_timeout=-1`, a setting it never reads, passed silently."""
+    done = run(["jupyter", "gkews", command, "--Nosuch.setting=1"], cwd=tmp_path, timeout=120, code=2)
+    assert f"jupyter gkews {command}: unknown option --Nosuch.setting: this command has no Nosuch settings" \
+        in done.stderr, done.stderr
+    app = GkewsCommand.subcommands[command][0].rsplit(".", 1)[1]  # the command's own class: a setting it lacks
+    done = run(["jupyter", "gkews", command, f"--{app}.keep_lst=1"], cwd=tmp_path, timeout=120, code=2)
+    assert f"jupyter gkews {command}: unknown option --{app}.keep_lst" in done.stderr, done.stderr
+    assert "this command has no" not in done.stderr, done.stderr
+
+
+def test_a_mistyped_server_setting_names_the_one_meant(tmp_path):
+    done = run(["jupyter", "gkews", "cleanup", f"--checkpoint-root={tmp_path}", "--dry-run",
+                "--GkewsApp.keep_lst=100"], cwd=tmp_path, timeout=120, code=2)
+    assert "unknown option --GkewsApp.keep_lst (did you mean --GkewsApp.keep_last?)" in done.stderr, done.stderr
+    done = run(["jupyter", "gkews", "resume-test", "--GkewsApp.busy_timeout=-1"], cwd=tmp_path, timeout=120, code=2)
+    assert "this command has no GkewsApp settings" in done.stderr, done.stderr
+    # the settings a command does read still work: the backend's, and GkewsApp's
+    done = run(["jupyter", "gkews", "report", "--LocalBackend.capacity_timeout=5", "--GkewsApp.keep_last=3",
+                "--state-dir=/nonexistent"], cwd=tmp_path, timeout=120, code=2)
+    assert "no event log at /nonexistent/events.jsonl" in done.stderr, done.stderr
+
+
 def test_report_takes_jupyters_own_options():
     """`jupyter gkews report --debug` was refused ("argument --debug: expected one argument")."""
     done = run(["jupyter", "gkews", "report", "--debug", "--log-level=DEBUG", "--state-dir=/nonexistent"],

@@ -12,6 +12,7 @@ import sys
 from traitlets import TraitError
 
 from ..app import CHECKPOINT_ROOT_ENV, GkewsApp, bad_setting
+from ..backends import LocalBackend
 from .strict import StrictApp
 
 #: how to name the store, in the messages of a command that found none
@@ -22,6 +23,11 @@ ROOT_FIX = (f"give the server's with --checkpoint-root=DIR (the server uses ${CH
 class ServerConfigApp(StrictApp):
     config_file_name = "jupyter_server_config"
     classes = [GkewsApp]
+
+    def settings_classes(self) -> list[type]:
+        # and the backends' (c.LocalBackend.<setting>, c.GkeBackend.<setting>), which GkewsApp builds
+        from ..backends.gke import GkeBackend
+        return super().settings_classes() + [LocalBackend, GkeBackend]
 
     def server_settings(self) -> GkewsApp:
         """A GkewsApp holding the configured settings (not started: no server, no kernels). A setting of the

@@ -10,6 +10,7 @@ answered "argument --dryrun: expected one argument", as though the option existe
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 
 from jupyter_core.application import JupyterApp
@@ -72,3 +73,29 @@ class StrictApp(JupyterApp):
             print(f"{self.command}: unexpected argument {self.extra_args[0]!r}: this command takes options only "
                   f"(`{self.command} --help` lists them)", file=sys.stderr)
             self.exit(2)
+        if self.subapp is None:
+            self._refuse_unknown_settings()
+
+    def settings_classes(self) -> list[type]:
+        """The classes whose --Class.trait settings this command reads."""
+        return list(self._classes_inc_parents())
+
+    def _refuse_unknown_settings(self) -> None:
+        """A --Class.trait on the command line that names no setting of this command: traitlets only warns
+        ("Config option `keep_lst` not recognized") and runs with the default, so `cleanup
+        --GkewsApp.keep_lst=100` deleted down to keep_last=5."""
+        known = {cls.__name__: cls for cls in self.settings_classes()}
+        for section, values in self.cli_config.items():
+            cls = known.get(section)
+            if cls is None:
+                print(f"{self.command}: unknown option --{section}.{next(iter(values), '')}: this command has no "
+                      f"{section} settings (`{self.command} --help-all` lists them)", file=sys.stderr)
+                self.exit(2)
+            names = cls.class_trait_names(config=True)
+            for key in values:
+                if key not in names:
+                    close = difflib.get_close_matches(key, names, n=1)
+                    print(f"{self.command}: unknown option --{section}.{key}"
+                          + (f" (did you mean --{section}.{close[0]}?)" if close else "")
+                          + f": `{self.command} --help-all` lists the settings", file=sys.stderr)
+                    self.exit(2)
