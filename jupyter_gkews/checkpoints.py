@@ -41,6 +41,11 @@ class CheckpointCatalog:
         return sorted(rows, key=lambda r: r["id"], reverse=True)
 
     @_store_usable
+    def owner(self, checkpoint_id: str) -> str | None:
+        """The notebook the checkpoint belongs to; None when no notebook has it."""
+        return next((name for name in self.notebooks() if checkpoint_id in self.store.checkpoint_ids(name)), None)
+
+    @_store_usable
     def delete(self, checkpoint_id: str, needed: dict[str, str]) -> None:
         if checkpoint_id in needed:
             raise Conflict(f"checkpoint {checkpoint_id} is the one the paused notebook {needed[checkpoint_id]} "

@@ -3,8 +3,10 @@ of its checkpoints into it. Both go through the kernel bridge, so the kernel doe
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
 
-from .errors import Conflict, KernelCallError, from_kernel
+from .checkpoints import CheckpointCatalog
+from .errors import Conflict, KernelCallError, NotFound, from_kernel
 from .lifecycle import clean_notebook_paths
 from .lifecycle.paths import session_path
 from .states import NotebookStatus, State, awaiting_resume
@@ -77,7 +79,19 @@ class NotebookActions:
         """checkpoint_id matched schema.CHECKPOINT_ID in the route."""
         notebook = self._notebook(body)
         kernel_id = await self._kernel_of(notebook)
-        result = await self._call(kernel_id, notebook, {"op": "restore", "checkpoint": checkpoint_id})
+        try:
+            result = await self._call(kernel_id, notebook, {"op": "restore", "checkpoint": checkpoint_id})
+        except NotFound:
+            # the kernel's own message points to its magic; a client of this route lists over REST, and an id
+            # of another notebook's is a mix-up worth naming
+            owner = await asyncio.to_thread(CheckpointCatalog(self.lifecycle.checkpoint_root).owner, checkpoint_id)
+            listing = f"GET gkews/checkpoints?notebook={urllib.parse.quote(notebook)} lists {notebook!r}'s"
+            if owner is not None and owner != notebook:
+                raise NotFound(f"checkpoint {checkpoint_id} is one of {owner!r}'s checkpoints, not {notebook!r}'s: "
+                               f"restore it into {owner!r}, or pick one of {notebook!r}'s ({listing}); nothing was "
+                               f"changed") from None
+            raise NotFound(f"no checkpoint {checkpoint_id} for notebook {notebook!r} ({listing}); nothing was "
+                           f"changed") from None
         return {"notebook": notebook, "checkpoint": checkpoint_id, **result}
 
     async def auto(self, body: dict) -> dict:

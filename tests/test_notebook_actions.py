@@ -85,6 +85,26 @@ async def test_bad_requests_name_the_problem_and_change_nothing(jp_fetch, jp_ser
     assert listed["checkpoints"] == []
 
 
+async def test_restoring_another_notebooks_checkpoint_names_whose_it_is(jp_fetch, jp_serverapp, jp_root_dir):
+    """The id of another notebook's checkpoint answered "does not exist for notebook 'a.ipynb';
+    %gkews_checkpoint list shows the ones that do", a magic no REST client has, and not whose it was."""
+    a = await open_notebook(jp_fetch, jp_root_dir, "a.ipynb")
+    other = await open_notebook(jp_fetch, jp_root_dir, "sp ace #1.ipynb")
+    await run_cell(jp_serverapp, a["kernel"]["id"], "x = 1")
+    await run_cell(jp_serverapp, other["kernel"]["id"], "y = 2")
+    assert (await post(jp_fetch, "checkpoints/now", {"notebook": "a.ipynb"})).code == 201
+    theirs = json.loads((await post(jp_fetch, "checkpoints/now", {"notebook": "sp ace #1.ipynb"})).body)["id"]
+    r = await post(jp_fetch, f"checkpoints/{theirs}/restore", {"notebook": "a.ipynb"})
+    assert r.code == 404, r.body
+    message = json.loads(r.body)["message"]
+    assert f"checkpoint {theirs} is one of 'sp ace #1.ipynb''s checkpoints, not 'a.ipynb''s" in message, message
+    assert "GET gkews/checkpoints?notebook=a.ipynb lists 'a.ipynb''s" in message and "%gkews" not in message
+    r = await post(jp_fetch, "checkpoints/20260101-000000-000-abcd/restore", {"notebook": "a.ipynb"})
+    assert r.code == 404 and "no checkpoint 20260101-000000-000-abcd for notebook 'a.ipynb'" in json.loads(
+        r.body)["message"]
+    assert "1" in await run_cell(jp_serverapp, a["kernel"]["id"], "print(x)")  # nothing was changed
+
+
 @pytest.mark.parametrize("action", ["checkpoints/now", "checkpoints/20260101-000000-000-abcd/restore"])
 async def test_actions_need_credentials(jp_fetch, jp_root_dir, action):
     r = await post(jp_fetch, action, {"notebook": "a.ipynb"}, headers={"Authorization": "token not-the-token"})
