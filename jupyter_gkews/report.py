@@ -10,6 +10,8 @@ import math
 import re
 import time
 
+from kernel_state.store import CHECKPOINT_ID
+
 from .cycles import build_cycles, gpu_hours_released, released_hours
 from .lifecycle.paths import moved_path, one_line, under
 from .states import OK_VERDICTS, Event, PauseReason, Verdict
@@ -132,6 +134,7 @@ def _cause(reason: str) -> str:
     """A restore failure's reason without what names one blob or file (`blob 1a2b3c… does not match its hash:
     the file /x/blobs/1a2b….pkl was …`), so that the same cause groups as one."""
     reason = re.sub(r"\bblob [0-9a-f]{6,}", "a blob", reason)
+    reason = re.sub(rf"(\bcheckpoint )?'?{CHECKPOINT_ID.pattern}'?", "a checkpoint", reason)  # each cycle's own
     return _PATH.sub("", reason).strip().rstrip(":").rstrip()
 
 
@@ -171,7 +174,7 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
                 key = f"variable not restored ({_cause(reason)})"
                 failures[key] = failures.get(key, 0) + 1
             if attempt["verdict"] == Verdict.FAILED:
-                failures[why] = failures.get(why, 0) + 1
+                failures[_cause(why)] = failures.get(_cause(why), 0) + 1
         if r["resume_failed"]:
             failures[r["resume_failed"]] = failures.get(r["resume_failed"], 0) + 1
     resumed = sum(verdicts.values())

@@ -8,6 +8,8 @@ import html
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -144,6 +146,32 @@ def test_until_leaves_out_what_came_after_it(tmp_path):
     last = report["cycles"][-1]
     assert last["still_paused"] and last["released_hours"] == 7  # Wednesday 17:00 to midnight, not to Thursday 9:00
     assert last["verdicts"] == {} and last["ready_seconds"] is None
+
+
+def test_one_cause_of_failure_is_one_group_whatever_checkpoint_it_names():
+    """Each cycle's failure named its own checkpoint id, so the same cause never grouped."""
+    events = []
+    for cycle, stamp in ((1, "20261204-185106-195-6e66"), (2, "20261205-185106-195-a1b2")):
+        events += pause_events(cycle, MONDAY + cycle * 24 * H, MONDAY + cycle * 24 * H - H)
+        events += resume_events(cycle, MONDAY + cycle * 24 * H + 9 * H, 20, "failed",
+                                f"kernel_state failed in train.ipynb: CheckpointNotFound: checkpoint '{stamp}' does "
+                                f"not exist for notebook 'train.ipynb'")
+    failures = build_report(events, until=NEXT_MONDAY)["totals"]["failures"]
+    assert failures == {"kernel_state failed in train.ipynb: CheckpointNotFound: a checkpoint does not exist for "
+                        "notebook 'train.ipynb'": 2}, failures
+
+
+def test_a_report_piped_into_head_ends_without_a_traceback(tmp_path):
+    events = []  # enough cycles for a report larger than a pipe holds (64 KiB): head exits before it is written
+    for cycle in range(1, 201):
+        events += pause_events(cycle, MONDAY + cycle * H, MONDAY + cycle * H - 600)
+        events += resume_events(cycle, MONDAY + cycle * H + 1200, 20, "live-verified")
+    report_of(tmp_path, events, "--json")  # writes the log
+    exe = os.path.join(os.path.dirname(sys.executable), "jupyter-gkews")
+    done = subprocess.run(f"'{exe}' report --state-dir='{tmp_path / 'state'}' --checkpoint-root='{tmp_path / 'ckpt'}'"
+                          " --json | head -1", shell=True, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "config")})
+    assert done.stdout == "{\n" and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
 
 
 def test_a_resume_that_brought_no_notebook_back_gives_no_time_sample():

@@ -96,12 +96,16 @@ class ReportApp(ServerConfigApp):
                 print(f"jupyter gkews report: cannot write the HTML report {self.html}: {exc.strerror}; give "
                       f"--html a path in an existing, writable folder", file=sys.stderr)
                 self.exit(2)
-        if self.as_json:
-            print(json.dumps(report, indent=1))
-        else:
-            print(text(report))
-            if self.html:
-                print(f"HTML report: {os.path.abspath(self.html)}")
+        try:
+            if self.as_json:
+                print(json.dumps(report, indent=1))
+            else:
+                print(text(report))
+                if self.html:
+                    print(f"HTML report: {os.path.abspath(self.html)}")
+            sys.stdout.flush()
+        except BrokenPipeError:  # `report | head`: the reader has all it wanted; no traceback at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 main = ReportApp.launch_instance
