@@ -128,6 +128,9 @@ def test_bad_settings_and_a_missing_store_are_named(tmp_path):
     assert r.returncode == 2, r.stdout + r.stderr  # a mistyped root is not "nothing to clean"
     assert (f"no checkpoint store at {tmp_path / 'none'}: that directory does not exist" in r.stderr
             and "--checkpoint-root=DIR" in r.stderr and "$GKEWS_CHECKPOINT_ROOT" in r.stderr), r.stderr
+    (tmp_path / "afile").write_text("not a store")  # it said "that directory does not exist"
+    r = jupyter_gkews("cleanup", f"--checkpoint-root={tmp_path / 'afile'}", home=tmp_path)
+    assert r.returncode == 2 and f"{tmp_path / 'afile'}: is a file, not a directory" in r.stderr, r.stderr
     fill(tmp_path / "ckpt", saves=1)
     r = jupyter_gkews("cleanup", f"--checkpoint-root={tmp_path / 'ckpt'}", "--keep-last=0", home=tmp_path)
     assert r.returncode == 2

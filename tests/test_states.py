@@ -88,7 +88,7 @@ def test_a_claim_is_exclusive_and_given_back_on_error():
         h = Holder()
         async with Claim(h, "pause", PAUSE_FROM) as claim:
             assert h._busy
-            with pytest.raises(Conflict, match=r"cannot resume: a pause is running \(starting\)"):
+            with pytest.raises(Conflict, match=r"cannot resume: a pause is running \(it has just begun\)"):
                 async with Claim(h, "resume", RESUME_FROM):
                     pass
             claim.hand_over()

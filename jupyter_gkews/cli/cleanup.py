@@ -31,7 +31,8 @@ class CleanupApp(ServerConfigApp):
         settings = self.server_settings()
         root = self.checkpoint_root(settings)
         if not os.path.isdir(root):
-            print(f"no checkpoint store at {root}: that directory does not exist; {ROOT_FIX}", file=sys.stderr)
+            what = "is a file, not a directory" if os.path.exists(root) else "that directory does not exist"
+            print(f"no checkpoint store at {root}: {what}; {ROOT_FIX}", file=sys.stderr)
             self.exit(2)
         backend = self.backend(settings)
         try:
