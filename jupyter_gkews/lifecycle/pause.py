@@ -222,7 +222,18 @@ class Pause:
         once more. False, with the reason in nb, when it is still busy."""
         km = self.serverapp.kernel_manager
         deadline = time.monotonic() + self.busy_timeout
+        message = self.state["message"]
+        try:
+            return await self._until_idle(nb, interrupt, km, deadline, message)
+        finally:
+            self.state["message"] = message
+
+    async def _until_idle(self, nb: dict, interrupt: bool, km, deadline: float, message: str) -> bool:
         while nb["kernel_id"] in km and km.get_kernel(nb["kernel_id"]).execution_state == "busy":
+            # the status says what the pause waits for (a minute of "checkpointing" said nothing)
+            then = "interrupted" if interrupt and not nb.get("interrupted") else "left running"
+            self.state["message"] = (f"{message}: waiting up to {self.busy_timeout:.0f} s for the running cell of "
+                                     f"{nb['path']} to finish (then it is {then})")
             if time.monotonic() >= deadline:
                 if not interrupt:
                     nb.update(status=NotebookStatus.BUSY, error=f"its kernel was still running a cell after "
