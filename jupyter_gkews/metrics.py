@@ -12,8 +12,8 @@ from .cycles import Cycles, gpu_hours_released
 from .states import Event, NotebookStatus, State, Verdict
 
 SESSION_STATE = Enum("gkews_session_state", "The session's lifecycle state.", states=[s.value for s in State])
-PAUSES = Counter("gkews_pauses", "Pauses that finished, by who asked (user or idle policy) and result "
-                 "(paused or failed).", ["reason", "result"])
+PAUSES = Counter("gkews_pauses", "Pauses that finished, by who asked (user, idle policy or resume-test) and "
+                 "result (paused or failed).", ["reason", "result"])
 RESUMES = Counter("gkews_resumes", "Notebooks resumed, by verdict (live-verified, restored-from-checkpoint, "
                   "partially-restored, failed); a notebook deleted while paused is not resumed.", ["verdict"])
 CHECKPOINT_SECONDS = Gauge("gkews_last_checkpoint_seconds", "Seconds the last pause took to checkpoint its "

@@ -51,8 +51,11 @@ def page(report: dict) -> str:
 <style>body{{font-family:sans-serif;margin:2em;max-width:70em}}pre{{background:#f6f6f6;padding:1em;overflow-x:auto}}</style>
 </head><body>
 <h1>{title}</h1>
-<p>Week from {html.escape(w["start"])} (UTC): {w["allocated_hours"]:.1f} h allocated, {w["released_hours"]:.1f} h
-released of {w["observed_hours"]:.1f} h observed; {released} in all {t["cycles"]} cycle(s).</p>
+<p>{released} in all {t["cycles"]} cycle(s).</p>
+<h2>The environment's hours, day by day</h2>
+<p>Week from {html.escape(w["start"])} (UTC): the environment held its GPUs {w["allocated_hours"]:.1f} h and had
+released them {w["released_hours"]:.1f} h, of {w["observed_hours"]:.1f} h observed (hours of the environment,
+whatever its GPU count).</p>
 {week_svg(w)}
 <h2>Cycles</h2>
 <pre>{html.escape(text(report))}</pre>

@@ -123,6 +123,8 @@ def test_a_week_of_a_workstation_used_40_of_168_hours(tmp_path):
     assert page.count('class="allocated"') == 7 and page.count('class="released"') == 7
     assert "allocated 40 h" in page and "released 128 h of 168 h observed" in page
     assert "<h1>GPU hours given back</h1>" in page
+    # the chart is in the environment's hours, not GPU hours: its heading says so
+    assert "<h2>The environment's hours, day by day</h2>" in page and "270.00 GPU hours released" in page
 
     text = report_of(tmp_path, [], "--until=2026-11-29").stdout
     assert "released: 135.00 h, 270.00 GPU hours" in text
