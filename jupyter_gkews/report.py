@@ -51,6 +51,21 @@ def resumes(cycle: dict) -> list[dict]:
     return [a for nb in cycle["notebooks"].values() for a in nb.get("resumes", []) if a.get("verdict")]
 
 
+def verdict_counts(rows: list[dict]) -> dict[str, int]:
+    """The notebook resumes of these cycles, by verdict."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        for v, n in r["verdicts"].items():
+            counts[v] = counts.get(v, 0) + n
+    return counts
+
+
+def success_rate(verdicts: dict[str, int]) -> float | None:
+    """Live-verified or restored-from-checkpoint over all resumes; None without any."""
+    resumed = sum(verdicts.values())
+    return round(sum(verdicts.get(v, 0) for v in OK_VERDICTS) / resumed, 4) if resumed else None
+
+
 def percentile(values: list[float], q: float) -> float | None:
     """Nearest rank: the smallest value with at least q of them at or below it."""
     if not values:
@@ -157,15 +172,13 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
     # idle time are counted apart (their releases and writes did happen, and count as such)
     users = [r for r in rows if r["reason"] != PauseReason.RESUME_TEST]
     tests = [r for r in rows if r["reason"] == PauseReason.RESUME_TEST]
-    verdicts: dict[str, int] = {}
+    verdicts, test_verdicts = verdict_counts(users), verdict_counts(tests)
     fallbacks: dict[str, int] = {}
     failures: dict[str, int] = {}
     pause_failures: dict[str, int] = {}
     for r in users:
         if r["pause_failed"]:
             pause_failures[r["pause_failed"]] = pause_failures.get(r["pause_failed"], 0) + 1
-        for v, n in r["verdicts"].items():
-            verdicts[v] = verdicts.get(v, 0) + n
         for attempt in resumes(r):
             why = attempt.get("why") or "unknown"
             if attempt["verdict"] in (Verdict.RESTORED_FROM_CHECKPOINT, Verdict.PARTIALLY_RESTORED):
@@ -174,18 +187,14 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
                 key = f"variable not restored ({_cause(reason)})"
                 failures[key] = failures.get(key, 0) + 1
             if attempt["verdict"] == Verdict.FAILED:
-                failures[_cause(why)] = failures.get(_cause(why), 0) + 1
+                cause = _cause(why)
+                failures[cause] = failures.get(cause, 0) + 1
         if r["resume_failed"]:
             failures[r["resume_failed"]] = failures.get(r["resume_failed"], 0) + 1
     resumed = sum(verdicts.values())
     ready = [r["ready_seconds"] for r in users if r["ready_seconds"] is not None]
     first = [r["first_cell_seconds"] for r in users if r["first_cell_seconds"] is not None]
     idle = [r["idle_seconds"] for r in users if r["idle_seconds"] is not None]
-    test_verdicts: dict[str, int] = {}
-    for r in tests:
-        for v, n in r["verdicts"].items():
-            test_verdicts[v] = test_verdicts.get(v, 0) + n
-    test_resumed = sum(test_verdicts.values())
     totals = {
         "cycles": len(rows),
         "paused": sum(1 for r in rows if r["result"] in ("paused", "resumed")),
@@ -200,13 +209,12 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
         "verdicts": verdicts,
         "notebooks_resumed": resumed,
         "deleted_while_paused": sum(len(r["deleted"]) for r in rows),
-        "success_rate": round(sum(verdicts.get(v, 0) for v in OK_VERDICTS) / resumed, 4) if resumed else None,
+        "success_rate": success_rate(verdicts),
         "ready_seconds_p50": percentile(ready, 0.5), "ready_seconds_p95": percentile(ready, 0.95),
         "first_cell_seconds_p50": percentile(first, 0.5), "first_cell_seconds_p95": percentile(first, 0.95),
         "fallbacks": fallbacks, "failures": failures, "pause_failures": pause_failures,
-        "resume_test": {"notebooks_resumed": test_resumed, "verdicts": test_verdicts,
-                        "success_rate": round(sum(test_verdicts.get(v, 0) for v in OK_VERDICTS) / test_resumed, 4)
-                        if test_resumed else None},
+        "resume_test": {"notebooks_resumed": sum(test_verdicts.values()), "verdicts": test_verdicts,
+                        "success_rate": success_rate(test_verdicts)},
     }
     return {"until": until, "cycles": rows, "totals": totals, "week": week(events, cycles, asked, until)}
 

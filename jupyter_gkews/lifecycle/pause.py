@@ -224,32 +224,29 @@ class Pause:
         deadline = time.monotonic() + self.busy_timeout
         message = self.state["message"]
         try:
-            return await self._until_idle(nb, interrupt, km, deadline, message)
+            while nb["kernel_id"] in km and km.get_kernel(nb["kernel_id"]).execution_state == "busy":
+                # the status says what the pause waits for (a minute of "checkpointing" said nothing)
+                then = "interrupted" if interrupt and not nb.get("interrupted") else "left running"
+                self.state["message"] = (f"{message}: waiting up to {self.busy_timeout:.0f} s for the running "
+                                         f"cell of {nb['path']} to finish (then it is {then})")
+                if time.monotonic() >= deadline:
+                    if not interrupt:
+                        nb.update(status=NotebookStatus.BUSY, error=f"its kernel was still running a cell after "
+                                  f"{self.busy_timeout:.0f} s; let it finish and pause again, or pause with "
+                                  f"interrupt to stop the cell")
+                        return False
+                    if nb.get("interrupted"):
+                        nb.update(status=NotebookStatus.BUSY, error=f"its cell ignored the interrupt for "
+                                  f"{self.busy_timeout:.0f} s and is still running; stop it by hand (or restart "
+                                  f"the kernel) and pause again")
+                        return False
+                    await km.interrupt_kernel(nb["kernel_id"])
+                    nb["interrupted"] = True
+                    deadline = time.monotonic() + self.busy_timeout
+                await asyncio.sleep(0.2)
+            return True
         finally:
             self.state["message"] = message
-
-    async def _until_idle(self, nb: dict, interrupt: bool, km, deadline: float, message: str) -> bool:
-        while nb["kernel_id"] in km and km.get_kernel(nb["kernel_id"]).execution_state == "busy":
-            # the status says what the pause waits for (a minute of "checkpointing" said nothing)
-            then = "interrupted" if interrupt and not nb.get("interrupted") else "left running"
-            self.state["message"] = (f"{message}: waiting up to {self.busy_timeout:.0f} s for the running cell of "
-                                     f"{nb['path']} to finish (then it is {then})")
-            if time.monotonic() >= deadline:
-                if not interrupt:
-                    nb.update(status=NotebookStatus.BUSY, error=f"its kernel was still running a cell after "
-                              f"{self.busy_timeout:.0f} s; let it finish and pause again, or pause with "
-                              f"interrupt to stop the cell")
-                    return False
-                if nb.get("interrupted"):
-                    nb.update(status=NotebookStatus.BUSY, error=f"its cell ignored the interrupt for "
-                              f"{self.busy_timeout:.0f} s and is still running; stop it by hand (or restart the "
-                              f"kernel) and pause again")
-                    return False
-                await km.interrupt_kernel(nb["kernel_id"])
-                nb["interrupted"] = True
-                deadline = time.monotonic() + self.busy_timeout
-            await asyncio.sleep(0.2)
-        return True
 
     async def _checkpoint(self, nb: dict, interrupt: bool) -> None:
         """Checkpoint one notebook and hold its kernel until it is released (or the pause ends)."""
