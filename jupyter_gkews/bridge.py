@@ -404,6 +404,16 @@ def kernel_process(kernel):
             getattr(kernel, "hb_port", None))
 
 
+def kernel_leaving(km, kernel_id: str) -> bool:
+    """Is the kernel gone, or on its way out (DELETE api/kernels, Shut Down Kernel)? jupyter_client interrupts
+    a kernel before it asks it to shut down, so a call into it can fail with KeyboardInterrupt while the kernel
+    is still listed; a restart also shuts down first, but stays listed and is not queued for removal."""
+    if kernel_id not in km:
+        return True
+    removing = kernel_id in getattr(km, "_pending_kernels", {})
+    return removing and getattr(km.get_kernel(kernel_id), "shutting_down", False)
+
+
 def hold_file(runtime_dir: str, kernel_id: str) -> str:
     """While this file exists, the kernel held after its pause checkpoint runs nothing else (the kernel
     finds its own by the same name: kernel_state.hold.hold_path)."""

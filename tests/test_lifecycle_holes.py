@@ -278,6 +278,33 @@ async def test_a_kernel_dying_during_its_checkpoint_fails_the_pause_within_secon
         assert "died" in failed["message"] or "restarted" in failed["message"], failed["message"]
 
 
+async def test_a_kernel_shut_down_during_its_checkpoint_is_named_gone_not_interrupted(
+        jp_fetch, jp_serverapp, jp_root_dir, gate):
+    """DELETE api/kernels interrupts the kernel before it asks it to shut down: the save's KeyboardInterrupt
+    came back while the kernel was still listed, and the pause said "KeyboardInterrupt ... every kernel is
+    still running". The shutdown is held here until the pause has failed, which is the order load produced."""
+    a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, a, SLOW_SAVE.format(gate=str(gate)))
+    kernel, lifecycle = jp_serverapp.kernel_manager.get_kernel(a), jp_serverapp.web_app.settings["gkews_lifecycle"]
+    ask_to_shut_down = kernel._async_request_shutdown
+
+    async def once_the_pause_failed(*args, **kwargs):
+        while lifecycle.state["state"] != "failed":
+            await asyncio.sleep(0.05)
+        return await ask_to_shut_down(*args, **kwargs)
+
+    kernel._async_request_shutdown = once_the_pause_failed
+    assert (await post(jp_fetch, "pause")).code == 202
+    await until(jp_fetch, lambda s: (s.get("progress") or {}).get("notebook") == "a.ipynb")
+    deleting = asyncio.ensure_future(jp_fetch("api", "kernels", a, method="DELETE"))
+    failed = await wait_for(jp_fetch, ("paused", "failed"), timeout=60)
+    await deleting
+    assert failed["state"] == "failed", failed["message"]
+    assert "a.ipynb: its kernel was shut down during its checkpoint" in failed["message"], failed["message"]
+    assert "the kernel of a.ipynb is gone" in failed["message"], failed["message"]
+    assert "KeyboardInterrupt" not in failed["message"] and "every kernel is still running" not in failed["message"]
+
+
 async def test_a_kernel_that_restarted_while_the_pause_waited_is_not_checkpointed_empty(
         jp_fetch, jp_serverapp, jp_root_dir, monkeypatch):
     """Its cell crashed it while the pause waited (Wait and pause): the server restarted it, and the pause

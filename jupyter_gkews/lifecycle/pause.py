@@ -5,7 +5,7 @@ import asyncio
 import time
 
 from ..backends.base import LIVE_STATUSES, SnapshotFailed
-from ..bridge import kernel_process
+from ..bridge import kernel_leaving, kernel_process
 from ..claim import Claim
 from ..errors import BadRequest, Conflict, KernelCallError
 from ..state import now
@@ -115,7 +115,7 @@ class Pause:
     def _still_running(self, notebooks: list[dict]) -> str:
         """What a failed pause left running, said truthfully (a kernel may have died meanwhile)."""
         km = self.serverapp.kernel_manager
-        gone = [nb["path"] for nb in notebooks if nb["kernel_id"] not in km]
+        gone = [nb["path"] for nb in notebooks if kernel_leaving(km, nb["kernel_id"])]
         if not gone:
             return "every kernel is still running"
         return (f"the kernel of {', '.join(gone)} is gone (open the notebook again and re-run its cells)"
@@ -278,6 +278,9 @@ class Pause:
             result, hold = await self.bridge.save_and_hold(nb["kernel_id"], request, self._hold_file(nb["kernel_id"]),
                                                            label=nb["path"], on_progress=progress)
         except (KernelCallError, OSError) as exc:
+            if isinstance(exc, KernelCallError) and kernel_leaving(km, nb["kernel_id"]):
+                # its answer is the interrupt that comes before a shutdown, not a fault of the save
+                exc = "its kernel was shut down during its checkpoint, so nothing of it was saved"
             nb.update(status=NotebookStatus.NOT_CHECKPOINTED, error=str(exc))
             return
         self._holds[nb["kernel_id"]] = hold
