@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import urllib.parse
 
+from .bridge import kernel_leaving
 from .checkpoints import CheckpointCatalog
 from .errors import Conflict, KernelCallError, NotFound, from_kernel
 from .lifecycle import clean_notebook_paths
@@ -65,6 +66,9 @@ class NotebookActions:
             return await lc.bridge.call(kernel_id, {"notebook": notebook, "root": lc.checkpoint_root, **request},
                                         label=notebook)
         except KernelCallError as exc:  # the type kernel_state raised decides (CheckpointNotFound: 404)
+            if kernel_leaving(lc.serverapp.kernel_manager, kernel_id):  # its KeyboardInterrupt is the shutdown's
+                raise Conflict(f"the kernel of {notebook!r} was shut down during the {request['op']}, so it did not "
+                               f"finish; start the kernel again to try again") from None
             raise from_kernel(exc, "; the kernel and its variables are unchanged unless it says otherwise") from None
 
     async def checkpoint_now(self, body: dict) -> dict:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 
 import nbformat
 
@@ -65,6 +66,11 @@ async def events(jp_fetch) -> list[dict]:
     return json.loads((await jp_fetch("gkews", "events")).body)["events"]
 
 
+def saving_started(gate) -> bool:
+    """Has a kernel that holds SLOW_SAVE's value begun to pickle it (so a save is under way in it)?"""
+    return os.path.exists(f"{gate}.saving")
+
+
 async def wait_until(condition, what: str, timeout: float = 30) -> None:
     """Poll condition() on the event loop until it holds; fail naming what it waited for."""
     loop = asyncio.get_running_loop()
@@ -94,6 +100,7 @@ SLOW_SAVE = '''
 import os, time
 class Slow:
     def __reduce__(self):
+        open({gate!r} + ".saving", "w").close()  # saving_started() sees it
         while not os.path.exists({gate!r}):
             time.sleep(0.05)
         return (int, (0,))

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from kernel_state.pins import pinned
-from serverkit import (SLOW_SAVE, events, open_notebook, post, run_cell, status, wait_for, wait_kernel_state,
-                       wait_until)
+from serverkit import (SLOW_SAVE, events, open_notebook, post, run_cell, saving_started, status, wait_for,
+                       wait_kernel_state, wait_until)
 
 from jupyter_gkews.cleanup import clean_checkpoints
 
@@ -257,7 +257,7 @@ async def test_a_kernel_dying_during_its_checkpoint_fails_the_pause_within_secon
     a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
     pid = int(await run_cell(jp_serverapp, a, SLOW_SAVE.format(gate=str(gate)) + "print(os.getpid())"))
     assert (await post(jp_fetch, "pause")).code == 202
-    await until(jp_fetch, lambda s: (s.get("progress") or {}).get("notebook") == "a.ipynb")
+    await wait_until(lambda: saving_started(gate), "the save to start")
     if death == "sigkill":
         os.kill(pid, signal.SIGKILL)
     elif death == "sigstop":  # the process lives, but answers nothing, not even its heartbeat
@@ -295,7 +295,7 @@ async def test_a_kernel_shut_down_during_its_checkpoint_is_named_gone_not_interr
 
     kernel._async_request_shutdown = once_the_pause_failed
     assert (await post(jp_fetch, "pause")).code == 202
-    await until(jp_fetch, lambda s: (s.get("progress") or {}).get("notebook") == "a.ipynb")
+    await wait_until(lambda: saving_started(gate), "the save to start")
     deleting = asyncio.ensure_future(jp_fetch("api", "kernels", a, method="DELETE"))
     failed = await wait_for(jp_fetch, ("paused", "failed"), timeout=60)
     await deleting

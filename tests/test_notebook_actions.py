@@ -1,13 +1,14 @@
 """The UI's per-notebook actions: checkpoint now, and restore a checkpoint into the running kernel."""
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 from tornado.httpclient import HTTPClientError
 
 import kernel_state
-from serverkit import open_notebook, post, run_cell
+from serverkit import SLOW_SAVE, open_notebook, post, run_cell, saving_started, wait_until
 
 
 @pytest.fixture
@@ -33,6 +34,33 @@ async def test_checkpoint_now_then_restore_into_the_running_kernel(jp_fetch, jp_
     assert r.code == 200, r.body
     assert "weights" in json.loads(r.body)["restored"]
     assert (await run_cell(jp_serverapp, kid, "print(weights)")).strip() == "[1, 2, 3]"
+
+
+async def test_a_kernel_shut_down_during_checkpoint_now_is_named_so(jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    """DELETE api/kernels interrupts the kernel first: the save's answer was "KeyboardInterrupt" and "the
+    kernel and its variables are unchanged", while the kernel was on its way out. Its shutdown is held
+    here until the answer is in, the order a loaded machine produced."""
+    kid = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    gate = tmp_path / "gate"
+    await run_cell(jp_serverapp, kid, SLOW_SAVE.format(gate=str(gate)))
+    kernel, answered = jp_serverapp.kernel_manager.get_kernel(kid), asyncio.Event()
+    ask_to_shut_down = kernel._async_request_shutdown
+
+    async def once_answered(*args, **kwargs):
+        await answered.wait()
+        return await ask_to_shut_down(*args, **kwargs)
+
+    kernel._async_request_shutdown = once_answered
+    saving = asyncio.ensure_future(post(jp_fetch, "checkpoints/now", {"notebook": "a.ipynb"}))
+    await wait_until(lambda: saving_started(gate), "the save to start")
+    deleting = asyncio.ensure_future(jp_fetch("api", "kernels", kid, method="DELETE"))
+    r = await saving
+    answered.set()
+    await deleting
+    assert r.code == 409, r.body
+    message = json.loads(r.body)["message"]
+    assert message.startswith("the kernel of 'a.ipynb' was shut down during the save"), message
+    assert "KeyboardInterrupt" not in message
 
 
 async def test_a_notebook_name_with_outer_spaces_lists_its_checkpoints(jp_fetch, jp_serverapp, jp_root_dir):
