@@ -215,7 +215,8 @@ class Capture:
     def __init__(self, store=None, *, dry: bool = False, progress=None, algorithms: dict | None = None,
                  reuse_digests: bool = False):
         self.store, self.dry, self.progress = store, dry, progress
-        self.reuse_digests = reuse_digests and not dry  # verify (dry) always walks the live value
+        # kernel undo: hash only what was written since its last look (dirty_pages.py); verify hashes it all
+        self.reuse_digests = reuse_digests and not dry
         self.algorithms = algorithms or {}
         self.tensors: dict[str, dict] = {}
         self.arrays: dict[str, dict] = {}
@@ -348,14 +349,15 @@ class Capture:
         raise VariableSkipped(f"{type(exc).__name__}: {str(exc)[:300]}")
 
     def _value_digest(self, name: str, value, pickle_digest: str) -> str:
-        """The digest verify compares. Walking a large object graph costs milliseconds after every cell,
-        so kernel undo reuses the last one when nothing it depends on changed: the same pickle bytes,
+        """The digest verify compares. Walking a large object graph costs milliseconds (after every cell for
+        kernel undo, and most of an unchanged model's pause save), so a save reuses the last one of the
+        variable in the same store when nothing it depends on changed: the same pickle bytes,
         the same tensor and array layouts, and no object of another variable (whose contents the pickle
         does not hold). The contents of the tables' tensors and arrays are not part of it (verify
         compares their storages' fingerprints on their own); those of a storage the pickle refers to
         outside the tables (torch's own reduction of a quantized or subclassed tensor) are."""
         from .compare import value_digest
-        key = self._digest_key(pickle_digest) if self.reuse_digests else None
+        key = None if self.dry else self._digest_key(pickle_digest)  # verify (dry) always walks the live value
         cached = _digests.get((self.store.root, name)) if key else None
         if cached and cached[0] == key:
             return cached[1]
