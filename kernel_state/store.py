@@ -117,6 +117,12 @@ def new_checkpoint_id() -> str:
     return f"{stamp}-{int(now * 1000) % 1000:03d}-{secrets.token_hex(2)}"
 
 
+#: store root -> blobs that were in place when this process last synced the blobs directory: a commit that
+#: puts no blob in place and names only those (an unchanged model saved again) needs no sync of its own,
+#: where one on a virtual disk costs milliseconds. Blobs it did not see synced (another kernel's, one whose
+#: writer died between its rename and its sync) get the sync as before.
+_DURABLE_BLOBS: dict[str, set[str]] = {}
+
 #: the notebooks this process committed checkpoints of: a kernel told of a rename looks for what it saved
 #: under its old name only if it saved any (kernel_state.api.rename)
 COMMITTED: set[str] = set()
@@ -398,8 +404,13 @@ class Store:
             list(_sync_pool.map(fsync_file, self.staged.values()))
             for final, tmp in self.staged.items():
                 os.replace(tmp, final)
+            durable = _DURABLE_BLOBS.setdefault(self.root, set())
+            if self.staged or not durable.issuperset(manifest["blobs"]):
+                fsync_dir(self.blob_dir)
+                if len(durable) > _KNOWN_BLOBS:
+                    durable.clear()
+                durable.update(manifest["blobs"])
             self.staged.clear()
-            fsync_dir(self.blob_dir)
             info = os.path.join(self.notebook_dir(notebook), "notebook.json")
             if not os.path.exists(info):
                 write_json_durable({"notebook": config.canonical_notebook(notebook)}, info, self.tmp_dir)

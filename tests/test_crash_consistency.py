@@ -92,3 +92,36 @@ def test_sigkill_at_many_points_of_a_save(tmp_path):
     kernel_state.delete(ids[0]["id"], notebook="crash.ipynb", root=str(root))
     assert os.listdir(root / "tmp") == []
     assert kernel_state.list_checkpoints(notebook="crash.ipynb", root=str(root))
+
+
+def test_a_save_syncs_the_blobs_it_names_unless_this_process_saw_them_synced(tmp_path, monkeypatch):
+    """A checkpoint names blobs that must survive a power cut once it is listed. An unchanged model saved
+    again by the same kernel names only blobs whose directory entries that kernel synced itself, so its
+    save skips that sync (milliseconds on a virtual disk); blobs placed by another process (here: an
+    earlier one, forgotten) get it, since their writer may have died between its rename and its sync."""
+    from kernel_state import fsutil, store
+    synced = []
+    real = fsutil.fsync_dir
+    for module in (store, fsutil):
+        monkeypatch.setattr(module, "fsync_dir", lambda path: (synced.append(path), real(path))[1])
+    ns = {"weights": np.arange(1 << 20, dtype=np.float32), "step": 3}
+    blobs = os.path.join(str(tmp_path), "blobs")
+
+    kernel_state.save(ns, notebook="a.ipynb", root=str(tmp_path))
+    assert blobs in synced  # wrote blobs: synced
+    synced.clear()
+    kernel_state.save(ns, notebook="a.ipynb", root=str(tmp_path))
+    assert blobs not in synced
+    assert any(path.endswith("manifests") for path in synced)  # the checkpoint itself is still made durable
+    ns["step"] = 4  # a new pickle blob
+    synced.clear()
+    kernel_state.save(ns, notebook="a.ipynb", root=str(tmp_path))
+    assert blobs in synced
+
+    store._DURABLE_BLOBS.clear()  # a new kernel process reusing what another one wrote
+    synced.clear()
+    kernel_state.save(ns, notebook="b.ipynb", root=str(tmp_path))
+    assert blobs in synced
+    back = {}
+    kernel_state.restore(back, notebook="b.ipynb", root=str(tmp_path))
+    assert back["step"] == 4 and np.array_equal(back["weights"], ns["weights"])
