@@ -496,6 +496,9 @@ class Capture:
                 return NotImplemented
             return byvalue.loads, (self._by_value(obj),)
         if isinstance(obj, types.FunctionType):
+            rv = torch_modules.scheduler_step(obj)
+            if rv is not None:
+                return rv
             if dill_pickler or not defined_interactively(obj):
                 return NotImplemented
             return byvalue.load_function, (self._by_value(obj), obj.__qualname__)

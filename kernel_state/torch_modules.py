@@ -14,6 +14,10 @@
   drops `_compiled_call_impl`): it goes with its compile settings (the one object OptimizedModule pickles
   too), and is compiled again with them on load, so it computes as compiled, not eagerly; those settings
   come back whole (torch's own pickle of them loses `dynamic`);
+- an optimizer an LR scheduler drives has a `step` of its own, the closure torch's LRScheduler.__init__
+  puts there to notice calls: it goes as "wrap this optimizer's class step again" (what torch does), so the
+  optimizer pickles without dill, and a scheduler saved in another variable than the optimizer's container
+  (`opts = [opt]`, `sched = StepLR(opts[0], ...)`) drives the restored optimizer, not a copy of its own;
 - an optimizer class the notebook defines has its `step` wrapped by torch's Optimizer.__init__ in a
   profiling closure of torch's, which cannot be pickled by value (the class was skipped): it goes with its
   own `step`, which the restored optimizer's __setstate__ (or the next __init__) wraps again.
@@ -155,3 +159,35 @@ def unwrapped_step(function):
 
 def same(value):
     return value
+
+
+def scheduler_step(function):
+    """`(wrap_scheduler_step, (optimizer,))` for the closure torch's LRScheduler puts on an optimizer as its
+    `step`, when it wraps the optimizer's class step (as it does unless that was replaced); else None."""
+    if not getattr(function, "_wrapped_by_lr_sched", False) or not function.__closure__:
+        return None
+    cells = dict(zip(function.__code__.co_freevars, (c.cell_contents for c in function.__closure__)))
+    ref, func = cells.get("opt_ref"), cells.get("func")
+    opt = ref() if callable(ref) else None
+    if opt is None or func is None or getattr(type(opt), "step", None) is not func:
+        return None
+    return wrap_scheduler_step, (opt,)
+
+
+def wrap_scheduler_step(opt):
+    """torch's LRScheduler step tracking (torch.optim.lr_scheduler, patch_track_step_called), again: the
+    class's step, called on the optimizer, after noting that it was called."""
+    import functools
+    import weakref
+    patch = getattr(opt, "_patch_step_function", None)
+    if patch is not None:  # the class step torch's __setstate__ is about to wrap, wrapped already (in a
+        patch()  # fresh process nothing has yet): the step it calls is the one it finds on the class later
+    opt_ref, func = weakref.ref(opt), type(opt).step
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        opt = opt_ref()
+        opt._opt_called = True
+        return func.__get__(opt, opt.__class__)(*args, **kwargs)
+    wrapper._wrapped_by_lr_sched = True
+    return wrapper

@@ -64,6 +64,41 @@ def test_an_lbfgs_optimizer_steps_after_a_restore(tmp_path):
         assert fresh.value("ahead.calls") == 2
 
 
+SCHEDULED = """
+import torch
+torch.manual_seed(0)
+gen, disc = torch.nn.Linear(2, 2), torch.nn.Linear(2, 1)
+opts = {"gen": torch.optim.AdamW(gen.parameters(), lr=0.1), "disc": torch.optim.SGD(disc.parameters(), lr=0.1)}
+scheds = [torch.optim.lr_scheduler.StepLR(opts["gen"], 1, 0.5),
+          torch.optim.lr_scheduler.LambdaLR(opts["disc"], lambda epoch: 0.9 ** epoch)]
+x = torch.ones(4, 2)
+def train():
+    for opt in opts.values():
+        opt.zero_grad()
+    (disc(gen(x)).pow(2).mean()).backward()
+    for opt in opts.values():
+        opt.step()
+    for sched in scheds:
+        sched.step()
+    return [round(o.param_groups[0]["lr"], 8) for o in opts.values()]
+train()
+"""
+
+
+def test_schedulers_drive_the_restored_optimizers_they_were_made_for(tmp_path):
+    """Optimizers in a container, their LR schedulers in another variable: torch puts a closure of its own on
+    each optimizer as its `step`, so the optimizers went to dill, whose pickle shares nothing, and each
+    scheduler came back driving a copy of its own. The learning rates froze after a restore and the losses
+    went another way, with no warning; verify said all matched."""
+    step = "lrs = [train() for _ in range(3)]"
+    seen = "[lrs, gen.weight.tolist(), disc.weight.tolist()]"
+    with restored_run(tmp_path, SCHEDULED, step, seen) as fresh:
+        assert fresh.value("[s.optimizer is o for s, o in zip(scheds, opts.values())]") == [True, True]
+        assert fresh.value("[o.step._wrapped_by_lr_sched for o in opts.values()]") == [True, True]
+    with unchanged_after_restore(tmp_path / "verify", SCHEDULED, "[o.param_groups[0]['lr'] for o in opts.values()]"):
+        pass
+
+
 SCRIPTED = """
 import torch
 torch.manual_seed(0)
