@@ -261,5 +261,44 @@ def rebuild_cached(function, maxsize, typed, attributes):
     return wrapper
 
 
+# -- functools.cached_property: up to Python 3.11 it holds an RLock (never used since 3.12), which no pickle
+# takes, so a notebook class with one was skipped with its instances; it goes as its function and name
+def reduce_cached_property(obj):
+    return rebuild_cached_property, ({k: v for k, v in vars(obj).items() if k != "lock"},)
+
+
+def rebuild_cached_property(attributes):
+    prop = functools.cached_property(attributes["func"])  # a lock of its own, where this Python has one
+    prop.__dict__.update(attributes)  # attrname, which __set_name__ set in the class, and the rest
+    return prop
+
+
+# -- typing's TypeVar, ParamSpec and NewType pickle as their names: one made in the notebook would need
+# __main__ to have it already; it goes as its definition, and comes back as the notebook's (__module__)
+def reduce_type_variable(obj):
+    typing_ = __import__("typing")
+    if getattr(obj, "__module__", None) != "__main__":
+        return None
+    if isinstance(obj, typing_.NewType):
+        return rebuild_type_variable, ("NewType", obj.__name__, (obj.__supertype__,), {}, obj.__qualname__)
+    for kind in ("TypeVar", "ParamSpec"):
+        if isinstance(obj, getattr(typing_, kind)):
+            options = {"bound": obj.__bound__, "covariant": obj.__covariant__,
+                       "contravariant": obj.__contravariant__}
+            constraints = tuple(getattr(obj, "__constraints__", ()))
+            if constraints:
+                options.pop("bound")
+            return rebuild_type_variable, (kind, obj.__name__, constraints, options, None)
+    return None
+
+
+def rebuild_type_variable(kind, name, args, options, qualname):
+    made = getattr(__import__("typing"), kind)(name, *args, **options)
+    made.__module__ = "__main__"
+    if qualname is not None:
+        made.__qualname__ = qualname
+    return made
+
+
 def is_notebook_function(obj) -> bool:
     return isinstance(obj, types.FunctionType) and getattr(obj, "__module__", None) in ("__main__", None)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import array
 import collections
 import copyreg
+import functools
 import io
 import json
 import os
@@ -504,6 +505,12 @@ class Capture:
             return byvalue.load_function, (self._by_value(obj), obj.__qualname__)
         if byvalue.is_cached_function(obj) and defined_interactively(obj.__wrapped__):
             return byvalue.reduce_cached(obj)
+        if t is functools.cached_property:
+            return byvalue.reduce_cached_property(obj)
+        if t.__module__ == "typing":
+            rv = byvalue.reduce_type_variable(obj)
+            if rv is not None:
+                return rv
         owner = module_objects.owner_of(obj)
         if owner is not None:  # `random.random`: the module's own generator, not a copy of it
             return module_objects.bound_method, owner + (obj.__name__,)

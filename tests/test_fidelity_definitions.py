@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 from kernels import Kernel
+from test_fidelity_state import unchanged_after_restore
 
 BUILD = r'''
 import enum, dataclasses, functools, typing
@@ -70,6 +71,47 @@ def test_notebook_definitions_round_trip_in_a_fresh_kernel(tmp_path):
         assert fresh.run(f"print({CHECK})") == expected
         assert "True, 'GREEN!', True, 6, True" in expected
         assert expected.endswith("True, ['RED', 'GREEN', 'CRIMSON'], True]\n"), expected  # an alias is one
+
+
+TYPED = r'''
+import functools
+from typing import Generic, NewType, ParamSpec, TypeVar
+T = TypeVar("T")
+Num = TypeVar("Num", int, float)
+Row = TypeVar("Row", bound=dict, covariant=True)
+P = ParamSpec("P")
+UserId = NewType("UserId", int)
+class Buffer(Generic[T]):
+    def __init__(self): self.items: list[T] = []
+class Dataset:
+    def __init__(self, n): self.n, self.computed = n, 0
+    @functools.cached_property
+    def stats(self):
+        self.computed += 1
+        return {"mean": self.n / 2}
+replay = Buffer[int](); replay.items += [1, 2, 3]
+ds = Dataset(10)
+ds.stats
+fresh_ds = Dataset(4)
+owner = UserId(7)
+'''
+TYPED_CHECK = ("[replay.items, type(replay).__name__, T.__name__, T.__module__, [c.__name__ for c in "
+               "Num.__constraints__], Row.__bound__.__name__,"
+               " Row.__covariant__, P.__name__, UserId(5), UserId.__supertype__ is int, UserId.__module__, owner,"
+               " ds.stats, ds.computed, 'stats' in vars(fresh_ds), type(ds).__dict__['stats'].attrname]")
+
+
+def test_type_variables_and_cached_properties_of_the_notebook_come_back(tmp_path):
+    """A notebook's TypeVar, ParamSpec or NewType pickles as its name, which a fresh kernel lacks: it, every
+    class generic over it and their instances were skipped. A class with a functools.cached_property was
+    skipped with its instances ("a lock ... is a live resource": the RLock cached_property holds up to
+    Python 3.11). They come back, a cached value as it was, one not computed yet computed on first use."""
+    with unchanged_after_restore(tmp_path, TYPED, TYPED_CHECK) as fresh:
+        assert fresh.value(TYPED_CHECK) == [
+            [1, 2, 3], "Buffer", "T", "__main__", ["int", "float"], "dict", True, "P", 5, True, "__main__", 7,
+            {"mean": 5.0}, 1, False, "stats"]
+        assert fresh.value("[fresh_ds.stats, fresh_ds.computed, fresh_ds.stats, fresh_ds.computed]") == [
+            {"mean": 2.0}, 1, {"mean": 2.0}, 1]
 
 
 def test_what_only_main_could_name_is_reported_at_save(tmp_path):
