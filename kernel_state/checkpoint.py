@@ -179,7 +179,7 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
     if generators is not None:
         digest, size, new = store.put_bytes(randomstate.dumps(generators))
         capture._account(digest, size, new)
-        saved_random = {"pickle": digest, "generators": sorted(generators)}
+        saved_random = {"pickle": digest, "generators": sorted(generators), "digests": randomstate.digests(generators)}
     manifest = {
         "format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "id": new_checkpoint_id(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "notebook": nb,
@@ -373,6 +373,8 @@ def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict
         ok = isinstance(live, types.ModuleType) and live.__name__ == module
         variables[alias] = {"verdict": "match" if ok else "missing", "module": module}
     probes = [_compare_probe(ns, p) for p in manifest.get("probes", [])]
+    # the next draws are part of an experiment's state: a restore puts the generators back, so verify reads them
+    generators = randomstate.compare(manifest.get("random_state"))
     same = manifest["identity"].get("token") == TOKEN
     # what a "verified" does not speak of: variables made since the checkpoint, or left out of its save
     known = set(manifest["variables"]) | set(manifest["modules"]) | set(manifest["skipped"])
@@ -380,9 +382,10 @@ def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict
     uncovered = sorted(n for n in [name for name, _v in chosen] + list(modules) if n not in known)
     return {"checkpoint": manifest["id"], "same_process": same, "identity": identity(),
             "saved_identity": manifest["identity"], "variables": variables, "probes": probes,
-            "skipped_at_save": manifest["skipped"], "not_in_checkpoint": uncovered,
+            "skipped_at_save": manifest["skipped"], "not_in_checkpoint": uncovered, "random_state": generators,
             "verified": same and all(v["verdict"] == "match" for v in variables.values())
-            and all(p["verdict"] == "match" for p in probes)}
+            and all(p["verdict"] == "match" for p in probes)
+            and all(v == "match" for v in (generators or {}).values())}
 
 
 def _fingerprints(storages: dict, variable: dict) -> list:

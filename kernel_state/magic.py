@@ -57,6 +57,8 @@ def _verify_conclusion(result: dict) -> str:
         line = "Verified: the live state is the checkpointed state."
         if skipped:  # never saved, so never compared: "verified" must not read as covering them
             line += f" Not covered (never saved): {', '.join(sorted(skipped))}."
+        if result.get("random_state") is None and "random_state" in result:
+            line += " Not covered: the random state (saved with --no-random-state)."
         return line + outside
     reasons = []
     if not result["same_process"]:
@@ -70,6 +72,10 @@ def _verify_conclusion(result: dict) -> str:
     probes = [p["expr"] for p in result["probes"] if p["verdict"] != "match"]
     if probes:
         reasons.append(f"{len(probes)} probe(s) differ: {', '.join(probes)}")
+    drawn = [g for g, v in (result.get("random_state") or {}).items() if v != "match"]
+    if drawn:
+        reasons.append(f"the random state differs ({', '.join(drawn)}): numbers were drawn since the checkpoint, "
+                       "so the next draws are not the checkpoint's (a restore puts it back)")
     return "Not verified: " + "; ".join(reasons) + "." + outside
 
 

@@ -32,6 +32,28 @@ def dumps(states: dict) -> bytes:
     return pickle.dumps(states, protocol=5)
 
 
+def digests(states: dict) -> dict:
+    """{generator name: digest of its state}: what verify compares, without reading the saved states back
+    (their pickles are the same bytes for the same state: tuples of ints, a uint32 array, bytes)."""
+    from .hashing import digest_bytes
+    return {name: digest_bytes(pickle.dumps(state, protocol=5)) for name, state in states.items()}
+
+
+def compare(saved: dict | None) -> dict | None:
+    """verify's verdict on the generators a checkpoint saved: {name: "match" | "changed" | "missing"};
+    None when it saved none (`--no-random-state`). One saved before per-generator digests: "all"."""
+    if not saved:
+        return None
+    live = capture()
+    if "digests" not in saved:
+        from .hashing import digest_bytes
+        same = digest_bytes(dumps(live)) == saved["pickle"]
+        return {"all": "match" if same else "changed"}
+    now = digests(live)
+    return {name: ("match" if now.get(name) == digest else "missing" if name not in now else "changed")
+            for name, digest in saved["digests"].items()}
+
+
 def apply(states: dict) -> tuple[list[str], list[str]]:
     """Put the saved states back; returns (generators restored, warnings)."""
     restored, warnings = [], []

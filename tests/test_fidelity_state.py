@@ -53,6 +53,26 @@ def test_random_state_continues_the_uninterrupted_stream(tmp_path):
     assert manifests[on]["random_state"]["generators"] == ["numpy", "python", "torch"]
 
 
+def test_verify_reads_the_random_state_a_restore_would_put_back(tmp_path):
+    """A draw after the checkpoint changes the next numbers of the experiment, and a restore rewinds them:
+    verify said "Verified" all the same. It names the generators that moved, and says when it cannot."""
+    with Kernel(tmp_path) as k:
+        k.run("import random, numpy as np, torch\nrandom.seed(1); np.random.seed(2); torch.manual_seed(3)\nx = 1")
+        k.run("%gkews_checkpoint save")
+        assert k.run("%gkews_checkpoint verify").strip().endswith("Verified: the live state is the checkpointed state.")
+        k.run("np.random.rand(); torch.rand(1)")
+        out = k.run("%gkews_checkpoint verify")
+        assert "Not verified: the random state differs (numpy, torch): numbers were drawn since" in out, out
+        result = k.call({"op": "verify"})["result"]
+        assert result["random_state"] == {"numpy": "changed", "python": "match", "torch": "changed"}
+        assert not result["verified"]
+        k.run("%gkews_checkpoint restore")
+        assert "Verified: the live state" in k.run("%gkews_checkpoint verify")
+        k.run("%gkews_checkpoint save --no-random-state\nrandom.random()")
+        out = k.run("%gkews_checkpoint verify")
+        assert "Verified" in out and "Not covered: the random state (saved with --no-random-state)." in out, out
+
+
 def test_autograd_memmap_and_shared_objects(tmp_path):
     store, path = tmp_path / "store", tmp_path / "features.f32"
     with Kernel(store) as first:
