@@ -138,6 +138,19 @@ def gc_paused():
             gc.enable()
 
 
+#: (store root, notebook) -> the variables the last full restore said were never saved ({name: its skip
+#: record}): a save while the name is still undefined carries the record on, so the checkpoint after next
+#: still tells the user to re-run its cell (it read "0 skipped" once the variable was gone from the kernel)
+_unsaved: dict[tuple[str, str], dict] = {}
+
+
+def _still_unsaved(ns: dict, root: str, nb: str, names, skipped: dict) -> dict:
+    carried = _unsaved.get((root, nb), {})
+    for name in [n for n in carried if n in ns]:  # defined again: saved (or skipped) on its own now
+        del carried[name]
+    return {} if names else {n: r for n, r in carried.items() if n not in skipped}
+
+
 @gc_paused()
 def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tracker=None,
           random_state: bool = True, probes: bool = True, extra: dict | None = None) -> Staged:
@@ -173,6 +186,7 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
         add(name, value, defer=True)
     for name, value in list(deferred):  # after every variable they may refer to
         add(name, value, defer=False)
+    skipped.update(_still_unsaved(ns, store.root, nb, names, skipped))
     capture.flush_pack()
     capture.link_shared_memory()
     saved_random = None
@@ -332,6 +346,9 @@ def restore(namespace=None, *, notebook=None, root=None, checkpoint=None, names=
             "the restored ones")
     counter.continue_from(_shell, manifest.get("execution_count"), manifest)
     result["same_process"] = manifest["identity"].get("token") == TOKEN
+    if not names and remove is None:
+        _unsaved[(store.root, nb)] = {n: {**r, "carried_from": r.get("carried_from", manifest["id"])}
+                                      for n, r in manifest["skipped"].items() if n not in ns}
     return result
 
 

@@ -32,7 +32,8 @@ def _skipped_lines(skipped: dict) -> list[str]:
             length = info.get("lines") or 1  # older checkpoints did not record the cell's length
             at = f" (line {info['line']} of its {length}: re-run the whole cell)" if length > 1 else ""
             where = f"; re-run cell [{info['cell']}]: {info['source']}{at}"
-        lines.append(f"  {name}: {info['reason']}{where}")
+        since = f" (not saved since checkpoint {info['carried_from']})" if info.get("carried_from") else ""
+        lines.append(f"  {name}: {info['reason']}{since}{where}")
     return lines
 
 

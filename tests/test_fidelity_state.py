@@ -73,6 +73,29 @@ def test_verify_reads_the_random_state_a_restore_would_put_back(tmp_path):
         assert "Verified" in out and "Not covered: the random state (saved with --no-random-state)." in out, out
 
 
+def test_a_variable_never_saved_is_still_named_after_a_restore_and_a_save(tmp_path):
+    """Pause, resume, pause, resume: the first resume said "Never saved: batches (re-run cell [1])", the
+    second said nothing, since the checkpoint in between was taken from a kernel that no longer had it."""
+    with Kernel(tmp_path) as first:
+        first.run("batches = (i for i in range(10))\nx = 1")
+        first.run("%gkews_checkpoint save")
+        origin = first.call({"op": "list"})["result"][0]["id"]
+    for _cycle in range(2):
+        with Kernel(tmp_path) as fresh:
+            out = fresh.run("%gkews_checkpoint restore")
+            assert "Never saved (re-run these cells):\n  batches: TypeError" in out, out
+            assert "re-run cell [1]: batches = (i for i in range(10))" in out, out
+            fresh.run("%gkews_checkpoint save")
+    assert f"(not saved since checkpoint {origin})" in out, out
+    with Kernel(tmp_path) as fresh:  # defined again: saved, or skipped for its own reason, as any variable
+        fresh.run("%gkews_checkpoint restore")
+        fresh.run("batches = [1, 2]")
+        fresh.run("%gkews_checkpoint save")
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Never saved" not in out and fresh.value("batches") == [1, 2], out
+
+
 def test_autograd_memmap_and_shared_objects(tmp_path):
     store, path = tmp_path / "store", tmp_path / "features.f32"
     with Kernel(store) as first:
