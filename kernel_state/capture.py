@@ -838,11 +838,11 @@ class Capture:
         return skey
 
     def _on_torch_memory(self, root) -> bool:
-        """Whether an array's memory is a CPU tensor's (`t.numpy()`, `torch.from_numpy`): then it goes in the
-        array table, where link_shared_memory can tie the two together."""
+        """Whether an array's memory is (or holds) a CPU tensor's (`t.numpy()`, `torch.from_numpy(a)`, also of
+        a slice `a[2:4]`): then it goes in the array table, where link_shared_memory can tie the two together."""
         # Only tensors this save holds count: an array from a tensor no variable keeps (`torch.randn(3).numpy()`)
         # comes back inline, and verify then has to find it inline again, as it was saved.
-        return bool(self._torch_memory) and self._torch_memory.hold(root.ctypes.data, root.nbytes)
+        return bool(self._torch_memory) and self._torch_memory.overlap(root.ctypes.data, root.nbytes)
 
     def link_shared_memory(self) -> None:
         """After every variable: numpy buffers and CPU torch storages over one memory are restored so

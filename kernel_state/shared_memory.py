@@ -49,6 +49,14 @@ class Spans:
     def hold(self, address: int, nbytes: int) -> bool:
         return self.holder(address, nbytes) is not None
 
+    def overlap(self, address: int, nbytes: int) -> bool:
+        """Whether any span shares a byte with [address, address + nbytes)."""
+        if not nbytes:
+            return False
+        self.holder(address, nbytes)  # sorts
+        i = bisect.bisect_left(self._sorted, (address + nbytes, -1, -1)) - 1  # the spans that start before its end
+        return i >= 0 and self._reach[i] > address
+
     def holder(self, address: int, nbytes: int, strict: bool = False) -> tuple[int, object] | None:
         """(start, key) of a span holding [address, address + nbytes) (with strict, a larger one), or None."""
         if not nbytes:

@@ -219,14 +219,17 @@ def test_tensors_and_arrays_over_one_memory_share_it_again(tmp_path):
                   "w = torch.arange(50_000.)\nwn = w.numpy()\n"
                   "big = np.ones(10_000_000, np.float32)\ntbig = torch.from_numpy(big)\n"  # 40 MB: chunks
                   "pair = (arr, t)\n"
+                  "X = np.zeros((8, 5))\nrows = torch.from_numpy(X[2:4])\n"  # small, a tensor over a slice
                   "loose = torch.arange(12.).reshape(3, 4).numpy()")  # no variable holds its tensor: inline
         first.run("%gkews_checkpoint save")
-    writes = ("small[0] = arr[0] = arr[1500] = big[-1] = -1; w[0] = -1\n"
-              "print([float(x) for x in (ts[0], t[0], window[500], wn[0], tbig[-1], pair[1][0])])")
+    writes = ("small[0] = arr[0] = arr[1500] = big[-1] = -1; w[0] = -1; X[3, 4] = -1\n"
+              "print([float(x) for x in (ts[0], t[0], window[500], wn[0], tbig[-1], pair[1][0], rows[1, 4])])")
     with Kernel(tmp_path) as fresh:
         fresh.run("%gkews_checkpoint restore")
-        assert "13/13 variables bit-identical" in fresh.run("%gkews_checkpoint verify")  # with np, torch
-        assert fresh.run(writes).strip() == str([-1.0] * 6)
+        assert "15/15 variables bit-identical" in fresh.run("%gkews_checkpoint verify")  # with np, torch
+        assert fresh.run(writes).strip() == str([-1.0] * 7)
+        fresh.run("rows[0, 0] = 5")
+        assert fresh.value("float(X[2, 0])") == 5.0
         assert fresh.value("[float(x) for x in (small[1], arr[7], window[1], wn[3], tbig[0])]") == \
             [1.0, 7.0, 1001.0, 3.0, 1.0]
     with Kernel(tmp_path) as alone:
