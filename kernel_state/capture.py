@@ -63,6 +63,7 @@ PACK_TARGET = 8 << 20    # about this much in each pack blob, so that one change
 CHUNKED = 32 << 20       # numpy buffers from this size on are stored as chunks, each a blob of its own,
 CHUNK = 8 << 20          # so that an in-place change to a slice rewrites one chunk, not the whole array
 CHUNKS_ALGORITHM = "xxh3-128-chunks"
+VIEW_LIMIT = 64 << 20    # a variable's views of part of a storage are fingerprinted on their own up to this
 PROTOCOL = 5
 _PLAIN = (int, float, str, bytes, bool, type(None), complex)
 _CONTAINERS = {dict, list, tuple, set, frozenset, collections.OrderedDict}
@@ -236,6 +237,7 @@ class Capture:
         self._storage_keys: dict[tuple, str] = {}
         self._seen: dict[str, list] = {}
         self._keep: list = []
+        self._viewed: dict[tuple, object] = {}  # ("tensor" | "array", table key) -> the live object (_views)
         self._pack: list = []
         self._packs_present: dict[str, bool] = {}
         self._current: str | None = None
@@ -333,6 +335,12 @@ class Capture:
                 record["refers_to"] = sorted(self._var_names)
             record.update(_describe(value))
             try:
+                views = self._views()
+            except Exception:  # a view it cannot copy or hash (a broken subclass): compared whole, as before
+                views = {}
+            if views:
+                record["views"] = views
+            try:
                 record["digest"] = self._value_digest(name, value, digest)
             except Exception:  # a value the walk cannot read (datetime64 cells, meta or nested tensors):
                 # verify compares its pickle instead, the same way on both sides
@@ -348,6 +356,30 @@ class Capture:
             return record
         exc = errors[0]
         raise VariableSkipped(f"{type(exc).__name__}: {str(exc)[:300]}")
+
+    def _views(self) -> dict:
+        """{storage key: fingerprint of this variable's own views of it} for each storage it views only in
+        part (`head = t[:3]` beside `t`): verify compares those, so a write elsewhere in the storage (to
+        another variable's part) does not read as a change of this one. A storage its views cover whole
+        (one tensor, or a flat buffer's parameters together), any raw storage, and views of more than
+        VIEW_LIMIT bytes in all (each is copied to be hashed) are compared whole, by the storage's own."""
+        if self._var_raw:
+            return {}
+        by_storage: dict[str, list] = {}
+        for kind, key in dict.fromkeys(self._var_refs):
+            record = (self.tensors if kind == "tensor" else self.arrays)[key]
+            skey = record["storage"] if kind == "tensor" else record["buffer"]
+            by_storage.setdefault(skey, []).append(self._viewed.get((kind, key)))
+        out = {}
+        for skey, objs in by_storage.items():
+            storage = self.storages[skey]
+            if any(o is None for o in objs) or sum(_nbytes(o) for o in objs) > VIEW_LIMIT or \
+                    _covers([_extent(o, storage) for o in objs], storage["nbytes"]):
+                continue
+            parts = [_view_fingerprint(o, self.algorithms.get(f"{skey}/view")) for o in objs]
+            out[skey] = {"algorithm": parts[0]["algorithm"],
+                         "value": digest_bytes("|".join(p["value"] for p in parts).encode())}
+        return out
 
     def _value_digest(self, name: str, value, pickle_digest: str) -> str:
         """The digest verify compares. Walking a large object graph costs milliseconds (after every cell for
@@ -660,6 +692,7 @@ class Capture:
         key = f"t{len(self._tensor_keys)}"
         self._tensor_keys[id(t)] = key
         self._keep.append(t)
+        self._viewed[("tensor", key)] = t
         record = {"storage": skey, "offset": t.storage_offset(), "shape": list(t.shape),
                   "stride": list(t.stride()), "dtype": dtype,
                   "requires_grad": bool(t.requires_grad),
@@ -792,6 +825,7 @@ class Capture:
         key = f"a{len(self._array_keys)}"
         self._array_keys[id(arr)] = key
         self._keep.extend((arr, root, carrier))
+        self._viewed[("array", key)] = arr
         skey = self._buffer(carrier)
         record = {"buffer": skey, "offset": arr.ctypes.data - carrier.ctypes.data,
                   "shape": list(arr.shape), "strides": list(arr.strides), "dtype": arr.dtype.str}
@@ -1066,6 +1100,45 @@ def _carrier(root):
         high += max(0, stride * (n - 1))
     start = root.ctypes.data + low
     return np.frombuffer(memory_view(start, high - low + root.itemsize), dtype=np.uint8)
+
+
+def _nbytes(obj) -> int:
+    return obj.nbytes if hasattr(obj, "ctypes") else obj.numel() * obj.element_size()
+
+
+def _extent(obj, storage: dict) -> tuple[int, int]:
+    """The bytes [first, last + 1) of its storage a tensor or array reaches (its strides may skip some)."""
+    if hasattr(obj, "ctypes"):  # numpy: strides in bytes, from its carrier's start
+        carrier = _carrier(_root_of(obj))
+        start, size, steps = obj.ctypes.data - carrier.ctypes.data, obj.itemsize, obj.strides
+    else:
+        size = obj.element_size()
+        start, steps = obj.storage_offset() * size, [st * size for st in obj.stride()]
+    if 0 in obj.shape:
+        return start, start
+    low = start + sum(min(0, (n - 1) * st) for n, st in zip(obj.shape, steps))
+    high = start + sum(max(0, (n - 1) * st) for n, st in zip(obj.shape, steps)) + size
+    return low, high
+
+
+def _covers(extents: list, nbytes: int) -> bool:
+    reach = 0
+    for low, high in sorted(extents):
+        if low > reach:
+            return False
+        reach = max(reach, high)
+    return reach >= nbytes
+
+
+def _view_fingerprint(obj, algorithm: str | None) -> dict:
+    """A view's own bytes, in C order, fingerprinted where they are (on the GPU for CUDA)."""
+    if hasattr(obj, "ctypes"):
+        data = np.ascontiguousarray(obj)
+        return {"algorithm": "xxh3-128",
+                "value": cpu_fingerprint(data.dtype.str, data.shape, memory_view(data.ctypes.data, data.nbytes))}
+    import torch
+    copy = obj.detach().clone(memory_format=torch.contiguous_format)
+    return storage_fingerprint(copy.untyped_storage(), str(copy.dtype), list(copy.shape), algorithm)
 
 
 def _numpy_layout(root) -> tuple[str, list]:

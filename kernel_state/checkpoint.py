@@ -359,6 +359,8 @@ def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict
     store = Store(root)
     manifest = store.load_manifest(nb, default_checkpoint(store, nb, checkpoint))
     algorithms = {k: r["fingerprint"]["algorithm"] for k, r in manifest["storages"].items() if "fingerprint" in r}
+    algorithms.update({f"{k}/view": v["algorithm"] for r in manifest["variables"].values()
+                       for k, v in r.get("views", {}).items()})
     dry = Capture(dry=True, algorithms=algorithms)
     for name in manifest["variables"]:
         if name in ns:
@@ -373,7 +375,8 @@ def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict
         except VariableSkipped as exc:
             variables[name] = {"verdict": "changed", "detail": f"cannot be pickled now: {exc}"}
             continue
-        saved_fp, live_fp = _fingerprints(manifest["storages"], saved), _fingerprints(dry.storages, live)
+        saved_fp = _fingerprints(manifest["storages"], saved, saved.get("views", {}))
+        live_fp = _fingerprints(dry.storages, live, saved.get("views", {}))
         # the value digest (compare.py) where the checkpoint has one; older ones compare pickles, and so
         # does a value the save could not walk (`pickle:`; the walk may read it now)
         same_value = _same_value(saved, live)
@@ -405,8 +408,12 @@ def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict
             and all(v == "match" for v in (generators or {}).values())}
 
 
-def _fingerprints(storages: dict, variable: dict) -> list:
-    return [storages[s]["fingerprint"]["value"] for s in variable["storages"]]
+def _fingerprints(storages: dict, variable: dict, compared: dict) -> list:
+    """What verify compares for each storage of a variable: the fingerprint of its own views of it where
+    the checkpoint has them (it views only part: capture.Capture._views), else the storage's."""
+    views = variable.get("views", {})
+    return [views[s]["value"] if s in views and s in compared else storages[s]["fingerprint"]["value"]
+            for s in variable["storages"]]
 
 
 def _same_value(saved: dict, live: dict) -> bool:
@@ -432,9 +439,9 @@ def _memmap_copies(name: str, value, manifest: dict, saved: dict, dry: Capture, 
     second = Capture(dry=True, algorithms=dry.algorithms)
     second.var_ids, second.var_values, second.copies_of = dry.var_ids, dry.var_values, copies
     second.saved_vars = dry.saved_vars - {name}  # the variables added before this one
-    again = second.add_variable(name, value, picklers=(saved["pickler"],))
+    again, views = second.add_variable(name, value, picklers=(saved["pickler"],)), saved.get("views", {})
     if again["digest"] == saved["digest"] and \
-            _fingerprints(second.storages, again) == _fingerprints(manifest["storages"], saved):
+            _fingerprints(second.storages, again, views) == _fingerprints(manifest["storages"], saved, views):
         return f"{said}: its values equal the checkpoint's, but it no longer reads or writes that file"
     return f"{said}, and its values differ from the checkpoint's"
 

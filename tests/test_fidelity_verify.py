@@ -366,3 +366,33 @@ def test_numpy_scalars_and_dtypes_match_after_a_restore_and_a_change_is_found(tm
         assert _changed(fresh.call({"op": "verify"})["result"]) == []
         fresh.run("vals[0] = np.int32(-4)\nkinds['rec'] = np.dtype([('a', 'i4'), ('b', 'f4')])")
         assert _changed(fresh.call({"op": "verify"})["result"]) == ["kinds", "vals"]
+
+
+VIEWS = r'''
+import numpy as np, torch
+t = torch.zeros(10); first = t[:3]; tail = t[7:]
+every_other = t[::2]
+big = np.zeros(100_000); head = big[:10]
+flat = torch.zeros(12); layers = [flat[:8].view(2, 4), flat[8:]]  # together, the whole storage
+'''
+
+
+def test_a_view_reads_changed_only_when_its_own_values_change(tmp_path):
+    """`first = t[:3]`: a write to t[9] made verify call `first` changed, since a view's storage was compared
+    whole; it compares the view's own bytes now (in this kernel and after a restore in a fresh one). A view
+    that reaches the whole storage, and views that cover it together, still compare the storage."""
+    from test_fidelity_state import changed
+    with Kernel(tmp_path) as first:
+        first.run(VIEWS)
+        first.run("%gkews_checkpoint save")
+        first.run("t[9] = 1; big[-1] = 1")
+        assert changed(first) == ["big", "t", "tail"]
+        first.run("t[8] = 1")  # inside every_other's reach: its storage is compared whole
+        assert changed(first) == ["big", "every_other", "t", "tail"]
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert changed(fresh) == []
+        fresh.run("t[1] = 2; flat[9] = 3")  # every_other = t[::2] holds no t[1]
+        assert changed(fresh) == ["first", "flat", "layers", "t"]
+        fresh.run("big[3] = 4")
+        assert "head" in changed(fresh)
