@@ -488,6 +488,18 @@ def _warn_orphaned(manifest: dict, restored: list, failed: dict, restorer: Resto
 _ABSENT = object()
 
 
+def _import_fix(manifest: dict, module: str) -> str:
+    """How to make a module the checkpoint needs importable: the folder the saving kernel imported it from
+    (a helper module of the notebook's), else installing it."""
+    folders = {manifest["modules"].get(alias, alias): folder
+               for alias, folder in manifest.get("module_folders", {}).items()}
+    top = module.split(".")[0]
+    folder = folders.get(module) or next((f for m, f in folders.items() if m.split(".")[0] == top), None)
+    fix = (f"it was imported from {folder}, not installed: put {folder} on sys.path (or start the kernel "
+           f"there)" if folder else f"install {top}")
+    return fix + " and restore again"
+
+
 def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, device=None,
                       random_state: bool = True, remove=()) -> dict:
     """Put the checkpoint's variables (or `names`) into `namespace`, and take `remove` out of it; report what
@@ -516,10 +528,7 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
                 put(alias, importlib.import_module(module))
                 restored.append(alias)
             except ImportError as exc:
-                folder = manifest.get("module_folders", {}).get(alias)
-                fix = (f"it was imported from {folder}, not installed: put {folder} on sys.path (or start the "
-                       f"kernel there)" if folder else "install it")
-                failed[alias] = f"module {module} cannot be imported here ({exc}); {fix} and restore again"
+                failed[alias] = f"module {module} cannot be imported here ({exc}); {_import_fix(manifest, module)}"
         for name in manifest["variables"]:
             if wanted and name not in wanted:
                 continue
@@ -535,6 +544,8 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
             except Exception as exc:  # each variable fails alone, with its reason
                 restorer.failed[name] = reason = f"{type(exc).__name__}: {exc}" if not isinstance(
                     exc, CheckpointError) else str(exc)
+                if isinstance(exc, ModuleNotFoundError) and exc.name:  # a class of a helper module not found
+                    reason = restorer.failed[name] = f"{reason}; {_import_fix(manifest, exc.name)}"
                 failed[name] = reason
         with held_off():
             for name in remove:
