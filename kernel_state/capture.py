@@ -374,7 +374,7 @@ class Capture:
         for skey, objs in by_storage.items():
             storage = self.storages[skey]
             if any(o is None for o in objs) or sum(_nbytes(o) for o in objs) > VIEW_LIMIT or \
-                    _covers([_extent(o, storage) for o in objs], storage["nbytes"]):
+                    _covers([_extent(o) for o in objs], storage["nbytes"]):
                 continue
             parts = [_view_fingerprint(o, self.algorithms.get(f"{skey}/view")) for o in objs]
             out[skey] = {"algorithm": parts[0]["algorithm"],
@@ -1092,21 +1092,25 @@ def _carrier(root):
         return root
     if root.flags.f_contiguous:
         return root.T
-    low = high = 0
-    for n, stride in zip(root.shape, root.strides):
-        if n == 0:
-            return np.empty(0, np.uint8)
-        low += min(0, stride * (n - 1))
-        high += max(0, stride * (n - 1))
+    if 0 in root.shape:
+        return np.empty(0, np.uint8)
+    low, high = _strided_span(root.shape, root.strides)
     start = root.ctypes.data + low
     return np.frombuffer(memory_view(start, high - low + root.itemsize), dtype=np.uint8)
+
+
+def _strided_span(shape, strides) -> tuple[int, int]:
+    """The lowest and highest byte offsets of an element start, from the first element's (strides in
+    bytes; a negative one reaches below it)."""
+    return (sum(min(0, (n - 1) * st) for n, st in zip(shape, strides)),
+            sum(max(0, (n - 1) * st) for n, st in zip(shape, strides)))
 
 
 def _nbytes(obj) -> int:
     return obj.nbytes if hasattr(obj, "ctypes") else obj.numel() * obj.element_size()
 
 
-def _extent(obj, storage: dict) -> tuple[int, int]:
+def _extent(obj) -> tuple[int, int]:
     """The bytes [first, last + 1) of its storage a tensor or array reaches (its strides may skip some)."""
     if hasattr(obj, "ctypes"):  # numpy: strides in bytes, from its carrier's start
         carrier = _carrier(_root_of(obj))
@@ -1116,9 +1120,8 @@ def _extent(obj, storage: dict) -> tuple[int, int]:
         start, steps = obj.storage_offset() * size, [st * size for st in obj.stride()]
     if 0 in obj.shape:
         return start, start
-    low = start + sum(min(0, (n - 1) * st) for n, st in zip(obj.shape, steps))
-    high = start + sum(max(0, (n - 1) * st) for n, st in zip(obj.shape, steps)) + size
-    return low, high
+    low, high = _strided_span(obj.shape, steps)
+    return start + low, start + high + size
 
 
 def _covers(extents: list, nbytes: int) -> bool:
