@@ -355,6 +355,10 @@ class Capture:
                 self._share(name, _memo_of(pickler))
             return record
         exc = errors[0]
+        if isinstance(exc, RecursionError):  # pickling recurses once per level: the limit is Python's
+            raise VariableSkipped(
+                f"it is nested deeper than Python's recursion limit ({sys.getrecursionlimit()}) lets a pickle go "
+                "(RecursionError); keep it flatter (a list of rows, not a chain of lists), or save it yourself")
         raise VariableSkipped(f"{type(exc).__name__}: {str(exc)[:300]}")
 
     def _views(self) -> dict:

@@ -330,6 +330,12 @@ def restore(namespace=None, *, notebook=None, root=None, checkpoint=None, names=
     store = Store(root)
     manifest = store.load_manifest(nb, default_checkpoint(store, nb, checkpoint))
     known = set(manifest["variables"]) | set(manifest["skipped"]) | set(manifest["modules"])
+    unknown = [n for n in names or () if n not in known]
+    if unknown:  # as save refuses a name it cannot find: a typo restores nothing rather than part of a set
+        held = sorted(known)
+        shown = ", ".join(held[:20]) + (f" and {len(held) - 20} more" if len(held) > 20 else "")
+        raise ValueError(f"checkpoint {manifest['id']} has no variable named {', '.join(map(repr, unknown))}; "
+                         f"it holds: {shown or 'nothing'} (%gkews_checkpoint list shows the others)")
     later = [] if names or remove is not None else [n for n, _v in select_variables(ns, _shell)[0] if n not in known]
     _activity.update(operation="restore")
     try:

@@ -574,11 +574,6 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
         except Exception as exc:
             restorer.warnings.append(f"the random state was not restored: {exc}")
     skipped = {n: s for n, s in manifest["skipped"].items() if not wanted or n in wanted}
-    if wanted:
-        known = set(manifest["variables"]) | set(manifest["modules"]) | set(manifest["skipped"])
-        for name in wanted:
-            if name not in known:
-                failed[name] = f"checkpoint {manifest['id']} has no variable {name!r}"
     return {"checkpoint": manifest["id"], "created": manifest.get("created"), "restored": restored,
             "failed": failed, "skipped_at_save": skipped, "warnings": restorer.warnings,
             "random_state": generators,

@@ -744,3 +744,16 @@ def test_a_gradient_a_non_leaf_retained_comes_back_and_verify_sees_it(tmp_path):
             [[5.0, 5.0, 5.0], [10.0, 10.0, 10.0], True, True]
         fresh.run("h.grad.zero_()")
         assert changed(fresh) == ["h"]
+
+
+def test_a_value_nested_too_deep_to_pickle_is_skipped_with_a_reason_that_says_so(tmp_path):
+    """A chain of lists deeper than the recursion limit: the save keeps the other variables and names the
+    depth as the reason, not a bare 'RecursionError: maximum recursion depth exceeded'."""
+    import kernel_state
+    deep = []
+    for _ in range(50_000):
+        deep = [deep]
+    result = kernel_state.save({"deep": deep, "kept": [1, 2]}, notebook="a.ipynb", root=str(tmp_path / "store"))
+    assert result["saved"] == ["kept"], result
+    reason = result["skipped"]["deep"]["reason"]
+    assert "nested deeper than Python's recursion limit" in reason and "keep it flatter" in reason, reason

@@ -149,6 +149,12 @@ def test_magic_is_loaded_without_load_ext_and_explains_itself(store):
         k.run("x = 1")
         out = k.run("%gkews_checkpoint save x --exclude x", allow_error=True)
         assert "UsageError: x is both named and excluded" in out, out
+        # restore refuses a name the checkpoint lacks as save does, and restores nothing of the rest
+        k.run("y = 2\n%gkews_checkpoint save")
+        k.run("x = 10; y = 20")
+        out = k.run("%gkews_checkpoint restore x yy", allow_error=True)
+        assert "UsageError: checkpoint" in out and "has no variable named 'yy'; it holds: x, y" in out, out
+        assert k.value("[x, y]") == [10, 20]
     finally:
         k.close()
 
