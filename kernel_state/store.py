@@ -20,6 +20,7 @@ the new one, never half of one, and a blob under its final name is always comple
 """
 from __future__ import annotations
 
+import calendar
 import contextlib
 import errno
 import fcntl
@@ -111,10 +112,24 @@ def _delete_advice(checkpoint_id: str) -> str:
             f"gkews/checkpoints/{checkpoint_id} on the server) and restore an older one")
 
 
-def new_checkpoint_id() -> str:
-    now = time.time()
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
-    return f"{stamp}-{int(now * 1000) % 1000:03d}-{secrets.token_hex(2)}"
+def new_checkpoint_id(after: str | None = None) -> str:
+    """YYYYMMDD-HHMMSS-mmm-xxxx from the clock (UTC), sorting after `after` (the notebook's newest id).
+
+    Ids order a notebook's checkpoints: newest first is what a plain restore takes and what retention keeps.
+    A clock that was ahead once (a checkpoint dated tomorrow) must not make every later save "older": each
+    save then deleted itself under keep_last=1, and a restore brought back the stale one. So an id never
+    sorts before the newest one already there; the manifest's `created` still says the real time."""
+    millis = int(time.time() * 1000)
+    if after is not None and CHECKPOINT_ID.fullmatch(after):
+        millis = max(millis, _id_millis(after) + 1)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(millis // 1000))
+    return f"{stamp}-{millis % 1000:03d}-{secrets.token_hex(2)}"
+
+
+def _id_millis(checkpoint_id: str) -> int:
+    """The time in an id, in milliseconds since the epoch (UTC)."""
+    day, clock, millis = checkpoint_id.split("-")[:3]
+    return calendar.timegm(time.strptime(day + clock, "%Y%m%d%H%M%S")) * 1000 + int(millis)
 
 
 #: store root -> blobs that were in place when this process last synced the blobs directory: a commit that

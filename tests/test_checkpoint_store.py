@@ -404,3 +404,21 @@ def test_a_full_restore_names_the_variables_it_left_that_may_hold_replaced_objec
     assert result["restored"] == ["model"]
     assert [w for w in result["warnings"] if "left as they were, not being in this checkpoint: opt;" in w]
     assert kernel_state.restore({}, notebook=NB, root=tmp_path)["warnings"] == []  # a fresh kernel: nothing left
+
+
+def test_a_checkpoint_dated_ahead_by_a_wrong_clock_never_outranks_the_saves_after_it(tmp_path, monkeypatch):
+    """The clock was a day ahead for one save, then corrected: each later save used to sort before the
+    stale one, so keep_last=1 deleted the save that had just succeeded and a restore brought back yesterday."""
+    import time
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 86400)
+    ahead = kernel_state.save({"x": "stale"}, notebook=NB, root=tmp_path)["id"]
+    monkeypatch.setattr(time, "time", real)
+    for value in ("today", "later"):
+        result = kernel_state.save({"x": value}, notebook=NB, root=tmp_path, keep_last=1)
+        assert result["id"] > ahead and result["retention"]["deleted"] != [result["id"]], result
+    rows = kernel_state.checkpoint.list_checkpoints(notebook=NB, root=tmp_path)
+    assert [r["id"] for r in rows] == [result["id"]]
+    ns = {}
+    kernel_state.restore(ns, notebook=NB, root=tmp_path)
+    assert ns["x"] == "later"
