@@ -194,8 +194,9 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
         digest, size, new = store.put_bytes(randomstate.dumps(generators))
         capture._account(digest, size, new)
         saved_random = {"pickle": digest, "generators": sorted(generators), "digests": randomstate.digests(generators)}
+    newest = next(iter(store.checkpoint_ids(nb)), None)
     manifest = {
-        "format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "id": new_checkpoint_id(after=next(iter(store.checkpoint_ids(nb)), None)),
+        "format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "id": new_checkpoint_id(after=newest),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "notebook": nb,
         "identity": identity(), "versions": _versions(),
         "variables": capture.variables, "skipped": skipped, "modules": modules,
