@@ -711,7 +711,11 @@ class Store:
         keep, budget = retention_limits(keep_last, max_bytes, auto)
         if not max_age >= 0:  # negative (or NaN): a cutoff in the future would make every checkpoint "old"
             raise ValueError(f"max_age_days must be 0 (no age limit) or positive (got {max_age / 86400:g})")
-        with self.lock(exclusive=True):
+        # a folder that is no store yet has nothing to clean: it is left as it was (a mistyped root became a
+        # store, marker, lock file and mode 0700, under a dry run); one holding other files is refused
+        if not os.path.isdir(self.root) or (not self._refuse_unless_ours() and not os.listdir(self.root)):
+            return {"deleted": {}, "bytes_freed": 0, "blobs_kept": None}
+        with self.lock(reading=True) if dry_run else self.lock(exclusive=True):
             deleted, dropped = {}, set()
             for notebook in notebooks:
                 doomed = self._expired(notebook, keep, budget, max_age, auto)

@@ -147,6 +147,19 @@ def test_bad_settings_and_a_missing_store_are_named(tmp_path):
         Store(str(tmp_path / "three")).enforce_retention(["n.ipynb"], max_age=-86400)
 
 
+def test_a_cleanup_of_a_folder_that_is_no_store_yet_writes_nothing_there(tmp_path):
+    """A mistyped --checkpoint-root naming an empty folder: even the dry run made it a store (marker, lock
+    file, blobs/, mode 0700), after which later cleanups there delete blob-named files."""
+    empty = tmp_path / "shared-folder"
+    empty.mkdir(mode=0o775)
+    os.chmod(empty, 0o775)
+    for args in (["--dry-run"], []):
+        r = jupyter_gkews("cleanup", f"--checkpoint-root={empty}", *args, home=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert "0 checkpoint(s)" in r.stdout, r.stdout
+        assert os.listdir(empty) == [] and (os.stat(empty).st_mode & 0o777) == 0o775, os.listdir(empty)
+
+
 def test_the_store_of_a_server_started_with_gkews_checkpoint_root_is_the_one_cleaned(tmp_path):
     """The server prefers $GKEWS_CHECKPOINT_ROOT over c.GkewsApp.checkpoint_root: so does cleanup, unless told
     --checkpoint-root, or it would clean (or say there is no) store the server never used."""
