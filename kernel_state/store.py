@@ -527,7 +527,14 @@ class Store:
         dst_exists = self._real_dir(dst)
         info = self._notebook_info(dst) if dst_exists else {}
         own = self._manifest_names(dst) if dst_exists else []
-        # never into another notebook's history (one deleted there): only into the one old's moved into
+        if own and old not in info.get("renamed_from", []) and only_token is None:
+            # The server renamed a file onto `new`, so no file is there: these are an earlier notebook's, deleted
+            # (or moved outside Jupyter). Refusing left them under the name the renamed notebook's kernel uses from
+            # now on: its restore brought back the other notebook's variables and its retention deleted them.
+            # They step aside under a name of their own, still listed, and found by their ids under `new`.
+            self._set_aside(dst, new, info)
+            dst_exists, info, own = False, {}, []
+        # never into another notebook's history: only into the one old's moved into
         if own and old not in info.get("renamed_from", []):
             raise HistoryExists(
                 f"{new!r} already has {len(own)} checkpoint(s) of its own in {self.root} (of an earlier notebook "
@@ -575,6 +582,26 @@ class Store:
             self._drop_if_empty(src)
         fsync_dir(dst)
         return sorted(moved, reverse=True)
+
+    def _set_aside(self, key_dir: str, name: str, info: dict) -> str:
+        """Move the history under `name` (an earlier notebook's) to `<stem> (earlier notebook, DATE)<suffix>`,
+        whose notebook.json lists `name` in renamed_from (an id saved under it is still found by that name)."""
+        stem, suffix = os.path.splitext(name)
+        date = time.strftime("%Y-%m-%d %H%M%S", time.gmtime())
+        for n in range(1000):
+            aside = config.canonical_notebook(f"{stem} (earlier notebook, {date}{f' {n}' if n else ''}){suffix}")
+            target = self.notebook_dir(aside)
+            if not os.path.lexists(target):
+                break
+        else:
+            raise HistoryExists(f"{name!r} already has checkpoints of an earlier notebook, and no name to set them "
+                                f"aside under is free in {self.root}")
+        lineage = [a for a in dict.fromkeys(info.get("renamed_from", []) + [name]) if a != aside]
+        write_json_durable({"notebook": aside, "renamed_from": lineage}, os.path.join(key_dir, "notebook.json"),
+                           self.tmp_dir)
+        os.rename(key_dir, target)
+        fsync_dir(os.path.dirname(key_dir))
+        return aside
 
     def _drop_if_empty(self, key_dir: str) -> None:
         """Remove a notebook's folder that holds nothing but its notebook.json and no manifest."""

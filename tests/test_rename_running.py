@@ -20,7 +20,7 @@ import pytest
 
 import kernel_state
 from kernel_state import api, config
-from kernel_state.store import HistoryExists, Store
+from kernel_state.store import Store
 from serverkit import SLOW_SAVE, gkews_server_config, open_notebook, post, run_cell, wait_for, wait_kernel_state
 
 ID = r"\d{8}-\d{6}-\d{3}-[0-9a-f]{4}"
@@ -93,6 +93,29 @@ async def test_a_running_notebook_keeps_one_history_through_a_rename(jp_fetch, j
     (own,) = ids_in(await run_cell(jp_serverapp, fresh, "y = 1\n%gkews_checkpoint save"))
     assert [row["id"] for row in await listed(jp_fetch, "old.ipynb")] == [own]
     assert [row["id"] for row in await listed(jp_fetch, "new.ipynb")] == history
+
+
+async def test_a_rename_onto_a_deleted_notebook_s_path_keeps_the_two_histories_apart(
+        jp_fetch, jp_serverapp, jp_root_dir):
+    """results.ipynb was deleted and left checkpoints; Untitled.ipynb is renamed results.ipynb. The renamed
+    notebook's restore used to bring back the deleted one's variables (its own history stayed under
+    Untitled.ipynb) and its retention deleted them; now the earlier history steps aside, still listed."""
+    old = await open_notebook(jp_fetch, jp_root_dir, "results.ipynb")
+    await run_cell(jp_serverapp, old["kernel"]["id"], "secret_model = 'theirs'\n%gkews_checkpoint save")
+    await jp_fetch("api", "sessions", old["id"], method="DELETE")
+    await jp_fetch("api", "contents", "results.ipynb", method="DELETE")
+    session = await open_notebook(jp_fetch, jp_root_dir, "Untitled.ipynb")
+    kid = session["kernel"]["id"]
+    (mine,) = ids_in(await run_cell(jp_serverapp, kid, "x = 'mine'\n%gkews_checkpoint save"))
+    await rename_like_jupyterlab(jp_fetch, "Untitled.ipynb", "results.ipynb", {session["id"]: "results.ipynb"})
+    await followed(jp_serverapp)
+
+    out = await run_cell(jp_serverapp, kid, "del x\n%gkews_checkpoint restore\nprint(repr(x))")
+    assert f"from checkpoint {mine}" in out and "secret_model" not in out and out.strip().endswith("'mine'"), out
+    rows = await listed(jp_fetch)
+    (aside,) = {row["notebook"] for row in rows} - {"results.ipynb"}
+    assert aside.startswith("results (earlier notebook, ") and aside.endswith(").ipynb"), rows
+    assert [row["id"] for row in rows if row["notebook"] == "results.ipynb"] == [mine]
 
 
 async def test_a_kernel_busy_at_the_rename_follows_when_its_cell_ends(jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
@@ -320,13 +343,24 @@ def test_a_move_never_goes_over_another_history_and_a_moved_id_is_found_by_its_o
     root = str(tmp_path / "ckpt")
     store = Store(root)
     a = kernel_state.save({"x": "a"}, notebook="a.ipynb", root=root)
-    kernel_state.save({"x": "b"}, notebook="b.ipynb", root=root)  # an earlier notebook's, at b.ipynb
-    with pytest.raises(HistoryExists, match="'b.ipynb' already has 1 checkpoint"):
-        store.move_notebook("a.ipynb", "b.ipynb")
-    assert [c["id"] for c in store.list("a.ipynb")] == [a["id"]] and len(store.list("b.ipynb")) == 1
+    b = kernel_state.save({"x": "b"}, notebook="b.ipynb", root=root)  # an earlier notebook's, at b.ipynb
+    kernel_state.save({"x": "z"}, notebook="z.ipynb", root=root)
+    # the server renamed z.ipynb onto b.ipynb, so b's file is gone: its history steps aside, whole, under a
+    # name of its own, and z's becomes b's (refused, z's kernel restored b's variables, its retention deleted b's)
+    (z,) = store.move_notebook("z.ipynb", "b.ipynb")["moved"]
+    (aside,) = [n for n in store.notebooks() if n not in ("a.ipynb", "b.ipynb")]
+    assert re.fullmatch(r"b \(earlier notebook, \d{4}-\d\d-\d\d \d{6}\)\.ipynb", aside), aside
+    assert [c["id"] for c in store.list(aside)] == [b["id"]] and [c["id"] for c in store.list("b.ipynb")] == [z]
+    ns = {}
+    kernel_state.restore(ns, notebook="b.ipynb", root=root)
+    assert ns["x"] == "z"
+    kernel_state.restore(ns, notebook="b.ipynb", checkpoint=b["id"], root=root)  # found by the name it had
+    assert ns["x"] == "b"
+    kernel_state.save({"x": "z2"}, notebook="b.ipynb", root=root, keep_last=1)
+    assert [c["id"] for c in store.list(aside)] == [b["id"]]  # not b.ipynb's to delete any more
 
     assert store.move_notebook("a.ipynb", "c.ipynb")["moved"] == [a["id"]]
-    assert store.list("a.ipynb") == [] and store.notebooks() == ["b.ipynb", "c.ipynb"]
+    assert store.list("a.ipynb") == [] and store.notebooks() == [aside, "b.ipynb", "c.ipynb"]
     assert [c["notebook"] for c in store.list("c.ipynb")] == ["c.ipynb"]
     # a paused notebook, a pin or a message may still name the id by the name it was saved under
     ns = {}
@@ -399,9 +433,9 @@ def test_renames_a_kernel_hears_of_late_leave_the_history_under_the_final_name(t
 
 
 def test_a_kernel_never_moves_its_history_into_a_deleted_notebook_s(tmp_path, monkeypatch):
-    """Renamed onto the path of a deleted notebook that left checkpoints: the server refuses to mix the two
-    histories, and so must the kernel (it moved its own in, so that restore brought back the deleted
-    notebook's variables and retention removed the renamed notebook's own checkpoints)."""
+    """Renamed onto the path of a deleted notebook that left checkpoints: the two histories never mix. The
+    server sets the deleted notebook's aside before it moves the renamed one's in; a kernel that hears of a
+    rename whose history was not moved (the server's move failed) keeps its own where it is."""
     root = str(tmp_path / "ckpt")
     store = Store(root)
     monkeypatch.setattr(config, "_renames", [])
@@ -410,9 +444,7 @@ def test_a_kernel_never_moves_its_history_into_a_deleted_notebook_s(tmp_path, mo
         theirs = kernel_state.save({"old": 1}, notebook="gone.ipynb", root=root)
     monkeypatch.setenv("JPY_SESSION_NAME", "mine.ipynb")
     mine = kernel_state.save({"x": 1}, root=root)
-    with pytest.raises(HistoryExists):
-        store.move_notebook("mine.ipynb", "gone.ipynb")  # the server, at the rename
-    told = rename_told("mine.ipynb", "gone.ipynb", 1.0, root)
+    told = rename_told("mine.ipynb", "gone.ipynb", 1.0, root)  # the server's move did not happen
     assert told["moved"] == [] and "stay there" in told["error"], told
     assert [c["id"] for c in store.list("mine.ipynb")] == [mine["id"]]
     assert [c["id"] for c in store.list("gone.ipynb")] == [theirs["id"]]
