@@ -240,6 +240,7 @@ class Capture:
         self._viewed: dict[tuple, object] = {}  # ("tensor" | "array", table key) -> the live object (_views)
         self._pack: list = []
         self._packs_present: dict[str, bool] = {}
+        self._reused_packs: dict[str, list] = {}  # an earlier pack -> the entries this save found in it
         self._current: str | None = None
         self._var_storages: dict[str, int] = {}  # the storages this variable's pickle uses -> their order
         self._var_refs: list[tuple] = []  # the tensors and arrays this variable's pickle refers to
@@ -748,6 +749,9 @@ class Capture:
                                                                               previous["fingerprint"]))):
             record.update({k: previous[k] for k in ("blob", "name", "fingerprint")})
             self._account(previous["blob"], previous["blob_bytes"], False)
+            if nbytes < PACK_LIMIT and ust.device.type == "cpu":  # in a pack: repacked if that is mostly dead
+                self._reused_packs.setdefault(previous["blob"], []).append(
+                    (skey, dtype, shape, memory_view(ust.data_ptr(), nbytes), ust))
             return record
         data = cuda_io.source_for(ust) if nbytes >= PACK_LIMIT else None  # via pinned buffers
         if data is None:
@@ -766,8 +770,7 @@ class Capture:
         else:
             value = cpu_fingerprint(dtype, shape, data)
             record.update(name=value[:32], fingerprint=fingerprint or {"algorithm": "xxh3-128", "value": value})
-            if not self._packed_before(record):
-                self._pack.append((skey, dtype, shape, data, cpu))
+            self._pack_or_reuse(record, (skey, dtype, shape, data, cpu))
             self._progress_bytes(nbytes)  # counted when staged: the pack is written at the end, in one go
         return record
 
@@ -936,26 +939,47 @@ class Capture:
                 record["fingerprint"]["value"] = digest  # another thread may have written it after the hash
         else:
             record["name"] = value[:32]
-            if not self._packed_before(record):
-                self._pack.append((skey, dtype, shape, data, root))
+            self._pack_or_reuse(record, (skey, dtype, shape, data, root))
             self._progress_bytes(root.nbytes)  # as for a small torch storage
 
-    def _packed_before(self, record: dict) -> bool:
+    def _pack_or_reuse(self, record: dict, entry: tuple) -> None:
         """A small storage whose bytes a pack holds (packed.py) refers to that pack, as an unchanged torch
         storage does (_torch_storage): only new bytes go into this save's packs. Packing every small storage
         again rewrote the packs of unchanged arrays whenever their company changed (a training step of a
-        small model beside 40 MB of small arrays wrote 30-40 MB at every save)."""
+        small model beside 40 MB of small arrays wrote 30-40 MB at every save). Otherwise it waits for
+        flush_pack, as does one whose pack turns out mostly dead there."""
         known = packed.find(self.store.root, record["name"])
-        if known is None:
-            return False
-        present = self._packs_present.get(known[0])
-        if present is None:  # one look per pack and save, not one per storage
-            present = self._packs_present[known[0]] = self.store.has_blob(known[0], "safetensors")
-        if not present:  # collected since: packed again
-            return False
+        present = None
+        if known is not None:
+            present = self._packs_present.get(known[0])
+            if present is None:  # one look per pack and save, not one per storage
+                present = self._packs_present[known[0]] = self.store.has_blob(known[0], "safetensors")
+        if not present:  # never packed, or collected since: packed again
+            self._pack.append(entry)
+            return
         record.update(blob=known[0], blob_bytes=known[1])
         self._account(known[0], known[1], False)
-        return True
+        self._reused_packs.setdefault(known[0], []).append(entry)
+
+    def _repack_mostly_dead_packs(self) -> None:
+        """An earlier pack of which this checkpoint needs less than half: its entries go into this save's
+        packs instead. Referring to it kept the whole pack alive for one entry, so that each save that changed
+        some small arrays left its dead bytes behind for as long as any checkpoint needed the rest (a store
+        of 39 MiB of small arrays held 137 MiB after every older checkpoint was deleted). The live part of
+        what the checkpoint refers to stays above half, at the cost of rewriting what a pack still holds."""
+        live: dict[str, dict[str, int]] = {}
+        for record in self.storages.values():
+            if record.get("blob") in self._reused_packs:
+                live.setdefault(record["blob"], {})[record["name"]] = record["nbytes"]
+        for blob, entries in self._reused_packs.items():
+            if 2 * sum(live.get(blob, {}).values()) >= self.blobs.get(blob, 0):
+                continue
+            self._pack.extend(entries)
+            for skey, *_ in entries:  # flush_pack names their new pack
+                self.storages[skey].pop("blob", None)
+            if not any(r.get("blob") == blob for r in self.storages.values()):
+                self.blobs.pop(blob, None)  # nothing of this checkpoint refers to it any more
+        self._reused_packs.clear()
 
     def _write_chunks(self, record, pieces, ident) -> None:
         """Write the chunks no earlier checkpoint (nor this one) has; account for all of them."""
@@ -979,6 +1003,7 @@ class Capture:
         spreads it), out of as many packs (a power of two, at most 256) as keep each near PACK_TARGET: the
         same bytes make the same packs (a kernel that packs everything again, its first save since a start
         without a restore, finds them written)."""
+        self._repack_mostly_dead_packs()
         if not self._pack:
             return
         entries = {}

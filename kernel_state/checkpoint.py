@@ -22,7 +22,8 @@ from .hashing import digest_bytes
 from .history import defining_cell
 from .identity import TOKEN, identity
 from .restore import restore_namespace
-from .store import MANIFEST_FORMAT, MANIFEST_VERSION, Store, new_checkpoint_id, retention_limits, summary
+from .store import (MANIFEST_FORMAT, MANIFEST_VERSION, Store, new_checkpoint_id, retention_limits, summary,
+                    write_error)
 
 IPYTHON_NAMES = {"In", "Out", "exit", "quit", "get_ipython"}
 # IPython's output and input history (_, __, ___, _7, _i, _ii, _i7, _ih, _oh, _dh, _exit_code) and dunders
@@ -551,8 +552,8 @@ def probe(expr: str, namespace=None, *, notebook=None, root=None, remove: bool =
         if expr not in exprs:
             raise ValueError(f"no probe {expr!r} is recorded for this notebook; the probes are: "
                              f"{'; '.join(exprs) or 'none'}")
-        exprs.remove(expr)
-        write_json_durable({"probes": exprs}, _probe_file(store, nb), store.tmp_dir)
+        exprs = [e for e in exprs if e != expr]
+        _write_probes(store, nb, exprs)
         return {"expr": expr, "removed": True, "probes": exprs}
     try:
         compile(expr, "<gkews probe>", "eval")
@@ -567,11 +568,19 @@ def probe(expr: str, namespace=None, *, notebook=None, root=None, remove: bool =
                          f"it, or define what it uses first, then add it again") from None
     result = {"expr": expr, "repr": _repr(value), "digest": value_digest(value)}
     if expr not in exprs:
-        exprs.append(expr)
-        store.ensure()
+        exprs = exprs + [expr]
+        _write_probes(store, nb, exprs)
+    return {**result, "probes": exprs}
+
+
+def _write_probes(store: Store, nb: str, exprs: list[str]) -> None:
+    doing = ("record the probes in", "the probes are as they were")
+    store.ensure(doing)
+    try:
         store.ensure_notebook_dir(nb)
         write_json_durable({"probes": exprs}, _probe_file(store, nb), store.tmp_dir)
-    return {**result, "probes": exprs}
+    except OSError as exc:  # a full or read-only volume: the fix, not a bare errno
+        raise write_error(exc, store.root, doing) from None
 
 
 # -- listing --------------------------------------------------------------------------------------

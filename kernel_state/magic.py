@@ -251,7 +251,7 @@ class CheckpointMagics(Magics):
             expr = expr[len("--remove"):].strip()
         try:
             result = checkpoint.probe(expr, self.shell.user_ns, remove=remove)
-        except ValueError as exc:
+        except (CheckpointError, ValueError) as exc:  # a full disk says its fix in a line, as a save does
             raise UsageError(str(exc)) from None
         if remove:
             print(f"Probe removed: {expr}. Saves from now on leave it out.")

@@ -62,7 +62,13 @@ _WRITE_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota
                  errno.EACCES: "permission denied", errno.EPERM: "permission denied"}
 
 
-def write_error(exc: OSError, root: str) -> CheckpointWriteError:
+#: what a write that failed was for, and what that left as it was (write_error)
+SAVING = ("write the checkpoint to", "nothing of this checkpoint was kept, and the checkpoints saved before it "
+          "(if any) are intact")
+CHANGING = ("change the checkpoint store at", "nothing was deleted or moved: the checkpoints are as they were")
+
+
+def write_error(exc: OSError, root: str, doing: tuple[str, str] = SAVING) -> CheckpointWriteError:
     why = _WRITE_ERRNOS.get(exc.errno)
     why = f"{why} ({exc.strerror or exc})" if why else exc.strerror or str(exc)
     where = f"{why}: {exc.filename}" if isinstance(exc.filename, str) and exc.filename != root else why
@@ -74,9 +80,8 @@ def write_error(exc: OSError, root: str) -> CheckpointWriteError:
            errno.EACCES: f"Give this user write access there, or point {setting} at a writable directory",
            errno.EPERM: f"Give this user write access there, or point {setting} at a writable directory",
            }.get(exc.errno, f"Point {setting} at a directory this user can create and write")
-    return CheckpointWriteError(
-        f"could not write the checkpoint to {root}: {where}. {fix}; nothing of this checkpoint was kept, and the "
-        f"checkpoints saved before it (if any) are intact.")
+    action, outcome = doing
+    return CheckpointWriteError(f"could not {action} {root}: {where}. {fix}; {outcome}.")
 
 
 class NotAStore(CheckpointError):
@@ -152,7 +157,7 @@ class Store:
         self.staged: dict[str, str] = {}  # final path -> temp path, written but not yet durable
 
     # -- layout ---------------------------------------------------------------------------------
-    def ensure(self) -> None:
+    def ensure(self, doing: tuple[str, str] = SAVING) -> None:
         """Make the root a store (or check that it is one) with its private, link-free layout."""
         try:
             self._claim_root()
@@ -165,7 +170,7 @@ class Store:
                             f"store; point GKEWS_CHECKPOINT_ROOT (c.GkewsApp.checkpoint_root) at an empty or new "
                             f"directory") from None
         except OSError as exc:
-            raise write_error(exc, self.root) from None
+            raise write_error(exc, self.root, doing) from None
 
     def check(self) -> None:
         """Refuse a root that is no store, as a save would, without writing anything (a listing: a folder of
@@ -215,9 +220,14 @@ class Store:
                 ok = json.loads(f.read()).get("format") == MARKER_FORMAT
         except (OSError, ValueError, AttributeError):
             ok = False
-        if not ok:
-            raise NotAStore(f"{marker} is not a gkews store marker, so {self.root} is not a checkpoint store; "
-                            f"point GKEWS_CHECKPOINT_ROOT at an empty or new directory")
+        if not ok:  # damaged, or another program's file: the one way to tell is what else the folder holds
+            ours = os.path.isdir(os.path.join(self.root, "notebooks"))
+            raise NotAStore(f"{marker} is not a gkews store marker, so {self.root} is not taken for a checkpoint "
+                            f"store. " + (f"If it is yours (it holds notebooks/ and blobs/), the marker is damaged: "
+                                          f"delete {marker} and the store writes a new one, after checking that "
+                                          f"the folder holds nothing but its own files; else point "
+                                          if ours else "Point ") +
+                            "GKEWS_CHECKPOINT_ROOT at an empty or new directory; nothing was written or deleted")
 
     def _foreign_entries(self) -> list[str]:
         """What in an unmarked root the store cannot prove it wrote (empty for a new root, or for the layout
@@ -360,13 +370,14 @@ class Store:
                 yield
                 return
         else:
-            self.ensure()
+            doing = CHANGING if exclusive else SAVING  # a delete, a cleanup, a move; else a save
+            self.ensure(doing)
             path = os.path.join(self.root, ".lock")
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             except OSError as exc:
                 if exc.errno != errno.ELOOP:
-                    raise write_error(exc, self.root) from None  # a read-only volume, say: with the fix
+                    raise write_error(exc, self.root, doing) from None  # a read-only volume, say: with the fix
                 raise NotAStore(f"{path} is a symbolic link; the checkpoint store never writes through links (one "
                                 f"could make it write elsewhere). Delete it ({path}): the store makes its own lock "
                                 f"file; nothing was written or deleted.") from None

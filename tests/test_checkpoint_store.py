@@ -422,3 +422,22 @@ def test_a_checkpoint_dated_ahead_by_a_wrong_clock_never_outranks_the_saves_afte
     ns = {}
     kernel_state.restore(ns, notebook=NB, root=tmp_path)
     assert ns["x"] == "later"
+
+
+def test_packs_of_small_arrays_are_rewritten_once_mostly_dead_so_the_store_stays_near_its_data(tmp_path):
+    """50 small arrays (10 MB; each 200 KiB, so packed), 5 of them changed before each save, keep_last=1:
+    each save packed the changed ones anew and kept every earlier pack that still held one unchanged array,
+    so the store held 3x its data after every older checkpoint was gone. A pack the checkpoint needs less than
+    half of is now rewritten: the blobs stay under twice the data."""
+    rng = np.random.default_rng(0)
+    ns = {f"a{i}": rng.random(25_600) for i in range(50)}
+    data = sum(a.nbytes for a in ns.values())
+    for _ in range(30):
+        for i in rng.choice(50, 5, replace=False):
+            ns[f"a{i}"] = rng.random(25_600)
+        kernel_state.save(ns, notebook=NB, root=tmp_path, keep_last=1)
+    blobs = sum(p.stat().st_size for p in (tmp_path / "blobs").iterdir())
+    assert blobs < 2 * data, (blobs, data)
+    back = {}
+    kernel_state.restore(back, notebook=NB, root=tmp_path)
+    assert all(np.array_equal(back[k], v) for k, v in ns.items())

@@ -256,3 +256,33 @@ def test_a_store_that_cannot_be_written_says_why_with_the_fix_for_that_cause(tmp
     assert fix in message and message.count(os.strerror(code)) == 1, message
     assert ("Free space" in message) == (code == errno.ENOSPC), message
     assert f"{tmp_path / 'store' / '.lock'}" in message
+
+
+def test_a_delete_and_a_probe_on_a_store_that_cannot_be_written_say_what_they_left(tmp_path, monkeypatch):
+    """A delete on a read-only volume said 'could not write the checkpoint ... nothing of this checkpoint was
+    kept'; a probe on a full disk gave a bare 'OSError: [Errno 28] No space left on device'."""
+    from kernel_state import checkpoint as checkpoint_module
+    saved = kernel_state.save({"x": 1}, notebook="a.ipynb", root=tmp_path)
+    opened = os.open
+
+    def read_only(path, flags, *args, **kwargs):
+        if path.endswith(".lock") and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+        return opened(path, flags, *args, **kwargs)
+    with monkeypatch.context() as m:
+        m.setattr(os, "open", read_only)
+        with pytest.raises(CheckpointWriteError) as caught:
+            kernel_state.checkpoint.delete(saved["id"], notebook="a.ipynb", root=tmp_path)
+    message = str(caught.value)
+    assert message.startswith(f"could not change the checkpoint store at {tmp_path}"), message
+    assert "nothing was deleted or moved" in message and "of this checkpoint was kept" not in message, message
+    assert [c["id"] for c in Store(str(tmp_path)).list("a.ipynb")] == [saved["id"]]
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(checkpoint_module, "write_json_durable", full)
+    with pytest.raises(CheckpointWriteError) as caught:
+        kernel_state.checkpoint.probe("x + 1", {"x": 1}, notebook="a.ipynb", root=tmp_path)
+    message = str(caught.value)
+    assert message.startswith(f"could not record the probes in {tmp_path}"), message
+    assert "Free space there" in message and "the probes are as they were" in message, message
