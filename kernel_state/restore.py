@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import dill
 
-from . import byvalue, cuda_io, packed
+from . import byvalue, cuda_io, packed, pandas_cow
 from .alignment import address, aligned_copy, is_aligned, private_memory
 from .dtype_json import array_dtype
 from .errors import CheckpointError, CorruptBlob
@@ -560,6 +560,11 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
                     namespace[name] = old
         raise
     _rebase_notebook_classes(namespace, restored, restorer.warnings)
+    try:  # frames that shared memory lazily must copy on their first write again, not write through
+        pandas_cow.relink([namespace[n] for n in restored if n in namespace])
+    except Exception as exc:  # a pandas whose internals differ: said, never a failed restore
+        restorer.warnings.append(f"pandas frames that shared memory may now write through to each other "
+                                 f"(their Copy-on-Write tracking could not be restored: {exc}); .copy() them")
     if wanted:
         _warn_detached(manifest, restored, restorer, namespace)
     _warn_orphaned(manifest, restored, failed, restorer)

@@ -80,3 +80,30 @@ def test_showing_or_reading_a_value_is_no_change(tmp_path):
         assert changed(k) == []
         k.run("m.fill_value = 5.0; p.note = 'x'; df.iloc[0, 0] = 9")
         assert changed(k) == ["df", "m", "p"]
+
+
+def test_frames_derived_from_another_still_copy_on_their_first_write_after_a_restore(tmp_path):
+    """Under Copy-on-Write (pandas 3) `renamed = df.rename(...)` and `col = df["b"]` share df's memory until
+    one is written. A restore brought them back over one memory with trackers of their own: writing renamed or
+    col changed df. In a dict, an attribute, a nullable Int64 column: the same."""
+    build = ("import pandas as pd, numpy as np\n"
+             "df = pd.DataFrame({'a': np.arange(5.0), 'b': np.arange(5.0) * 10, 'n': pd.array(range(5), 'Int64')})\n"
+             "renamed = df.rename(columns={'a': 'A'})\n"
+             "col = df['b']\n"
+             "class Holder: pass\n"
+             "holder = Holder(); holder.part = df[['a', 'n']]\n"
+             "frames = {'reset': df.reset_index()}\n")
+    write = ("renamed.loc[0, 'A'] = -1.0; col.iloc[1] = -2.0; holder.part.loc[2, 'a'] = -3.0\n"
+             "holder.part.loc[3, 'n'] = -4; frames['reset'].loc[4, 'b'] = -5.0\n")
+    with Kernel(tmp_path) as first:
+        first.run(build + "%gkews_checkpoint save")
+        first.run(write)
+        expected = first.value("df.astype(float).values.tolist()")
+    assert expected == [[0.0, 0.0, 0.0], [1.0, 10.0, 1.0], [2.0, 20.0, 2.0], [3.0, 30.0, 3.0], [4.0, 40.0, 4.0]]
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out and "Warning" not in out, out
+        assert fresh.value("bool(np.shares_memory(df['b'].values, col.values))")  # memory still shared
+        fresh.run(write)
+        assert fresh.value("df.astype(float).values.tolist()") == expected
+        assert fresh.value("[renamed.loc[0, 'A'], col.iloc[1], float(holder.part.loc[3, 'n'])]") == [-1.0, -2.0, -4.0]
