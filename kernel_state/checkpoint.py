@@ -511,7 +511,8 @@ def _repr(value, limit: int | None = 200) -> str:
 
 
 def _evaluate(ns: dict, expr: str):
-    return eval(compile(expr, "<gkews probe>", "eval"), ns)  # the user's own expression, in their namespace
+    with randomstate.untouched():  # each probe draws from the state a save keeps, and leaves it there
+        return eval(compile(expr, "<gkews probe>", "eval"), ns)  # the user's own expression, in their namespace
 
 
 def _evaluate_probes(ns: dict, store: Store, nb: str) -> list[dict]:

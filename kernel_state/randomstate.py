@@ -8,6 +8,7 @@ modules the kernel has imported are read: saving never imports numpy or torch, n
 """
 from __future__ import annotations
 
+import contextlib
 import pickle
 import random
 import sys
@@ -82,3 +83,15 @@ def apply(states: dict) -> tuple[list[str], list[str]]:
                 warnings.append(f"the random state of {len(states['cuda'])} CUDA device(s) was saved, this kernel "
                                 f"has {count}: the others were not restored")
     return restored, warnings
+
+
+@contextlib.contextmanager
+def untouched():
+    """What runs inside draws from the generators as they are and leaves them as they were: a probe that
+    draws (a model in train mode, with dropout) moved them after the save had captured them, so that the
+    restored run's next draws were not the uninterrupted run's, and verify called them changed."""
+    states = capture()
+    try:
+        yield
+    finally:
+        apply(states)

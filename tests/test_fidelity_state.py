@@ -53,6 +53,25 @@ def test_random_state_continues_the_uninterrupted_stream(tmp_path):
     assert manifests[on]["random_state"]["generators"] == ["numpy", "python", "torch"]
 
 
+def test_a_probe_that_draws_leaves_the_random_stream_as_the_save_kept_it(tmp_path):
+    """A probe of a model with dropout in train mode drew from torch's generator after the save had captured
+    it: the restored run's next draws were not the uninterrupted run's, and a verify straight after the save
+    said the random state differed. Each probe now draws from the kept state and puts it back."""
+    with Kernel(tmp_path) as first:
+        first.run("import torch\ntorch.manual_seed(0)\nmodel = torch.nn.Sequential(torch.nn.Linear(4, 4), "
+                  "torch.nn.Dropout(0.5))\nX = torch.ones(2, 4)")
+        first.run("%gkews_checkpoint probe model(X).sum().item()")
+        first.run("%gkews_checkpoint save")
+        out = first.run("%gkews_checkpoint verify")
+        assert "probe model(X).sum().item(): match" in out and "Verified" in out, out
+        expected = first.value("torch.rand(3).tolist()")
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        out = fresh.run("%gkews_checkpoint verify")
+        assert "probe model(X).sum().item(): match" in out and "random state" not in out, out
+        assert fresh.value("torch.rand(3).tolist()") == expected
+
+
 def test_verify_reads_the_random_state_a_restore_would_put_back(tmp_path):
     """A draw after the checkpoint changes the next numbers of the experiment, and a restore rewinds them:
     verify said "Verified" all the same. It names the generators that moved, and says when it cannot."""
