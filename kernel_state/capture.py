@@ -150,6 +150,7 @@ class DillPickler(_Hooks, dill.Pickler):
         super().__init__(*args, **kwargs)
         self._rehashed: set[int] = set()
         self._based: list[type] = []
+        self._hidden: list[tuple] = []
 
     def dump(self, obj):
         try:
@@ -157,6 +158,8 @@ class DillPickler(_Hooks, dill.Pickler):
         finally:
             for cls in self._based:  # the user's class as it was
                 del cls.__orig_bases__
+            for cls, name, value in self._hidden:
+                type.__setattr__(cls, name, value)
 
     def reducer_override(self, obj):
         t = type(obj)
@@ -164,6 +167,9 @@ class DillPickler(_Hooks, dill.Pickler):
             if byvalue.lost_bases(obj) is not None:  # until this pickle is done: see byvalue.lost_bases
                 obj.__orig_bases__ = obj.__bases__
                 self._based.append(obj)
+            for name in torch_modules.derived_class_attributes(obj):  # its metaclass makes them again
+                self._hidden.append((obj, name, obj.__dict__[name]))
+                type.__delattr__(obj, name)
             hash_ = byvalue.dropped_hash(obj)
             if hash_ is not None:  # the class itself, inside the arguments, goes by dill's own code
                 self._rehashed.add(id(obj))

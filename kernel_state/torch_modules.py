@@ -20,7 +20,10 @@
   (`opts = [opt]`, `sched = StepLR(opts[0], ...)`) drives the restored optimizer, not a copy of its own;
 - an optimizer class the notebook defines has its `step` wrapped by torch's Optimizer.__init__ in a
   profiling closure of torch's, which cannot be pickled by value (the class was skipped): it goes with its
-  own `step`, which the restored optimizer's __setstate__ (or the next __init__) wraps again.
+  own `step`, which the restored optimizer's __setstate__ (or the next __init__) wraps again;
+- a custom autograd op the notebook defines (`class Sq(torch.autograd.Function)`) holds `_backward_cls`, a
+  class torch's FunctionMeta makes for it, which refers back to the op by name: it is left out of the op's
+  by-value pickle (derived_class_attributes), and FunctionMeta makes it again when the class is rebuilt.
 """
 from __future__ import annotations
 
@@ -191,3 +194,13 @@ def wrap_scheduler_step(opt):
         return func.__get__(opt, opt.__class__)(*args, **kwargs)
     wrapper._wrapped_by_lr_sched = True
     return wrapper
+
+
+def derived_class_attributes(cls) -> tuple[str, ...]:
+    """What a notebook class holds that its torch metaclass derives when the class is made, so that a
+    by-value pickle leaves it out: a custom autograd op's `_backward_cls`."""
+    function = sys.modules.get("torch.autograd.function")
+    meta = getattr(function, "FunctionMeta", None)
+    if meta is not None and isinstance(cls, meta) and "_backward_cls" in cls.__dict__:
+        return ("_backward_cls",)
+    return ()

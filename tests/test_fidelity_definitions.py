@@ -398,3 +398,32 @@ def test_notebook_code_that_unpickling_runs_sees_the_variables_restored_before(t
         out = fresh.run("%gkews_checkpoint restore")
         assert "Not restored" not in out, out
         assert fresh.value("run") == "runs/seed-1"
+
+
+def test_a_custom_autograd_op_of_the_notebook_and_the_model_using_it_come_back(tmp_path):
+    """`class Sq(torch.autograd.Function)` holds the `_backward_cls` torch's FunctionMeta made for it, which
+    refers back to Sq by name: Sq was skipped ("can only be saved as a reference to __main__.Sq"), and the
+    model whose forward calls Sq.apply with it."""
+    build = ("import torch\ntorch.manual_seed(0)\n"
+             "class Sq(torch.autograd.Function):\n"
+             "    @staticmethod\n    def forward(ctx, x):\n        ctx.save_for_backward(x)\n        return x * x\n"
+             "    @staticmethod\n    def backward(ctx, g):\n"
+             "        (x,) = ctx.saved_tensors\n        return 3 * x * g\n"
+             "class Net(torch.nn.Module):\n"
+             "    def __init__(self):\n        super().__init__()\n        self.lin = torch.nn.Linear(3, 3)\n"
+             "    def forward(self, x):\n        return Sq.apply(self.lin(x))\n"
+             "net = Net()\nX = torch.randn(4, 3)\n")
+    step = "net.zero_grad(); net(X).sum().backward()"
+    seen = "[net(X).tolist(), net.lin.weight.grad.tolist()]"
+    with Kernel(tmp_path) as first:
+        first.run(build)
+        out = first.run("%gkews_checkpoint save")
+        assert "Skipped" not in out, out
+        first.run(step)
+        expected = first.value(seen)
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out and "Never saved" not in out, out
+        fresh.run(step)
+        assert fresh.value(seen) == expected  # the op's own backward (3x, not autograd's 2x) came back
+        assert fresh.value("[Sq._backward_cls._forward_cls is Sq, isinstance(net, Net)]") == [True, True]
