@@ -25,6 +25,7 @@ from .errors import KernelCallError, KernelStateMissing
 from .kernelready import kernel_ready, own_client
 
 SAVED_LINE = '{"gkews_saved"'
+PROGRESS_LINE = '{"gkews_progress"'
 BRIDGE_SESSION = "gkews-bridge-"  # the start of our clients' session ids
 
 __all__ = ["KernelBridge", "KernelCallError", "KernelStateMissing"]
@@ -151,9 +152,9 @@ class KernelBridge:
             _progress_hook(on_progress)(msg)
             if msg["msg_type"] == "stream" and not saved.done():
                 for line in msg["content"]["text"].splitlines():
-                    at = line.find(SAVED_LINE)  # a thread of the notebook may print on the same line
-                    if at >= 0:
-                        saved.set_result(json.JSONDecoder().raw_decode(line, at)[0]["gkews_saved"])
+                    found = _marked(line, SAVED_LINE)  # a thread of the notebook may print on the same line
+                    if found is not None and isinstance(found.get("gkews_saved"), dict):
+                        saved.set_result(found["gkews_saved"])
                         break
         expr = _expression("hold", "save_then_hold", json.dumps(request), hold_file,
                            hold_seconds or self.timeout)
@@ -392,9 +393,24 @@ def _progress_hook(on_progress):
     def hook(msg):
         if on_progress and msg["msg_type"] == "stream":
             for line in msg["content"]["text"].splitlines():
-                if line.startswith('{"gkews_progress"'):
-                    on_progress(json.loads(line)["gkews_progress"])
+                found = _marked(line, PROGRESS_LINE)
+                if found is not None and isinstance(found.get("gkews_progress"), dict):
+                    on_progress(found["gkews_progress"])
     return hook
+
+
+def _marked(line: str, marker: str) -> dict | None:
+    """The JSON object starting at marker in a line of the kernel's output, or None. A thread of the notebook
+    may print on the same line, before or after it; a line it cut short is no answer (a progress line is
+    skipped; a save's answer still comes back in its reply)."""
+    at = line.find(marker)
+    if at < 0:
+        return None
+    try:
+        found = json.JSONDecoder().raw_decode(line, at)[0]
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def kernel_process(kernel):

@@ -11,6 +11,7 @@ With "progress": true a save prints {"gkews_progress": {...}} lines on stdout as
 from __future__ import annotations
 
 import json
+import sys
 
 from . import auto, checkpoint, config
 from .errors import CheckpointError
@@ -99,7 +100,10 @@ def _auto(req: dict) -> dict:
 
 
 def _print_progress(p: dict) -> None:
-    print(json.dumps({"gkews_progress": p}), flush=True)
+    # one write, on a line of its own: print() writes the line and its end apart, and a thread of the notebook
+    # printing meanwhile put its output between them (`{"gkews_progress": ...}.`), which failed the pause
+    sys.stdout.write("\n" + json.dumps({"gkews_progress": p}) + "\n")
+    sys.stdout.flush()
 
 
 def call(request) -> str:
