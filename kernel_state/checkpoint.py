@@ -12,7 +12,7 @@ import sys
 import time
 import types
 
-from . import config, counter, module_objects, randomstate, readback
+from . import config, counter, module_objects, randomstate, readback, settings
 from .capture import Capture, Deferred, VariableSkipped, defined_interactively
 from .compare import dtype_key, value_digest as compare_value_digest
 from .errors import CheckpointError, CheckpointWriteError, DamagedProbes
@@ -206,7 +206,7 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
         "blobs": capture.blobs, "probes": _evaluate_probes(ns, store, nb) if probes else [],
         "execution_count": counter.current(shell),
         **({"continues": continues} if (continues := counter.continued()) else {}),
-        "random_state": saved_random,
+        "random_state": saved_random, "settings": settings.capture(),
         "stats": {"seconds": round(time.perf_counter() - started, 4),
                   "bytes_written": capture.bytes_written, "bytes_total": sum(capture.blobs.values())},
         **(extra or {}),

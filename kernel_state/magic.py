@@ -182,6 +182,8 @@ class CheckpointMagics(Magics):
               f"(saved {result['created']}) in {result['seconds']:.2f} s{restored}")
         if result.get("random_state"):
             print(f"Random state restored: {', '.join(result['random_state'])}.")
+        if result.get("settings"):
+            print(f"Settings set back as saved: {'; '.join(result['settings'])}.")
         for warning in result["warnings"]:
             print(f"Warning: {warning}")
         if result["failed"]:

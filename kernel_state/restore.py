@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import dill
 
-from . import byvalue, cuda_io, packed, pandas_cow
+from . import byvalue, cuda_io, packed, pandas_cow, settings
 from .alignment import address, aligned_copy, is_aligned, private_memory
 from .dtype_json import array_dtype
 from .errors import CheckpointError, CorruptBlob
@@ -578,8 +578,12 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
             restorer.warnings.extend(notes)
         except Exception as exc:
             restorer.warnings.append(f"the random state was not restored: {exc}")
+    put_back = []
+    if manifest.get("settings") and not wanted:  # a full restore: the settings the next cell computes with
+        put_back, notes = settings.apply(manifest["settings"])
+        restorer.warnings.extend(notes)
     skipped = {n: s for n, s in manifest["skipped"].items() if not wanted or n in wanted}
     return {"checkpoint": manifest["id"], "created": manifest.get("created"), "restored": restored,
             "failed": failed, "skipped_at_save": skipped, "warnings": restorer.warnings,
-            "random_state": generators,
+            "random_state": generators, "settings": put_back,
             "seconds": round(time.perf_counter() - started, 4)}

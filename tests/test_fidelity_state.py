@@ -72,6 +72,30 @@ def test_a_probe_that_draws_leaves_the_random_stream_as_the_save_kept_it(tmp_pat
         assert fresh.value("torch.rand(3).tolist()") == expected
 
 
+def test_settings_later_cells_compute_with_are_set_back_by_a_full_restore(tmp_path):
+    """torch's default dtype and grad mode, deterministic algorithms, numpy's error handling, the Decimal
+    precision and the working directory: a restore into a fresh kernel left each at its default and said
+    nothing, so new tensors were float32 and `1/7` had 28 digits again."""
+    work = tmp_path / "work dir"
+    work.mkdir()
+    seen = ("[str(torch.tensor([0.1]).dtype), torch.is_grad_enabled(), torch.are_deterministic_algorithms_enabled(), "
+            "np.geterr()['divide'], str(decimal.Decimal(1) / 7), os.getcwd()]")
+    with Kernel(tmp_path / "store") as first:
+        first.run(f"import os, decimal, numpy as np, torch\nos.chdir({str(work)!r})\n"
+                  "torch.set_default_dtype(torch.float64); torch.set_grad_enabled(False)\n"
+                  "torch.use_deterministic_algorithms(True); np.seterr(all='raise'); decimal.getcontext().prec = 40")
+        first.run("%gkews_checkpoint save")
+        expected = first.value(seen)
+    assert expected[:4] == ["torch.float64", False, True, "raise"] and len(expected[4]) == 42, expected
+    with Kernel(tmp_path / "store") as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert ("Settings set back as saved: decimal prec 40; numpy errors divide=raise" in out
+                and "torch default dtype float64; torch grad disabled; torch deterministic algorithms on; "
+                f"working directory {work}." in out), out
+        assert fresh.value(seen) == expected
+        assert "Settings" not in fresh.run("%gkews_checkpoint restore")  # nothing differs now: nothing said
+
+
 def test_verify_reads_the_random_state_a_restore_would_put_back(tmp_path):
     """A draw after the checkpoint changes the next numbers of the experiment, and a restore rewinds them:
     verify said "Verified" all the same. It names the generators that moved, and says when it cannot."""
