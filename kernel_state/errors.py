@@ -14,7 +14,11 @@ class CheckpointWriteError(CheckpointError):
 
 
 class CorruptBlob(CheckpointError):
-    """A blob is missing, truncated, or its bytes do not match its hash."""
+    """A blob is missing, truncated, or its bytes do not match its hash. `salvage`: what was read of a blob
+    whose header holds but whose hash does not, (buffer, entries), for the entries that check by their own
+    hash (a pack's: one damaged entry fails its own variables, not every variable with a tensor in the pack)."""
+
+    salvage = None
 
 
 class CorruptManifest(CheckpointError):

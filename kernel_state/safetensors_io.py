@@ -229,7 +229,10 @@ def read_blob(path: str, digest: str, into: memoryview | None = None, _depth: in
     finally:
         os.close(fd)
     if hasher.hexdigest() != digest:
-        raise CorruptBlob(f"{what} does not match its hash: the file {path} was modified or damaged")
+        damaged = CorruptBlob(f"{what} does not match its hash: the file {path} was modified or damaged")
+        if buf is not None:
+            damaged.salvage = (buf, dict(entries))
+        raise damaged
     return buf, dict(entries)
 
 
