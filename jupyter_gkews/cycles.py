@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from .states import Event, PauseReason
+from .states import Event, PauseReason, State
 
 
 def new_cycle(number: int) -> dict:
@@ -72,6 +72,9 @@ class Cycles:
                 # a resume with nothing to restore (every notebook lost) has no `restoring` step
                 t.setdefault("capacity_obtained", t.get("resume_requested") or e["time"])
                 c["result"] = "resumed"
+        elif kind == Event.RECOVERED_INTERRUPTED_PAUSE and e.get("state") == State.FAILED:
+            c["pause_failed"] = e.get("message")  # no checkpoint committed: nothing was paused
+            c["result"] = "pause failed"
         elif kind == Event.RECOVERED_INTERRUPTED_PAUSE:
             t.setdefault("environment_stopped", e["time"])
             c["result"] = "paused"

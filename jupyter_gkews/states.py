@@ -109,7 +109,7 @@ PHASES: dict[State, tuple[Phase | None, ...]] = {
 }
 
 #: The transitions between states, each with what causes it. A state that moves to itself advances its
-#: phase. The two `recovered` transitions are the ones a server starting on a half-done transition takes.
+#: phase. RECOVERIES (below) holds the moves of a server starting on a half-done transition.
 TRANSITIONS: dict[tuple[State, State], str] = {
     (State.ACTIVE, State.PAUSING): "pause requested",
     (State.FAILED, State.PAUSING): "pause requested again",
@@ -131,6 +131,7 @@ TRANSITIONS: dict[tuple[State, State], str] = {
 #: resume back. Not taken by a running server, so kept apart from TRANSITIONS.
 RECOVERIES: dict[tuple[State, State], str] = {
     (State.PAUSING, State.PAUSED): "server restarted during a pause; finished on start",
+    (State.PAUSING, State.FAILED): "server restarted during a pause that had checkpointed nothing",
     (State.RESUMING, State.PAUSED): "server restarted during a resume; resume again",
 }
 

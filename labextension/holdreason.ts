@@ -13,8 +13,10 @@ import { INotebookStatus } from './types';
 export function holdReason(model: GkewsModel, panel: NotebookPanel): string | null {
   const status = model.status;
   const nb = status?.notebooks.find(n => belongsTo(panel, n));
-  if (!status || !nb || LEFT_RUNNING.includes(nb.status)) {
-    return null; // not a notebook of the pause, or one it left running: its kernel runs
+  if (!status || !nb || LEFT_RUNNING.includes(nb.status) || nb.status === 'lost') {
+    // not a notebook of the pause, one it left running (its kernel runs), or one it lost (its kernel stopped
+    // with the server before its checkpoint: no resume brings it back, so a cell starts a new one)
+    return null;
   }
   if (status.state === 'pausing') {
     return 'is being paused'; // a cell sent now waits behind the checkpoint's hold, and the release ends it

@@ -9,7 +9,7 @@ import { Notification } from '@jupyterlab/apputils';
 import { NotebookPanel } from '@jupyterlab/notebook';
 import { Session } from '@jupyterlab/services';
 
-import { clip, names, notResumed } from './describe';
+import { clip, names, notResumed, resumeOutcome } from './describe';
 import { GkewsModel } from './model';
 import { belongsTo, reattachPanel } from './reattach';
 import { INotebookStatus, IStatus } from './types';
@@ -59,7 +59,9 @@ export class Readiness {
     const status = this.model.status;
     const firstRead = !this.seenStatus;
     this.seenStatus = this.seenStatus || !!status;
-    if (!status || status.state !== 'active' || !status.notebooks.some(nb => nb.verdict)) {
+    // what display() calls a finished resume: a verdict, or a notebook deleted while paused (when that was
+    // the only one, the page waited for ever for a reconnection nobody started, and Pause stayed disabled)
+    if (!status || status.state !== 'active' || !status.notebooks.some(resumeOutcome)) {
       return;
     }
     // each resume once: a resume again of a notebook the first one failed is of the same pause cycle

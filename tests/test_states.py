@@ -228,6 +228,28 @@ def test_a_starting_server_recovers_a_half_done_transition_to_paused(tmp_path, f
     assert json.loads((tmp_path / "state" / "state.json").read_text())["state"] == "paused"
 
 
+def test_a_pause_the_server_stopped_before_any_checkpoint_is_failed_not_paused(tmp_path):
+    """Nothing was committed, nothing paused before: the state said "paused, 0 notebook(s) paused", the
+    page held the notebook's cells until a Resume that had nothing to bring back, and the report counted
+    GPU hours released. Now it is failed, naming the notebooks to run again and where older checkpoints are."""
+    from jupyter_gkews.cycles import build_cycles, gpu_hours_released
+    store = StateStore(str(tmp_path / "state"))
+    store.save({**initial_state("local"), "state": "pausing", "phase": "checkpointing", "cycle": 1,
+                "timeline": {"pause_requested": 0},
+                "notebooks": [{"path": "a.ipynb", "status": "running", "kernel_id": "k"}]})
+    lc = _lifecycle(tmp_path)
+    lc.load()
+    s = lc.status()
+    assert s["state"] == "failed" and s["phase"] is None, s
+    assert s["notebooks"][0]["status"] == "lost"
+    assert "before any checkpoint was written: nothing was paused" in s["error"]["reason"]
+    assert "Run the cells of a.ipynb again" in s["error"]["next_step"], s["error"]
+    event = store.events()[-1]
+    assert event["event"] == "recovered-interrupted-pause" and event["state"] == "failed"
+    (cycle,) = [c for c in build_cycles(store.events()) if c["cycle"] == 1]
+    assert cycle["result"] == "pause failed" and gpu_hours_released(cycle, until=10 ** 10) == 0, cycle
+
+
 def test_a_resume_cut_short_by_a_server_stop_is_resumed_again_for_every_notebook(tmp_path):
     """The notebooks it had already restored lost their kernels with the server: they are paused again
     (the next resume restores them too), not shown as resumed with no kernel; one still suspended stays."""

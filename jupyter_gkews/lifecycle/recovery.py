@@ -1,5 +1,6 @@
 """What a starting server does with the state a stopped one left: a half-done pause is rolled forward
-(paused), a half-done resume rolled back (paused, resume again); states.RECOVERIES lists both."""
+(paused; failed when it had committed no checkpoint at all), a half-done resume rolled back (paused, resume
+again); states.RECOVERIES lists them."""
 from __future__ import annotations
 
 from kernel_state.timestamps import utc_epoch
@@ -40,6 +41,18 @@ class Recovery:
             await self.backend.recover_paused(self, interrupted=self._found == State.PAUSING)
             await self._persist(Event.RECOVERED_PAUSED)
 
+    def _failed_on_start(self, lost: list[str]) -> None:
+        """A pause the server stopped before any checkpoint was committed: failed, with what to do."""
+        reason = ("the server stopped during the pause, before any checkpoint was written: nothing was paused, "
+                  "and the kernels stopped with the server")
+        next_step = (f"Run the cells of {', '.join(lost) or 'your notebooks'} again (a new kernel starts); "
+                     "%gkews_checkpoint list shows the checkpoints saved before this pause, and restore brings "
+                     "one back")
+        check_recovery(self.state["state"], State.FAILED)  # IllegalTransition: a bug, never bad input
+        self.state.update(state=State.FAILED, phase=None, message=f"{reason}. {next_step}",
+                          error={"reason": reason, "next_step": next_step})
+        self._record(Event.RECOVERED_INTERRUPTED_PAUSE)
+
     def _recovered(self, message: str, event: Event, **changes) -> None:
         check_recovery(self.state["state"], State.PAUSED)  # IllegalTransition: a bug, never bad input
         self.state.update(state=State.PAUSED, phase=None, message=message, **changes)
@@ -73,9 +86,14 @@ class Recovery:
             else:
                 nb.update(status=NotebookStatus.LOST,
                           error="the server stopped before this notebook's checkpoint was written")
-        self.state["timeline"].setdefault("environment_stopped", now())
         released = [nb for nb in self.state["notebooks"] if nb["status"] == NotebookStatus.RELEASED]
         lost = [nb["path"] for nb in self.state["notebooks"] if nb["status"] == NotebookStatus.LOST]
+        if not released and not any(awaiting_resume(nb) for nb in self.state["notebooks"]):
+            # nothing is paused: "paused, 0 notebook(s)" had the page hold the notebooks' cells until a Resume
+            # that had nothing to bring back, and said nothing of the variables gone with the kernels
+            self._failed_on_start(lost)
+            return
+        self.state["timeline"].setdefault("environment_stopped", now())
         message = f"the server stopped during a pause; completed on restart: {len(released)} notebook(s) paused"
         if lost:
             message += f"; not checkpointed (re-run their cells): {', '.join(lost)}"

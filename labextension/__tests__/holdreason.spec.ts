@@ -67,6 +67,13 @@ describe('holdReason', () => {
     }
   });
 
+  it('never holds a cell of a notebook the pause lost: no resume brings its kernel back', async () => {
+    const lost: INotebookStatus = { ...paused, status: 'lost', error: 'the server stopped before ...' };
+    const model = await modelWith(status({ state: 'paused', notebooks: [lost] }));
+    expect(holdReason(model, panel('work/train.ipynb'))).toBeNull(); // "is paused: the cell will run after Resume"
+    model.dispose();
+  });
+
   it('never holds a cell while nothing was paused', async () => {
     const running = { ...paused, status: 'running' };
     const model = await modelWith(status({ state: 'active', cycle: 0, notebooks: [running] }));
