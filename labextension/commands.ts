@@ -3,7 +3,7 @@ import { INotebookTracker } from '@jupyterlab/notebook';
 import { CommandRegistry } from '@lumino/commands';
 import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
-import { clip, names, plural } from './describe';
+import { clip, doneElsewhere, names, plural } from './describe';
 import { showDetails } from './details';
 import { pauseIcon, resumeIcon } from './icons';
 import { GkewsModel } from './model';
@@ -21,6 +21,12 @@ export const PALETTE_CATEGORY = 'GPU session';
 
 /** Report a refused or failed action with the server's message, which names the fix. */
 function reportError(action: string, error: unknown): void {
+  const elsewhere =
+    action === 'Pause' || action === 'Resume' ? doneElsewhere(action === 'Pause' ? 'pause' : 'resume', error) : null;
+  if (elsewhere) {
+    Notification.info(elsewhere, { autoClose: 5000 });
+    return;
+  }
   Notification.error(clip(`${action} failed: ${(error as Error).message}`), { autoClose: false });
 }
 

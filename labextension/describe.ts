@@ -3,7 +3,7 @@
  * the timeline. Pure functions, so that the wording is unit-tested.
  */
 import type { IAttachment } from './model';
-import { INotebookStatus, IProgress, ISkipped, IStatus } from './types';
+import { GkewsError, INotebookStatus, IProgress, ISkipped, IStatus } from './types';
 
 /** What a pause left running: not checkpointed (it failed, or a cell kept it busy), so never released. */
 export const LEFT_RUNNING = ['not-checkpointed', 'busy'];
@@ -441,4 +441,29 @@ export function timelineRows(timeline: Record<string, number | null>): ITimeline
     });
   }
   return rows;
+}
+
+/**
+ * A Pause or Resume the server refused (409) because another tab, or the idle policy, did it meanwhile: what
+ * to say instead of "Resume failed" (two tabs pressed Resume together: both resumed, one said it failed).
+ * null for a refusal that is one.
+ */
+export function doneElsewhere(action: 'pause' | 'resume', error: unknown): string | null {
+  const now = error instanceof GkewsError && error.status === 409 ? error.serverStatus : undefined;
+  if (!now) {
+    return null;
+  }
+  if (action === 'resume' && now.state === 'resuming') {
+    return 'A resume is already under way (from another tab): the notebooks come back when it is done.';
+  }
+  if (action === 'resume' && now.state === 'active' && now.notebooks.some(resumeOutcome)) {
+    return 'Already resumed (from another tab).';
+  }
+  if (action === 'pause' && now.state === 'pausing') {
+    return 'A pause is already under way (from another tab or the idle policy).';
+  }
+  if (action === 'pause' && now.state === 'paused') {
+    return 'Already paused (from another tab or the idle policy): Resume brings the kernels back.';
+  }
+  return null;
 }

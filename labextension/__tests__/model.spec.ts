@@ -4,6 +4,7 @@
  */
 import {
   display,
+  doneElsewhere,
   names,
   nextStep,
   statusLabel,
@@ -575,5 +576,20 @@ describe('display and timeline', () => {
 
   it('is offline without a status', () => {
     expect(display(null, true)).toBe('offline');
+  });
+});
+
+describe('doneElsewhere', () => {
+  it('says a Pause or Resume another tab did meanwhile is done, not failed; other refusals stay errors', () => {
+    const refused = (now: IStatus) => new GkewsError('nothing to resume: no notebook is paused', 409, now);
+    const resumed = status({ state: 'active', cycle: 1, notebooks: [restoredNotebook] });
+    expect(doneElsewhere('resume', refused(resumed))).toBe('Already resumed (from another tab).');
+    expect(doneElsewhere('resume', refused(status({ state: 'resuming', phase: 'restoring', cycle: 1 })))).toMatch(
+      /^A resume is already under way/
+    );
+    expect(doneElsewhere('pause', refused(status({ state: 'paused', cycle: 1 })))).toMatch(/^Already paused/);
+    expect(doneElsewhere('resume', refused(status({ state: 'active' })))).toBeNull(); // never paused: an error
+    expect(doneElsewhere('resume', new GkewsError('boom', 500, resumed))).toBeNull();
+    expect(doneElsewhere('pause', new Error('unreachable'))).toBeNull();
   });
 });

@@ -430,3 +430,21 @@ test('a kernel that died during its restore: the page says not resumed, its next
   await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
   await typeAndRun(page, 'print(w + 1)', '42\n');
 });
+
+test('the only paused notebook deleted while paused: after Resume the page says ready, and Pause works again', async ({
+  page,
+  tmpPath
+}) => {
+  const [gone] = await openAndRun(page, tmpPath, ['only.ipynb']);
+  await pauseButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  // the file browser's Delete: the same request, and the page's own signal
+  await page.evaluate(async p => (window as any).jupyterapp.serviceManager.contents.delete(p), gone);
+  await expect(statusItem(page)).toHaveAttribute('title', /only\.ipynb was deleted while paused/, { timeout: 30_000 });
+  await resumeButton(page).click();
+  // it said "reconnecting the notebooks" for ever, after a reload too, and every Pause button stayed disabled
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  await openAndRun(page, tmpPath, ['next.ipynb'], ['v = 1']);
+  await pauseButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+});
