@@ -94,6 +94,38 @@ async def test_a_partial_restore_says_what_did_not_come_back_and_keeps_what_hold
     assert "lacks" not in paused["message"] and "unrestored" not in paused["notebooks"][0], paused
 
 
+async def test_the_checkpoint_a_partial_restore_came_from_is_kept_when_it_can_still_bring_them_back(
+        jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    """A variable of a helper module's class did not come back (the module was moved away while paused): the
+    checkpoint the resume restored from is the one to restore it from once the module is back, yet it was left
+    unpinned, and the next saves' retention (keep_last=2) deleted it: the model's weights were gone."""
+    path = "work/helped.ipynb"
+    helper = jp_root_dir / "work" / "helper_gkews_probe.py"
+    s = await open_notebook(jp_fetch, jp_root_dir, path)
+    kid = s["kernel"]["id"]
+    helper.write_text("class Model:\n    def __init__(self):\n        self.w = [0.0] * 4\n")
+    await run_cell(jp_serverapp, kid, "import helper_gkews_probe\nmodel = helper_gkews_probe.Model()\n"
+                                      "model.w[0] = 42.0\nx = 1")
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    checkpoint = paused["notebooks"][0]["checkpoint"]
+    aside = tmp_path / "aside.py"
+    helper.rename(aside)
+    assert (await post(jp_fetch, "resume")).code == 202
+    nb = (await wait_for(jp_fetch, ("active", "failed")))["notebooks"][0]
+    assert nb["verdict"] == "partially-restored" and set(nb["failed"]) >= {"model"}, nb
+    assert checkpoint in nb["unrestored_checkpoints"] and checkpoint in nb["next_step"], nb
+    kid = nb["kernel_id"]
+    for _ in range(3):  # keep_last=2
+        assert (await post(jp_fetch, "checkpoints/now", {"notebook": path})).code == 201
+    listed = json.loads((await jp_fetch("gkews", "checkpoints", params={"notebook": path})).body)["checkpoints"]
+    assert checkpoint in [c["id"] for c in listed]
+    aside.rename(helper)
+    r = await post(jp_fetch, f"checkpoints/{checkpoint}/restore", {"notebook": path})
+    assert r.code == 200 and "model" in json.loads(r.body)["restored"], r.body
+    assert (await run_cell(jp_serverapp, kid, "print(model.w[0])")).strip() == "42.0"
+
+
 async def test_a_pause_writes_again_a_blob_damaged_since_an_earlier_save_before_it_releases_the_kernel(
         jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
     """The pause's save reuses the blobs of unchanged values: a blob damaged on disk since then would be

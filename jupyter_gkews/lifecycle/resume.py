@@ -236,6 +236,10 @@ class Resume:
         names = sorted(failed)
         holders = await asyncio.to_thread(checkpoints_holding, self.checkpoint_root,
                                           nb.get("saved_as") or nb["path"], names, nb["checkpoint"])
+        if not all(_damaged(why) for why in failed.values()):
+            # its own checkpoint holds them too, and is the one to restore them from once the cause is fixed (a
+            # helper module put back on sys.path): left unpinned, the next saves' retention deleted it
+            holders.append(nb["checkpoint"])
         kept = sorted(set(nb.get("unrestored_checkpoints", [])) | set(holders), reverse=True)  # ids: newest first
         nb.update(unrestored={**nb.get("unrestored", {}), **failed}, unrestored_checkpoints=kept,
                   error="not restored: " + "; ".join(f"{n} ({failed[n]})" for n in names),
@@ -317,6 +321,12 @@ class Resume:
         if self._restore_watch:
             self._restore_watch.cancel()
         self._restore_watch = asyncio.create_task(watch())
+
+
+def _damaged(why: str) -> bool:
+    """Whether a variable failed for bytes of its checkpoint that are damaged or gone (kernel_state's
+    CorruptBlob names the blob or the storage): then that checkpoint cannot bring it back, whatever is fixed."""
+    return why.startswith(("blob ", "storage "))
 
 
 def checkpoints_holding(root: str, notebook: str, names: list[str], exclude: str) -> list[str]:
