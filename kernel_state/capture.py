@@ -320,7 +320,8 @@ class Capture:
                     pickler.dump(value)
             except (CheckpointWriteError, Deferred):
                 raise
-            except Exception as exc:  # anything a pickler raises means: this variable cannot be saved
+            except (Exception, SystemExit) as exc:  # anything a pickler raises means: this variable cannot be saved
+                # (an exit() in its __reduce__ too: it failed the notebook's whole checkpoint, naming no variable)
                 errors.append(exc)
                 continue
             data = buf.getvalue()

@@ -548,6 +548,8 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
                 restored.append(alias)
             except ImportError as exc:
                 failed[alias] = f"module {module} cannot be imported here ({exc}); {_import_fix(manifest, module)}"
+            except (Exception, SystemExit) as exc:  # its import runs code: an error there fails this name alone
+                failed[alias] = f"module {module} failed as it was imported here ({type(exc).__name__}: {exc})"
         for name in manifest["variables"]:
             if wanted and name not in wanted:
                 continue
@@ -560,7 +562,8 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
                         f"restored (re-run its cell to use the new one)")
                 put(name, value)
                 restored.append(name)
-            except Exception as exc:  # each variable fails alone, with its reason
+            except (Exception, SystemExit) as exc:  # each variable fails alone, with its reason (an exit() in its
+                # __setstate__ too: it rolled the whole restore back, or ended a kernel restored at its start)
                 restorer.failed[name] = reason = f"{type(exc).__name__}: {exc}" if not isinstance(
                     exc, CheckpointError) else str(exc)
                 if isinstance(exc, ModuleNotFoundError) and exc.name:  # a class of a helper module not found

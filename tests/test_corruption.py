@@ -353,3 +353,32 @@ def test_a_damaged_entry_of_a_pack_fails_only_the_variables_that_use_it(tmp_path
     assert set(result["failed"]) == {"unrelated"}, result["failed"]
     assert "the entry of this variable's tensor" in result["failed"]["unrelated"] and not marker.exists()
     assert torch.equal(got["model"].weight, model.weight) and torch.equal(got["labels"], torch.arange(10))
+
+
+def test_a_value_that_exits_as_it_is_saved_or_restored_fails_alone(tmp_path):
+    """exit() in a __setstate__ rolled the whole restore back (a resume restoring at the kernel's start ended
+    the kernel, and every later resume failed the same way); in a __reduce__ it failed the whole checkpoint,
+    naming no variable. Each now fails its own variable, saying why, and the others come back."""
+    root = str(tmp_path / "store")
+
+    class ExitsOnSave:
+        def __reduce__(self):
+            raise SystemExit("no saving me")
+
+    result = kernel_state.save({"bad": ExitsOnSave(), "good": [1, 2]}, notebook=NB, root=root)
+    assert result["saved"] == ["good"] and "SystemExit: no saving me" in result["skipped"]["bad"]["reason"]
+    ns = {"good": [1, 2], "bad": _ExitsOnRestore(), "weights": np.arange(5.0)}
+    kernel_state.save(ns, notebook=NB, root=root)
+    got = {}
+    result = kernel_state.restore(got, notebook=NB, root=root)
+    assert set(result["failed"]) == {"bad"} and "SystemExit: exit at restore" in result["failed"]["bad"], result
+    assert got["good"] == [1, 2] and np.array_equal(got["weights"], np.arange(5.0))
+
+
+def _exit_at_restore():
+    raise SystemExit("exit at restore")
+
+
+class _ExitsOnRestore:
+    def __reduce__(self):
+        return (_exit_at_restore, ())
