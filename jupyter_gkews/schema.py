@@ -56,7 +56,7 @@ REQUESTS: dict[str, dict] = {
                              "x-message": 'give the action as {"action": "on"}, "off" or "status"'}},
                  required=["notebook"]),
     "rewind": _obj({"notebook": _NOTEBOOK,
-                    "cell": {"type": "integer", "minimum": 1,
+                    "cell": {"type": "integer", "minimum": 1, "maximum": 2 ** 53,
                              "x-message": 'give the cell as {"cell": 12}, the number left of the cell'},
                     # the row the page shows: that very checkpoint, whichever kernel process ran its cell
                     "checkpoint": {"type": "string", "pattern": f"^{CHECKPOINT_ID}$",
@@ -81,6 +81,10 @@ def validate_request(request: str, body) -> dict:
                          f"{', '.join(sorted(schema['properties'])) or 'none'}")
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(body))
     if error is None:
+        for field, value in body.items():  # JSON Schema takes 2.0 (and 1e300) for an integer; a cell number is not
+            rule = schema["properties"][field]
+            if rule.get("type") == "integer" and isinstance(value, float):
+                raise BadRequest(rule.get("x-message") or f"{field} must be a whole number, not {value!r}")
         return body
     field = next((p for p in error.absolute_path if isinstance(p, str)), None)
     if field is None and error.validator == "required":

@@ -103,6 +103,9 @@ def test_the_documented_status_example_is_valid():
     ("pause", {"interrupt": 1}, '"interrupt" must be true or false'),
     ("checkpoint-now", {}, 'give the notebook as {"notebook": '),
     ("restore", {"notebook": 3}, 'give the notebook as {"notebook": '),
+    # JSON Schema's "integer" takes both; a 300-digit cell number came back in a 404
+    ("rewind", {"notebook": "a.ipynb", "cell": 2.0}, 'give the cell as {"cell": 12}'),
+    ("rewind", {"notebook": "a.ipynb", "cell": 1e300}, 'give the cell as {"cell": 12}'),
 ])
 def test_requests_are_validated_with_a_message_naming_the_fix(request_name, body, words):
     with pytest.raises(BadRequest) as exc:
