@@ -645,6 +645,9 @@ class Store:
             path = self._manifest_path(notebook, checkpoint_id, forwarded=True)
             if path is not None:
                 return self.read_manifest_file(path, lean)
+        if not ids and checkpoint_id is not None:  # the id named (a paused notebook's): not "save one"
+            raise CheckpointNotFound(f"checkpoint {checkpoint_id!r} does not exist for notebook {notebook!r}: it has "
+                                     f"no checkpoint in {self.root} (deleted since, or another store)")
         if not ids:
             raise CheckpointNotFound(
                 f"no checkpoint for notebook {notebook!r} in {self.root}; save one with %gkews_checkpoint save")

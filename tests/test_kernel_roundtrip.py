@@ -221,8 +221,11 @@ def test_json_api_answers_errors_as_json(store):
         assert ident["pid"] == k.value("__import__('os').getpid()")
         bad = k.call({"op": "restore", "checkpoint": "nope"})
         assert bad == {"ok": False, "type": "CheckpointNotFound",
-                       "error": "no checkpoint for notebook 'work/experiment.ipynb' in "
-                                f"{store}; save one with %gkews_checkpoint save"}
+                       "error": "checkpoint 'nope' does not exist for notebook 'work/experiment.ipynb': it has no "
+                                f"checkpoint in {store} (deleted since, or another store)"}
+        bad = k.call({"op": "restore"})
+        assert bad["error"] == (f"no checkpoint for notebook 'work/experiment.ipynb' in {store}; save one with "
+                                "%gkews_checkpoint save")
     finally:
         k.close()
 
