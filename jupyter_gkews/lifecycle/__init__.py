@@ -195,14 +195,20 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
     def refuse_kernel_action(self, kernel_id: str, action: str) -> None:
         """POST api/kernels/<id>/restart or interrupt on a kernel a pause released: jupyter_server answered 500
         ("Exception restarting kernel") or 404. Conflict, saying that the notebook is paused and what to do."""
-        if kernel_id in self.serverapp.kernel_manager:
+        resuming = [nb for nb in self.state["notebooks"] if nb["kernel_id"] == kernel_id and id(nb) in self._in_resume]
+        if kernel_id in self.serverapp.kernel_manager and not resuming:
             return  # it runs (suspended, or started again): jupyter_server acts on it
+        # ... but not while the resume restores into it: an interrupt then killed the kernel still starting, a
+        # restart lost the restore, and the notebook ended failed ("died during the call") without a word of why
         for nb in self.state["notebooks"]:
-            if awaiting_resume(nb) and nb["kernel_id"] == kernel_id:
-                doing = "is being resumed: wait until its session is ready" if id(nb) in self._in_resume else \
-                    "is paused: resume it first (GPU session: Resume)"
-                raise Conflict(f"{nb['path']!r} {doing}; the pause released its kernel, so there is no process "
-                               f"to {action} (its variables are in checkpoint {nb['checkpoint']}).")
+            if (awaiting_resume(nb) or id(nb) in self._in_resume) and nb["kernel_id"] == kernel_id:
+                if id(nb) in self._in_resume:
+                    raise Conflict(f"{nb['path']!r} is being resumed: wait until its session is ready; its kernel "
+                                   f"is being brought back from checkpoint {nb['checkpoint']}, and to {action} it "
+                                   f"now would lose that.")
+                raise Conflict(f"{nb['path']!r} is paused: resume it first (GPU session: Resume); the pause "
+                               f"released its kernel, so there is no process to {action} (its variables are in "
+                               f"checkpoint {nb['checkpoint']}).")
 
     async def _live_session(self, path: str) -> dict | None:
         """The session at path (exactly, as jupyter_server looks it up) whose kernel runs, if any."""
