@@ -147,8 +147,11 @@ class KernelBridge:
             client.stop_channels()
             raise
         saved = asyncio.get_running_loop().create_future()
+        running = []  # the kernel has begun our request (it is no cell of the user's that runs then)
 
         def hook(msg):
+            if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "busy":
+                running.append(True)
             _progress_hook(on_progress)(msg)
             if msg["msg_type"] == "stream" and not saved.done():
                 for line in msg["content"]["text"].splitlines():
@@ -170,8 +173,10 @@ class KernelBridge:
             result = await asyncio.wait_for(
                 self._unless_dead(kernel_id, kernel, client, label, until_saved()), self.timeout)
         except (TimeoutError, asyncio.TimeoutError):
+            why = await self._interrupt_own_call(kernel_id, kernel, label, task) if running else ""
             await hold.release()
-            raise KernelCallError(f"the kernel of {label} did not answer within {self.timeout:.0f} s") from None
+            raise KernelCallError(f"the kernel of {label} did not answer within {self.timeout:.0f} s"
+                                  + why) from None
         except RuntimeError as exc:
             await hold.release()
             raise KernelCallError(f"the kernel of {label} is not responding: {exc}") from None
@@ -182,6 +187,23 @@ class KernelBridge:
             await hold.release()
             raise KernelCallError(result["error"], kind=result.get("type"))
         return result["result"], hold
+
+    async def _interrupt_own_call(self, kernel_id: str, kernel, label: str, task: asyncio.Task) -> str:
+        """Our checkpoint call ran past its time in the kernel (a value whose saving waits on a lock or a
+        connection): interrupt it, or the kernel stayed in it, every cell of the user's queued behind it, and
+        the next pause called the kernel busy with a cell. What to add to the message, naming the value."""
+        try:
+            interrupted = self.kernel_manager.interrupt_kernel(kernel_id)
+            if asyncio.iscoroutine(interrupted) or isinstance(interrupted, asyncio.Future):
+                await interrupted
+            reply = await asyncio.wait_for(asyncio.shield(task), 10.0)
+            self._answer_json(kernel, label, reply)
+        except KernelCallError as exc:  # the interrupt's own answer: which value the save was at
+            detail = str(exc).split("KeyboardInterrupt: ", 1)[-1]
+            return f": its checkpoint was interrupted ({detail}), so the kernel runs cells again"
+        except Exception:  # it did not answer the interrupt either: said as it is
+            return ": it did not answer an interrupt either; interrupt or restart it (Kernel menu)"
+        return ""
 
     # -- parts ----------------------------------------------------------------------------------------
     def _open(self, kernel_id: str, label: str):

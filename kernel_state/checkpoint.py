@@ -183,10 +183,14 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
             skipped[name] = {"reason": str(exc), **(defining_cell(shell, name) or {})}
         tracker(variables_done=1)
 
-    for name, value in chosen:
-        add(name, value, defer=True)
-    for name, value in list(deferred):  # after every variable they may refer to
-        add(name, value, defer=False)
+    try:
+        for name, value in chosen:
+            add(name, value, defer=True)
+        for name, value in list(deferred):  # after every variable they may refer to
+            add(name, value, defer=False)
+    except KeyboardInterrupt as exc:  # which value it was at: one whose saving hangs (on a lock, a connection)
+        raise KeyboardInterrupt(f"interrupted while it saved {capture._current!r}; nothing of this checkpoint "
+                                f"was kept") from exc
     skipped.update(_still_unsaved(ns, store.root, nb, names, skipped))
     capture.flush_pack()
     capture.link_shared_memory()
