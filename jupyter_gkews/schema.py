@@ -118,6 +118,8 @@ NOTEBOOK = _obj({
     "message": _STR, "gpu": {"type": ["object", "null"], "description": "local GPU suspend: what was suspended"},
     "saved_as": _STR, "reopened": _BOOL,
     "deleted": {**_BOOL, "description": "its file was deleted while paused: not resumed (no verdict)"},
+    "found_missing": {**_BOOL, "description": "deleted: the resume found its file gone (the server did not see it "
+                                              "deleted); a later resume brings it back once the file is there again"},
     "unrestored": {"type": "object", "additionalProperties": _STR,
                    "description": "variables a resume could not restore (why), until a pause saves them again"},
     "unrestored_checkpoints": {**_STR_LIST, "description": "the earlier checkpoints that hold them (pinned)"},

@@ -53,6 +53,8 @@ export interface INotebookStatus {
   reopened?: boolean;
   /** Its file was deleted while paused: not resumed, so no verdict (its checkpoint stays in the store). */
   deleted?: boolean;
+  /** Deleted as the resume found it: its file was gone; a later resume brings it back if the file is there again. */
+  found_missing?: boolean;
   /** Variables a resume could not restore (name: why), and the checkpoints kept because they hold them. */
   unrestored?: Record<string, string>;
   unrestored_checkpoints?: string[];

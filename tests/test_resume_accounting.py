@@ -542,3 +542,27 @@ async def test_the_time_to_the_first_cell_ends_when_the_cell_starts_not_when_it_
         await asyncio.sleep(0.1)
     usable = (await status(jp_fetch))["timeline"]["kernel_usable"]
     assert sent - 0.01 <= usable <= ended - 1.9  # the cell's start, two seconds before its end
+
+
+async def test_a_notebook_the_resume_found_gone_is_resumed_once_its_file_is_back(
+        jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    """A server started on another folder than the one that paused it finds no file: its resume marked the
+    notebook deleted for good, and once the server was back on the right folder, Resume answered "nothing to
+    resume". A file the resume found gone (the server saw no deletion) is paused again when it is back."""
+    path = "work/moved.ipynb"
+    kid = (await open_notebook(jp_fetch, jp_root_dir, path))["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "x = 41")
+    assert (await post(jp_fetch, "pause")).code == 202
+    assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
+    away = tmp_path / "away.ipynb"
+    (jp_root_dir / path).rename(away)
+    assert (await post(jp_fetch, "resume")).code == 202
+    [nb] = (await wait_for(jp_fetch, ("active", "failed")))["notebooks"]
+    assert nb["deleted"] and nb["found_missing"] and "another folder" in nb["error"], nb
+    away.rename(jp_root_dir / path)
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    [nb] = resumed["notebooks"]
+    assert nb["verdict"] == "restored-from-checkpoint" and "deleted" not in nb, nb
+    schema.validate_response("status", resumed)
+    assert (await run_cell(jp_serverapp, nb["kernel_id"], "print(x + 1)")).strip() == "42"

@@ -25,6 +25,7 @@ class Resume:
     async def request_resume(self, notebooks=None, why: str | None = None) -> dict:
         wanted = clean_notebook_paths(notebooks)
         async with Claim(self, "resume", RESUME_FROM) as claim:
+            await self._files_back()
             # released by a pause, or left failed by an earlier resume: both come back from their checkpoint
             paused = [nb for nb in self.state["notebooks"] if awaiting_resume(nb)]
             # deleted while paused (Lifecycle.notebook_deleted): not resumed, but the resume's message names them
@@ -86,7 +87,9 @@ class Resume:
                 nb.pop("next_step", None)  # an earlier resume's advice
                 if await self._deleted_while_paused(nb):
                     # the user's doing, as through the contents API: not a resume (no verdict), not a failure
-                    mark_lost(nb, "so no kernel was started for it")
+                    mark_lost(nb, "so no kernel was started for it (if it was not deleted, this server may run on "
+                                  "another folder than the one that paused it: start it there and Resume again)")
+                    nb["found_missing"] = True
                     deleted.append(nb["path"])
                     await self._persist(Event.NOTEBOOK_DELETED, path=nb["path"], notebooks=[nb["path"]],
                                         noticed="resume")
@@ -160,6 +163,24 @@ class Resume:
                         "into it: that state went with the process",
                   next_step=f"resume again to restore it into the notebook's kernel (its checkpoint "
                             f"{nb.get('checkpoint')} is kept)")
+
+    async def _files_back(self) -> None:
+        """A notebook taken for deleted whose file is there again is paused again, its checkpoint to resume from
+        (it stays in the store): a server started on the wrong root_dir found no file, and its resume marked
+        every notebook deleted for good; a file put back (git checkout) was never resumed either."""
+        for nb in self.state["notebooks"]:
+            # only one a resume found gone: a deletion the server saw (the contents API) is the user's, and a
+            # notebook made at that path since is a new one; so is one whose path runs a kernel now
+            if not (nb.get("found_missing") and nb.get("checkpoint")) or await self._live_session(nb["path"]):
+                continue
+            try:
+                back = await ensure_async(self.serverapp.contents_manager.file_exists(nb["path"]))
+            except Exception:  # a contents service that cannot say: as it was
+                back = False
+            if back:
+                for key in ("deleted", "found_missing", "next_step"):
+                    nb.pop(key, None)
+                nb.update(status=NotebookStatus.RELEASED, verdict=None, error=None)
 
     async def _deleted_while_paused(self, nb: dict) -> bool:
         """A notebook whose kernel was shut down and whose file is gone gets no new kernel (it would hold
