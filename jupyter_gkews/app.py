@@ -314,7 +314,7 @@ class GkewsApp(ExtensionApp):
                              gkews_catalog=CheckpointCatalog(os.environ[CHECKPOINT_ROOT_ENV]))
         self.renames = Renames(serverapp=self.serverapp, bridge=self.lifecycle.bridge,
                                checkpoint_root=os.environ[CHECKPOINT_ROOT_ENV], timeout=self.kernel_call_timeout,
-                               log=self.log)
+                               log=self.log, notebooks=lambda: self.lifecycle.state["notebooks"])
         self.settings["gkews_renames"] = self.renames
         if getattr(self.serverapp, "event_logger", None) is not None:
             self.serverapp.event_logger.add_listener(schema_id=CONTENTS_EVENTS, listener=self._contents_changed)

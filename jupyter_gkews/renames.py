@@ -50,9 +50,11 @@ def move_checkpoints(root: str, old: str, new: str, timeout: float, log=None) ->
 class Renames:
     """Follows the renames of one server (app.py calls renamed() for each, in the order they happen)."""
 
-    def __init__(self, *, serverapp, bridge, checkpoint_root: str, timeout: float, log=None):
+    def __init__(self, *, serverapp, bridge, checkpoint_root: str, timeout: float, log=None, notebooks=None):
         self.serverapp, self.bridge, self.checkpoint_root = serverapp, bridge, checkpoint_root
         self.timeout, self.log = timeout, log
+        # the lifecycle's notebooks: a kernel its resume has started has no session yet (the resume makes it)
+        self.notebooks = notebooks or (lambda: [])
         self._moves = asyncio.Lock()  # one store move at a time, in the order of the renames
         self._sessions = asyncio.Lock()  # the sessions follow one rename after the other, in order
         self._tasks: set[asyncio.Task] = set()
@@ -116,6 +118,10 @@ class Renames:
             kid = (s.get("kernel") or {}).get("id")
             path = session_path(s["path"])
             if kid and kid in km and (under(path, old) or under(path, new)):
+                out[kid] = path
+        for nb in self.notebooks():  # one being restored: told too, or it saved under the old name afterwards
+            kid, path = nb.get("kernel_id"), nb.get("path", "")
+            if kid and kid in km and kid not in out and (under(path, old) or under(path, new)):
                 out[kid] = path
         return out
 

@@ -85,6 +85,9 @@ async def test_a_rename_during_the_resume_s_restore_ends_it_as_usual(jp_fetch, j
     [nb] = resumed["notebooks"]
     assert (nb["path"], nb["verdict"]) == ("c.ipynb", "restored-from-checkpoint"), json.dumps(nb)
     assert "42" in await run_cell(jp_serverapp, a, "print(x + 1)")
+    # its kernel had no session yet (the resume makes it): it was not told, and saved under a.ipynb afterwards
+    await asyncio.wait_for(jp_serverapp.web_app.settings["gkews_renames"].idle(), 120)
+    assert "notebook 'c.ipynb'" in await run_cell(jp_serverapp, a, "%gkews_checkpoint status")
 
 
 @pytest.mark.parametrize("action", ["restart", "interrupt"])
