@@ -343,3 +343,44 @@ def test_a_server_restarted_on_a_damaged_event_log_still_resumes(tmp_path):
         s = server.wait_for(("active", "failed"))
         assert s["state"] == "active" and sorted(s["notebooks"][0]["restored"]) == SMALL_NAMES, s
         assert len(server.get("gkews/events")["events"]) > lines
+
+
+def test_a_server_asked_to_stop_during_a_pause_lets_its_checkpoints_finish(tmp_path):
+    """SIGTERM (`jupyter server stop`, a Pod's eviction) while a pause checkpointed: the pause was cancelled at
+    once and the server shut the kernels down, so every notebook not saved yet was lost, though its checkpoint
+    would have taken moments. The stopping server now lets the pause go on for a while (Lifecycle.stop_wait)."""
+    import threading
+
+    from serverkit import SLOW_SAVE
+    server = Server(tmp_path)
+    gate = tmp_path / "gate"
+    try:
+        server.start()
+        kid = server.open_notebook(SMALL)["kernel"]["id"]
+        server.run_cell(kid, "x = 41\n" + SLOW_SAVE.format(gate=str(gate)) + "\nprint('ready')")
+        code, s = server.post("gkews/pause", {})
+        assert code == 202, s
+        saving = Path(str(gate) + ".saving")
+        deadline = time.monotonic() + 120
+        while not saving.exists():
+            assert time.monotonic() < deadline, "the checkpoint did not begin"
+            time.sleep(0.05)
+        threading.Timer(2.0, gate.touch).start()  # the save ends 2 s into the server's stop
+        server.signal(signal.SIGTERM)
+        server.start()
+        s = server.status()
+        assert s["state"] == "paused", s
+        [nb] = s["notebooks"]
+        assert nb["status"] == "released" and nb["checkpoint"], nb
+        assert "recovered-interrupted-pause" not in event_names(server)  # the pause itself finished
+        code, _ = server.post("gkews/resume", {})
+        assert code == 202
+        deadline = time.monotonic() + 180
+        while server.status()["state"] != "active":
+            assert time.monotonic() < deadline, server.status()
+            time.sleep(0.2)
+        [nb] = server.status()["notebooks"]
+        assert "42" in server.run_cell(nb["kernel_id"], "print(x + 1)")
+    finally:
+        gate.touch()
+        server.kill()

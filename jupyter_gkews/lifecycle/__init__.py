@@ -218,7 +218,14 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
                 return session
         return None
 
+    #: seconds a server asked to stop (SIGTERM: `jupyter server stop`, a Pod's eviction, whose grace period is
+    #: 30 s by default) lets a running pause go on: its checkpoints take seconds, and the kernels stop next
+    stop_wait = 20.0
+
     async def shutdown(self) -> None:
+        if self.state["state"] == State.PAUSING and self._tasks:
+            # a pause cut here lost every notebook not checkpointed yet, though each would have taken moments
+            await asyncio.wait(list(self._tasks), timeout=self.stop_wait)
         # held kernels stay held: the server stopping shuts them down, and a restart rolls the pause forward
         if self._watch:
             self._watch.cancel()
