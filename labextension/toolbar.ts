@@ -31,6 +31,9 @@ export class PauseResumeButton extends Widget {
     this.labelNode.className = 'jp-ToolbarButtonComponent-label';
     button.appendChild(this.labelNode);
     button.addEventListener('click', () => {
+      if (button.getAttribute('aria-disabled') === 'true') {
+        return; // waiting (pausing, resuming): the button keeps the keyboard focus, and does nothing
+      }
       if (this.resumesAlone()) {
         void this.commands.execute(CommandIDs.resume);
         return;
@@ -104,7 +107,9 @@ export class PauseResumeButton extends Widget {
       waitIcon.element({ container: this.iconNode });
     }
     this.labelNode.textContent = label;
-    button.disabled = action === null;
+    // aria-disabled, not disabled: a disabled button drops the keyboard focus, so Enter on Pause sent it into the
+    // notebook, and the toolbar's own tabindex kept Tab from reaching the button again once it said Resume
+    button.setAttribute('aria-disabled', String(action === null));
     button.title = tooltip;
     button.setAttribute('aria-label', `${label}: ${tooltip}`);
     button.dataset.gkewsAction = action ?? 'none';

@@ -448,3 +448,18 @@ test('the only paused notebook deleted while paused: after Resume the page says 
   await pauseButton(page).click();
   await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
 });
+
+test('the keyboard alone: Enter on Pause keeps the focus on the button, and Enter again resumes', async ({
+  page,
+  tmpPath
+}) => {
+  await openAndRun(page, tmpPath, ['keys.ipynb']);
+  await pauseButton(page).focus();
+  await page.keyboard.press('Enter');
+  // the button was disabled while pausing: the focus went into the notebook, and Tab never reached it again
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  await expect(resumeButton(page)).toBeFocused();
+  await page.keyboard.press('Enter');
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  await expect(pauseButton(page)).toBeFocused();
+});
