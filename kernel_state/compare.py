@@ -156,6 +156,11 @@ class _Digest:
                 return
             self._plain(obj)
             return
+        if t is dict and obj is getattr(sys.modules.get("__main__"), "__dict__", None):
+            # `ns = globals()`: saved, and restored, as the kernel's namespace; its contents are the other
+            # variables (and IPython's history, which every cell changes): walked, it never read the same
+            self.emit("namespace", "__main__")
+            return
         if t is dict:
             self.emit("dict", len(obj))
             for key, value in obj.items():

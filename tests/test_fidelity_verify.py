@@ -396,3 +396,18 @@ def test_a_view_reads_changed_only_when_its_own_values_change(tmp_path):
         assert changed(fresh) == ["first", "flat", "layers", "t"]
         fresh.run("big[3] = 4")
         assert "head" in changed(fresh)
+
+
+def test_a_variable_bound_to_the_namespace_itself_reads_unchanged(tmp_path):
+    """`ns = globals()` read 'changed' at every verify, right after the save with nothing changed: its dict was
+    walked, IPython's history entries with it. It is the kernel's namespace, saved and restored as such."""
+    with Kernel(tmp_path) as k:
+        k.run("ns = globals()\nx = 1")
+        k.run("%gkews_checkpoint save")
+        out = k.run("%gkews_checkpoint verify")
+        assert "Verified" in out and "ns: changed" not in out, out
+        k.run("x = 2")
+        assert "x: changed" in k.run("%gkews_checkpoint verify")
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert fresh.value("ns is globals()")
