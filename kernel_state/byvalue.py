@@ -302,3 +302,32 @@ def rebuild_type_variable(kind, name, args, options, qualname):
 
 def is_notebook_function(obj) -> bool:
     return isinstance(obj, types.FunctionType) and getattr(obj, "__module__", None) in ("__main__", None)
+
+
+# -- the source of a notebook definition: the cell it was defined in -------------------------------------
+def source_files(obj) -> set[str]:
+    """The file names (IPython's per-cell names in linecache) of a notebook function's or class's code: the
+    checkpoint keeps those cells' text, so that after a restore `inspect.getsource`, `fn??` and tracebacks
+    through the restored definitions show their lines (a fresh kernel's linecache has none of them)."""
+    found = set()
+    members = [obj] if not isinstance(obj, type) else list(vars(obj).values())
+    for member in members:
+        function = getattr(member, "__func__", None) or getattr(member, "fget", None) or member
+        code = getattr(function, "__code__", None)
+        if isinstance(code, types.CodeType):
+            found.add(code.co_filename)
+    return found
+
+
+def cell_sources(files) -> dict[str, str]:
+    """{file name: text} of those cells linecache holds."""
+    import linecache
+    return {name: text for name in sorted(files) if (text := "".join(linecache.getlines(name)))}
+
+
+def register_sources(sources: dict) -> None:
+    """Put saved cells back in linecache (without a time: checkcache never drops them, as IPython's own)."""
+    import linecache
+    for name, text in (sources or {}).items():
+        if isinstance(name, str) and isinstance(text, str) and name not in linecache.cache:
+            linecache.cache[name] = (len(text), None, text.splitlines(True), name)

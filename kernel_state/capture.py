@@ -247,6 +247,7 @@ class Capture:
         self._pack: list = []
         self._packs_present: dict[str, bool] = {}
         self._reused_packs: dict[str, list] = {}  # an earlier pack -> the entries this save found in it
+        self.sources: set[str] = set()  # the cells (their linecache file names) of the definitions saved by value
         self._current: str | None = None
         self._var_storages: dict[str, int] = {}  # the storages this variable's pickle uses -> their order
         self._var_refs: list[tuple] = []  # the tensors and arrays this variable's pickle refers to
@@ -648,6 +649,7 @@ class Capture:
         variable. It goes through this capture's hooks like the rest: what its defaults, closure or class
         attributes hold is refused when it is a live resource (dill would re-open a file, mode 'w'
         truncating it), and refers to other variables, tensors and arrays instead of copying them."""
+        self.sources.update(byvalue.source_files(obj))
         buf = io.BytesIO()
         pickler = DillPickler(buf, protocol=PROTOCOL)
         pickler.capture = self

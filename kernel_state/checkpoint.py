@@ -12,7 +12,7 @@ import sys
 import time
 import types
 
-from . import config, counter, module_objects, randomstate, readback, settings
+from . import byvalue, config, counter, module_objects, randomstate, readback, settings
 from .capture import Capture, Deferred, VariableSkipped, defined_interactively
 from .compare import dtype_key, value_digest as compare_value_digest
 from .errors import CheckpointError, CheckpointWriteError, DamagedProbes
@@ -211,6 +211,7 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
         "execution_count": counter.current(shell),
         **({"continues": continues} if (continues := counter.continued()) else {}),
         "random_state": saved_random, "settings": settings.capture(),
+        **({"sources": sources} if (sources := byvalue.cell_sources(capture.sources)) else {}),
         "stats": {"seconds": round(time.perf_counter() - started, 4),
                   "bytes_written": capture.bytes_written, "bytes_total": sum(capture.blobs.values())},
         **(extra or {}),

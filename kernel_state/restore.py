@@ -531,6 +531,7 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
     held, so that a restore changes it whole or not at all (interrupts.py)."""
     started = time.perf_counter()
     same_process = manifest["identity"].get("token") == TOKEN
+    byvalue.register_sources(manifest.get("sources"))  # the cells of the definitions saved by value
     restorer = Restorer(store, manifest, device)
     wanted = list(names) if names else None
     restored, failed = [], {}

@@ -427,3 +427,21 @@ def test_a_custom_autograd_op_of_the_notebook_and_the_model_using_it_come_back(t
         fresh.run(step)
         assert fresh.value(seen) == expected  # the op's own backward (3x, not autograd's 2x) came back
         assert fresh.value("[Sq._backward_cls._forward_cls is Sq, isinstance(net, Net)]") == [True, True]
+
+
+def test_the_source_of_a_restored_definition_is_there_for_getsource_and_tracebacks(tmp_path):
+    """A fresh kernel's linecache has none of the old kernel's cells: `inspect.getsource(loss_fn)` and
+    `loss_fn??` raised 'source code not available', and a traceback through a restored function showed no
+    line. The checkpoint keeps the cells of the definitions it saves by value."""
+    with Kernel(tmp_path) as first:
+        first.run("def loss_fn(x):\n    '''squared'''\n    return x * x\n"
+                  "class Model:\n    def forward(self, x):\n        return 1 / x\n")
+        first.run("%gkews_checkpoint save")
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert fresh.value("__import__('inspect').getsource(loss_fn)") == \
+            "def loss_fn(x):\n    '''squared'''\n    return x * x\n"
+        assert "def forward(self, x):" in fresh.value("__import__('inspect').getsource(Model.forward)")
+        out = fresh.run("import traceback\ntry:\n    Model().forward(0)\nexcept ZeroDivisionError:\n"
+                        "    print(traceback.format_exc())")
+        assert "ZeroDivisionError" in out and "return 1 / x" in out, out
