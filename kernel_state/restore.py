@@ -469,13 +469,14 @@ def _warn_detached(manifest: dict, restored: list, restorer: Restorer, namespace
     one still holds the kernel's earlier object. Say which, and how to keep them bound."""
     variables = manifest["variables"]
     chosen = [n for n in restored if n in variables]
+    memory = _memories(manifest)
     for name in chosen:
-        mine = set(variables[name].get("storages", []))
+        mine = memory(variables[name])
         partners = sorted(other for other, record in variables.items() if other not in chosen and (
-            other in restorer.values or mine & set(record.get("storages", []))))
+            other in restorer.values or mine & memory(record)))
         holders = sorted(other for other, record in variables.items() if other not in chosen and
                          other not in partners and other in namespace and name in record.get("refers_to", ()))
-        together = f"restore them together (names={sorted(chosen + partners + holders)!r}) to keep them bound"
+        together = f"restore them together ({_restore_line(chosen + partners + holders)}) to keep them bound"
         if partners:
             restorer.warnings.append(
                 f"{name}: it shares tensors or objects with {', '.join(partners)}, which this restore left as "
@@ -501,7 +502,27 @@ def _warn_orphaned(manifest: dict, restored: list, failed: dict, restorer: Resto
                 f"{name}: it shares tensors with {', '.join(lost)}, which could not be restored: {name} now holds "
                 f"tensors no other variable holds (an optimizer would step the parameters of no model); restore "
                 f"{', '.join(lost)} and {name} together from a checkpoint that has them "
-                f"(names={sorted(lost + [name])!r}, --checkpoint ID)")
+                f"({_restore_line(lost + [name])} --checkpoint ID)")
+
+
+def _restore_line(names) -> str:
+    """The magic that restores these names (the API's names=[...] is the same list)."""
+    return f"%gkews_checkpoint restore {' '.join(sorted(names))}"
+
+
+def _memories(manifest: dict):
+    """A variable's storages by the memory they are over: a tensor made over an array (torch.from_numpy(arr))
+    has a storage of its own in the table, restored over the array's memory (view_of); a restore of the
+    array alone leaves such a tensor over the kernel's earlier one."""
+    storages = manifest["storages"]
+
+    def root(skey: str) -> str:
+        seen = set()
+        while skey in storages and isinstance(storages[skey].get("view_of"), dict) and skey not in seen:
+            seen.add(skey)
+            skey = storages[skey]["view_of"]["storage"]
+        return skey
+    return lambda record: {root(k) for k in record.get("storages", [])}
 
 
 _ABSENT = object()
