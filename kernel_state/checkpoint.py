@@ -347,8 +347,10 @@ def restore(namespace=None, *, notebook=None, root=None, checkpoint=None, names=
     _activity.update(operation="restore")
     try:
         with store.lock(reading=True):
+            # the settings are this notebook's: another notebook's checkpoint (a deleted one's, restored here by
+            # hand) brings its variables, not its working directory or torch's default dtype
             result = restore_namespace(ns, store, manifest, names=names, device=device, random_state=random_state,
-                                       remove=remove or ())
+                                       remove=remove or (), settings=nb == config.notebook_name())
     finally:
         _activity.update(operation=None)
     if later and result["restored"]:  # an optimizer made after the checkpoint would train the replaced model

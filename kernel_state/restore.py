@@ -15,7 +15,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import dill
 
-from . import byvalue, cuda_io, packed, pandas_cow, settings
+from . import byvalue, cuda_io, packed, pandas_cow
+from . import settings as process_settings
 from .alignment import address, aligned_copy, is_aligned, private_memory
 from .dtype_json import array_dtype
 from .errors import CheckpointError, CorruptBlob
@@ -541,7 +542,7 @@ def _import_fix(manifest: dict, module: str) -> str:
 
 
 def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, device=None,
-                      random_state: bool = True, remove=()) -> dict:
+                      random_state: bool = True, remove=(), settings: bool = True) -> dict:
     """Put the checkpoint's variables (or `names`) into `namespace`, and take `remove` out of it; report what
     came back and what did not.
 
@@ -623,8 +624,8 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
         except Exception as exc:
             restorer.warnings.append(f"the random state was not restored: {exc}")
     put_back = []
-    if manifest.get("settings") and not wanted:  # a full restore: the settings the next cell computes with
-        put_back, notes = settings.apply(manifest["settings"])
+    if manifest.get("settings") and not wanted and settings:  # a full restore: what the next cell computes with
+        put_back, notes = process_settings.apply(manifest["settings"])
         restorer.warnings.extend(notes)
     skipped = {n: s for n, s in manifest["skipped"].items() if not wanted or n in wanted}
     return {"checkpoint": manifest["id"], "created": manifest.get("created"), "restored": restored,

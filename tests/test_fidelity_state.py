@@ -94,6 +94,10 @@ def test_settings_later_cells_compute_with_are_set_back_by_a_full_restore(tmp_pa
                 f"working directory {work}." in out), out
         assert fresh.value(seen) == expected
         assert "Settings" not in fresh.run("%gkews_checkpoint restore")  # nothing differs now: nothing said
+    with Kernel(tmp_path / "store", notebook="elsewhere/other.ipynb") as other:  # another notebook's, by hand
+        out = other.run("import os\nbefore = os.getcwd()\n%gkews_checkpoint restore --notebook work/experiment.ipynb")
+        assert "Restored" in out and "Settings" not in out, out
+        assert other.value("[os.getcwd() == before, str(torch.tensor([0.1]).dtype)]") == [True, "torch.float32"]
 
 
 def test_verify_reads_the_random_state_a_restore_would_put_back(tmp_path):
