@@ -392,7 +392,11 @@ export function transitionMessage(kind: 'paused' | 'resumed' | 'failed', status:
     return clip(both.length <= 140 ? both : reason);
   }
   if (kind === 'paused') {
-    return clip(pausedSentence(status));
+    // a resume a server restart cut short comes back paused: "Paused ..." alone read as a new pause
+    const cut = status.message.startsWith('the server stopped during a resume')
+      ? 'The resume did not finish: the server restarted during it. '
+      : '';
+    return clip(cut + pausedSentence(status));
   }
   const resumed = status.notebooks.filter(resumeOutcome);
   return clip(

@@ -579,6 +579,20 @@ describe('display and timeline', () => {
   });
 });
 
+describe('a resume cut short', () => {
+  it('says the resume did not finish when a server restart brings the session back paused', () => {
+    const back = status({
+      state: 'paused',
+      cycle: 1,
+      message: 'the server stopped during a resume; resume again to restore the notebooks from their checkpoints',
+      notebooks: [{ path: 'work/train.ipynb', kernel_id: 'k1', status: 'released', checkpoint: 'c1' }]
+    });
+    expect(transitionMessage('paused', back)).toBe(
+      'The resume did not finish: the server restarted during it. Paused train.ipynb; Resume brings its kernel back.'
+    );
+  });
+});
+
 describe('doneElsewhere', () => {
   it('says a Pause or Resume another tab did meanwhile is done, not failed; other refusals stay errors', () => {
     const refused = (now: IStatus) => new GkewsError('nothing to resume: no notebook is paused', 409, now);
