@@ -265,7 +265,7 @@ class Resume:
         nb.update(unrestored={**nb.get("unrestored", {}), **failed}, unrestored_checkpoints=kept,
                   error="not restored: " + "; ".join(f"{n} ({failed[n]})" for n in names),
                   next_step=f"re-run the cells that define {', '.join(names)}" + (
-                      f", or restore them from an earlier checkpoint (kept until a pause saves them again): "
+                      f", or restore them from a checkpoint that holds them (kept until a pause saves them again): "
                       f"%gkews_checkpoint restore {' '.join(names)} --checkpoint ID, ID one of {', '.join(kept)}"
                       if kept else " (no earlier checkpoint holds them)"))
 
