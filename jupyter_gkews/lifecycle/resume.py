@@ -267,7 +267,7 @@ class Resume:
                   next_step=f"re-run the cells that define {', '.join(names)}" + (
                       f", or restore them from a checkpoint that holds them (kept until a pause saves them again): "
                       f"%gkews_checkpoint restore {' '.join(names)} --checkpoint ID, ID one of {', '.join(kept)}"
-                      if kept else " (no earlier checkpoint holds them)"))
+                      if kept else " (no checkpoint that can bring them back is left)"))
 
     def _watch_first_cell(self, notebooks: list[dict]) -> None:
         """Record 'kernel usable': the moment a user's cell first started running in a restored kernel (the
