@@ -89,6 +89,13 @@ class KernelBridge:
         label = label or kernel_id
         timeout = timeout or self.timeout
         kernel, client, before = self._open(kernel_id, label)
+        running = []  # the kernel has begun our request (no cell of the user's runs then)
+        progress = _progress_hook(on_progress)
+
+        def hook(msg):
+            if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "busy":
+                running.append(True)
+            progress(msg)
         try:
             payload, pid = None, kernel_pid(kernel)
             if hold_file and pid is not None and held_pid(hold_file) == pid:
@@ -96,10 +103,14 @@ class KernelBridge:
                                                   call_held(hold_file, pid, request, timeout))
             if payload is None:  # not held (or it left its hold before taking the call): an ordinary request
                 reply = await self._unless_dead(kernel_id, kernel, client, label, self._execute(
-                    client, _expression("api", "answer", json.dumps(request)), timeout, _progress_hook(on_progress)))
+                    client, _expression("api", "answer", json.dumps(request)), timeout, hook))
                 payload = self._answer_json(kernel, label, reply)
         except (TimeoutError, asyncio.TimeoutError):
-            raise KernelCallError(f"the kernel of {label} did not answer within {timeout:.0f} s") from None
+            why = ""
+            if running:  # our call, not a cell, holds the kernel: it would stay in it, the user's cells behind
+                why = ": it was interrupted, so the kernel runs cells again" if await self._interrupt(kernel_id) \
+                    else ": it did not take an interrupt either; interrupt or restart it (Kernel menu)"
+            raise KernelCallError(f"the kernel of {label} did not answer within {timeout:.0f} s{why}") from None
         except RuntimeError as exc:  # kernel_ready: the kernel died, or does not answer
             raise KernelCallError(f"the kernel of {label} is not responding: {exc}") from None
         finally:
@@ -192,10 +203,9 @@ class KernelBridge:
         """Our checkpoint call ran past its time in the kernel (a value whose saving waits on a lock or a
         connection): interrupt it, or the kernel stayed in it, every cell of the user's queued behind it, and
         the next pause called the kernel busy with a cell. What to add to the message, naming the value."""
+        if not await self._interrupt(kernel_id):
+            return ": it did not take an interrupt either; interrupt or restart it (Kernel menu)"
         try:
-            interrupted = self.kernel_manager.interrupt_kernel(kernel_id)
-            if asyncio.iscoroutine(interrupted) or isinstance(interrupted, asyncio.Future):
-                await interrupted
             reply = await asyncio.wait_for(asyncio.shield(task), 10.0)
             self._answer_json(kernel, label, reply)
         except KernelCallError as exc:  # the interrupt's own answer: which value the save was at
@@ -204,6 +214,15 @@ class KernelBridge:
         except Exception:  # it did not answer the interrupt either: said as it is
             return ": it did not answer an interrupt either; interrupt or restart it (Kernel menu)"
         return ""
+
+    async def _interrupt(self, kernel_id: str) -> bool:
+        try:
+            interrupted = self.kernel_manager.interrupt_kernel(kernel_id)
+            if asyncio.iscoroutine(interrupted) or isinstance(interrupted, asyncio.Future):
+                await interrupted
+            return True
+        except Exception:
+            return False
 
     # -- parts ----------------------------------------------------------------------------------------
     def _open(self, kernel_id: str, label: str):

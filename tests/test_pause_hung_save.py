@@ -26,3 +26,12 @@ async def test_a_save_that_hangs_is_interrupted_named_and_the_kernel_runs_cells_
     assert "did not answer within 5 s: its checkpoint was interrupted (interrupted while it saved 'slow'" \
         in nb["error"] and "the kernel runs cells again" in nb["error"], nb
     assert (await run_cell(jp_serverapp, kid, "print(x + 1)", timeout=30)).strip() == "42"
+
+
+async def test_a_checkpoint_now_that_hangs_is_interrupted_too(jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    kid = (await open_notebook(jp_fetch, jp_root_dir, "hung.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "x = 41\n" + SLOW_SAVE.format(gate=str(tmp_path / "never")))
+    r = await post(jp_fetch, "checkpoints/now", {"notebook": "hung.ipynb"})
+    assert r.code == 500 and "did not answer within 5 s: it was interrupted, so the kernel runs cells again" \
+        in r.body.decode(), r.body
+    assert (await run_cell(jp_serverapp, kid, "print(x + 1)", timeout=30)).strip() == "42"
