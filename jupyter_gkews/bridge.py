@@ -89,7 +89,13 @@ class KernelBridge:
         label = label or kernel_id
         timeout = timeout or self.timeout
         kernel, client, before = self._open(kernel_id, label)
-        running, hook = _noting_start(_progress_hook(on_progress))
+        running = []  # the kernel has begun our request (no cell of the user's runs then)
+        progress = _progress_hook(on_progress)
+
+        def hook(msg):
+            if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "busy":
+                running.append(True)
+            progress(msg)
         try:
             payload, pid = None, kernel_pid(kernel)
             if hold_file and pid is not None and held_pid(hold_file) == pid:
@@ -152,8 +158,11 @@ class KernelBridge:
             client.stop_channels()
             raise
         saved = asyncio.get_running_loop().create_future()
+        running = []  # the kernel has begun our request (it is no cell of the user's that runs then)
 
-        def on_output(msg):
+        def hook(msg):
+            if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "busy":
+                running.append(True)
             _progress_hook(on_progress)(msg)
             if msg["msg_type"] == "stream" and not saved.done():
                 for line in msg["content"]["text"].splitlines():
@@ -161,7 +170,6 @@ class KernelBridge:
                     if found is not None and isinstance(found.get("gkews_saved"), dict):
                         saved.set_result(found["gkews_saved"])
                         break
-        running, hook = _noting_start(on_output)
         expr = _expression("hold", "save_then_hold", json.dumps(request), hold_file,
                            hold_seconds or self.timeout)
         task = asyncio.create_task(self._execute(client, expr, self.timeout + (hold_seconds or self.timeout), hook))
@@ -430,18 +438,6 @@ def _progress_hook(on_progress):
                 if found is not None and isinstance(found.get("gkews_progress"), dict):
                     on_progress(found["gkews_progress"])
     return hook
-
-
-def _noting_start(hook):
-    """(running, the hook wrapped): running becomes true once the kernel has begun our request, so that no cell
-    of the user's is what runs when the call times out (then it is ours to interrupt)."""
-    running: list[bool] = []
-
-    def noting(msg):
-        if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "busy":
-            running.append(True)
-        hook(msg)
-    return running, noting
 
 
 def _marked(line: str, marker: str) -> dict | None:

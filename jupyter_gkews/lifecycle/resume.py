@@ -255,12 +255,12 @@ class Resume:
         that hold them are kept (pinned) until a pause saves them again, since the next pause checkpoints
         the notebook without them and retention would otherwise let those older checkpoints go."""
         names = sorted(failed)
-        # its own checkpoint holds them too, and is the one to restore them from once the cause is fixed (a helper
-        # module put back on sys.path; left unpinned, the next saves' retention deleted it): unless they failed
-        # for its damaged bytes
-        useless = nb["checkpoint"] if all(_damaged(why) for why in failed.values()) else None
         holders = await asyncio.to_thread(checkpoints_holding, self.checkpoint_root,
-                                          nb.get("saved_as") or nb["path"], names, useless)
+                                          nb.get("saved_as") or nb["path"], names, nb["checkpoint"])
+        if not all(_damaged(why) for why in failed.values()):
+            # its own checkpoint holds them too, and is the one to restore them from once the cause is fixed (a
+            # helper module put back on sys.path): left unpinned, the next saves' retention deleted it
+            holders.append(nb["checkpoint"])
         kept = sorted(set(nb.get("unrestored_checkpoints", [])) | set(holders), reverse=True)  # ids: newest first
         nb.update(unrestored={**nb.get("unrestored", {}), **failed}, unrestored_checkpoints=kept,
                   error="not restored: " + "; ".join(f"{n} ({failed[n]})" for n in names),
@@ -350,8 +350,8 @@ def _damaged(why: str) -> bool:
     return why.startswith(("blob ", "storage "))
 
 
-def checkpoints_holding(root: str, notebook: str, names: list[str], exclude: str | None) -> list[str]:
-    """The notebook's checkpoints but `exclude` (if any), newest first, whose manifest lists one of names (reads
+def checkpoints_holding(root: str, notebook: str, names: list[str], exclude: str) -> list[str]:
+    """The notebook's checkpoints but `exclude`, newest first, whose manifest lists one of names (reads
     manifests only, as the server may)."""
     store, found = Store(root), []
     for cid in store.checkpoint_ids(notebook):
