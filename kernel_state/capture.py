@@ -45,7 +45,8 @@ from .dirty_pages import PAGE, TRACKER
 from .dtype_json import dtype_to_json
 from .errors import CheckpointWriteError
 from .resources import refuse
-from .fingerprint import cpu_fingerprint, memory_view, storage_fingerprint
+from .fingerprint import (DEVICE_ALGORITHM, Mix64Batch, cpu_fingerprint, memory_view, on_device,
+                          storage_fingerprint)
 from .hashing import digest_bytes
 
 try:
@@ -266,6 +267,7 @@ class Capture:
         # that an in-memory array with those bytes is digested as (checkpoint.verify, _memmap_copies)
         self.copies_of: dict[str, dict] = {}
         self._torch_memory = shared_memory.Spans()  # CPU torch storages: a small array on them is not inlined
+        self._device_fingerprints = Mix64Batch()  # ident -> this save's GPU fingerprint (prefetch_device)
 
     # -- per variable -------------------------------------------------------------------------------
     def name_variable(self, name: str, value) -> None:
@@ -754,7 +756,7 @@ class Capture:
             previous = None
         if (previous and t is not None and self.store.has_blob(previous["blob"], "safetensors")
                 and any(ref() is t and version == t._version for ref, version in previous["seen"])
-                and (not written if written is not None else self._same_bytes(ust, dtype, shape,
+                and (not written if written is not None else self._same_bytes(ident, ust, dtype, shape,
                                                                               previous["fingerprint"]))):
             record.update({k: previous[k] for k in ("blob", "name", "fingerprint")})
             self._account(previous["blob"], previous["blob_bytes"], False)
@@ -766,10 +768,7 @@ class Capture:
         if data is None:
             cpu = ust if ust.device.type == "cpu" else ust.cpu()
             data = memory_view(cpu.data_ptr(), nbytes)
-        if ust.device.type == "cpu":
-            fingerprint = None
-        else:
-            fingerprint = storage_fingerprint(ust, dtype, shape)
+        fingerprint = storage_fingerprint(ust, dtype, shape) if on_device(ust) else None
         if nbytes >= PACK_LIMIT:
             digest, size, new = self.store.put_tensors([("t", dtype, shape, data)], self._progress_bytes,
                                                        position=ident)
@@ -809,16 +808,31 @@ class Capture:
             return {0}
         return set()
 
-    @staticmethod
-    def _same_bytes(ust, dtype, shape, fingerprint: dict) -> bool:
+    def _same_bytes(self, ident, ust, dtype, shape, fingerprint: dict) -> bool:
         """The same tensor at the same version is a hint, not a proof: fused optimizers (AdamW(fused=True)),
         writes through .data, .numpy() or DLPack change the bytes without bumping the version. So the bytes
-        are fingerprinted again (on the GPU for CUDA). A storage kernel undo staged a moment ago, which its
-        writer has not named yet, has no fingerprint to compare with: it is staged again (a copy), since its
-        version says nothing about such writes."""
+        are fingerprinted again (on the GPU for CUDA, queued for all of them at once by prefetch_device). A
+        storage kernel undo staged a moment ago, which its writer has not named yet, has no fingerprint to
+        compare with: it is staged again (a copy), since its version says nothing about such writes."""
         if pending_names.is_pending(fingerprint["value"]):
             return False
-        return storage_fingerprint(ust, dtype, shape, fingerprint["algorithm"]) == fingerprint
+        now = self._device_fingerprints.get(ident) if fingerprint["algorithm"] == DEVICE_ALGORITHM else None
+        return (now or storage_fingerprint(ust, dtype, shape, fingerprint["algorithm"])) == fingerprint
+
+    def prefetch_device(self) -> None:
+        """Before a save of every variable: queue the GPU fingerprints of the device storages the last save
+        of this store wrote, whose tensors are alive at the version it saw, so that the walk waits for the
+        GPU once, not once per parameter, and the GPU hashes while Python walks the objects."""
+        for (root, *ident), previous in list(_written.items()):
+            if root != self.store.root or previous["fingerprint"]["algorithm"] != DEVICE_ALGORITHM:
+                continue
+            for ref, version in previous["seen"]:
+                t = ref()
+                if t is not None and t._version == version:
+                    ust = t.untyped_storage()
+                    if (str(ust.device), ust.data_ptr(), ust.nbytes()) == tuple(ident):
+                        self._device_fingerprints.add(tuple(ident), ust)
+                    break
 
     # -- numpy --------------------------------------------------------------------------------------
     def _array(self, arr, memmap: bool = False) -> str | None:

@@ -170,6 +170,8 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
     capture = Capture(store, progress=tracker, reuse_digests=bool(extra and extra.get("auto")))
     for name, value in chosen:
         capture.name_variable(name, value)
+    if names is None:  # a part of the namespace may hold only a part of the GPU storages: each waits alone
+        capture.prefetch_device()
     skipped, deferred = {}, []
 
     def add(name, value, defer: bool) -> None:

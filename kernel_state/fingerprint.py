@@ -123,6 +123,11 @@ def _checked(make, device):
 
 def mix64(untyped_storage) -> str:
     """The mix64 fingerprint of a torch storage, computed on its own device (16 hex digits)."""
+    return _mix64_value(int(_mix64_sum(untyped_storage)), untyped_storage.nbytes())
+
+
+def _mix64_sum(untyped_storage):
+    """The sum of a storage's mix64 terms as a 0-d int64 tensor on its device, queued there, not waited for."""
     import torch
 
     nbytes = untyped_storage.nbytes()
@@ -145,8 +150,42 @@ def mix64(untyped_storage) -> str:
         tail = torch.zeros(_WORD, dtype=torch.uint8, device=device)
         tail[:nbytes % _WORD] = raw[whole * _WORD:]
         total += mix64_terms(tail.view(torch.int64), torch.tensor([whole], device=device)).sum()
-    value = (int(total) + fmix64(nbytes ^ LENGTH_KEY)) & _U64
-    return f"{value:016x}"
+    return total
+
+
+def _mix64_value(total: int, nbytes: int) -> str:
+    return f"{(total + fmix64(nbytes ^ LENGTH_KEY)) & _U64:016x}"
+
+
+class Mix64Batch:
+    """mix64 of many storages with one wait per device instead of one per storage: each add() queues its
+    kernels on the device, and the first get() reads every sum back at once. A save of a model of many
+    layers otherwise waits for the GPU once per parameter, with the GPU idle while Python queues the next."""
+
+    def __init__(self):
+        self._queued: dict = {}  # key -> (0-d sum on the device, nbytes)
+        self._values: dict = {}  # key -> the fingerprint
+
+    def add(self, key, untyped_storage) -> None:
+        self._queued[key] = (_mix64_sum(untyped_storage), untyped_storage.nbytes())
+
+    def get(self, key):
+        """The fingerprint ({"algorithm", "value"}) queued under key, or None."""
+        if self._queued:
+            self._read_back()
+        return self._values.get(key)
+
+    def _read_back(self) -> None:
+        import torch
+
+        by_device: dict = {}
+        for key, (total, nbytes) in self._queued.items():
+            by_device.setdefault(total.device, []).append((key, total, nbytes))
+        for entries in by_device.values():
+            sums = torch.stack([total for _, total, _ in entries]).tolist()  # the one wait
+            for (key, _, nbytes), total in zip(entries, sums):
+                self._values[key] = {"algorithm": DEVICE_ALGORITHM, "value": _mix64_value(total, nbytes)}
+        self._queued.clear()
 
 
 def cpu_fingerprint(dtype: str, shape, data: memoryview) -> str:
@@ -190,13 +229,18 @@ def device_checksum(untyped_storage) -> str:
     return f"{int(s1) & _U64:016x}{int(s2) & _U64:016x}"
 
 
+def on_device(untyped_storage) -> bool:
+    """Whether a storage is fingerprinted where it lives (mix64) rather than as the blob it is saved as."""
+    return untyped_storage.device.type != "cpu"
+
+
 _DEVICE_ALGORITHMS = {DEVICE_ALGORITHM: mix64, LEGACY_DEVICE_ALGORITHM: device_checksum}
 
 
 def storage_fingerprint(untyped_storage, dtype: str, shape, algorithm: str | None = None) -> dict:
     """Fingerprint of a torch storage, on its own device unless a recorded algorithm says otherwise."""
     if algorithm is None:
-        algorithm = "xxh3-128" if untyped_storage.device.type == "cpu" else DEVICE_ALGORITHM
+        algorithm = DEVICE_ALGORITHM if on_device(untyped_storage) else "xxh3-128"
     if algorithm in _DEVICE_ALGORITHMS:
         return {"algorithm": algorithm, "value": _DEVICE_ALGORITHMS[algorithm](untyped_storage)}
     cpu = untyped_storage if untyped_storage.device.type == "cpu" else untyped_storage.cpu()

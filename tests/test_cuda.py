@@ -15,7 +15,7 @@ import pytest
 
 import kernel_state
 from kernel_state import cuda_io
-from kernel_state.fingerprint import DEVICE_ALGORITHM, device_checksum, kernel_name, mix64
+from kernel_state.fingerprint import DEVICE_ALGORITHM, Mix64Batch, device_checksum, kernel_name, mix64
 from kernel_state.hashing import new_hasher
 from kernel_state.store import manifest_checksum
 
@@ -143,6 +143,10 @@ def test_peak_host_memory_of_a_gpu_save_and_restore_stays_within_the_staging_bou
 def test_gpu_fingerprint_is_the_cpu_one_and_sees_swaps_and_rotations():
     t = torch.randn(3 * 65521 + 5, device="cuda")
     assert mix64(t.untyped_storage()) == mix64(t.cpu().untyped_storage())  # the same value on any device
+    batch, parts = Mix64Batch(), [t, t[:7].clone(), torch.zeros(0, device="cuda"), t.half()]
+    for i, part in enumerate(parts):  # queued together, read back with one wait: the same values
+        batch.add(i, part.untyped_storage())
+    assert [batch.get(i)["value"] for i in range(len(parts))] == [mix64(p.cpu().untyped_storage()) for p in parts]
     for dist in (1, 2, 65521, 1 << 16, 1 << 17):
         swapped = t.clone()
         swapped[[0, dist]] = t[[dist, 0]]

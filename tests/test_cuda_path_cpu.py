@@ -300,3 +300,48 @@ def test_kernel_undo_stages_a_changed_device_tensor_through_the_ring(tmp_path, d
     for name, value in expected.items():
         assert torch.equal(raw(back["model"].state_dict()[name]), raw(value)), name
     assert back["model"][2].weight is back["emb"].weight
+
+
+def test_a_full_resave_waits_for_the_device_fingerprints_once(tmp_path, monkeypatch):
+    """A re-save proves each GPU storage unchanged by fingerprinting it on the GPU. Those fingerprints are
+    queued for every storage before the walk and read back with one wait, not one wait per parameter (the
+    GPU idle while Python queues the next); a write the version counter did not see is still found. Here
+    storages of 1 MiB or more stand for GPU ones: they get the device fingerprint, computed on the CPU."""
+    import kernel_state.capture as capture
+    import kernel_state.fingerprint as f
+
+    def big(ust):
+        return ust.nbytes() >= MIB
+    monkeypatch.setattr(f, "on_device", big)
+    monkeypatch.setattr(capture, "on_device", big)
+    waits = {"one storage": 0, "all at once": 0}
+    single, read_back = f.mix64, f.Mix64Batch._read_back
+
+    def one(ust):
+        waits["one storage"] += 1
+        return single(ust)
+
+    def batch(self):
+        waits["all at once"] += 1
+        return read_back(self)
+    monkeypatch.setitem(f._DEVICE_ALGORITHMS, f.DEVICE_ALGORITHM, one)
+    monkeypatch.setattr(f.Mix64Batch, "_read_back", batch)
+    torch.manual_seed(0)
+    ns = {"model": torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(6)])}  # 1 MiB weights
+    root = str(tmp_path / "store")
+    kernel_state.save(ns, notebook=NB, root=root)
+    manifest = json.loads(next((tmp_path / "store" / "notebooks").glob("*/manifests/*.json")).read_text())
+    assert [s["fingerprint"]["algorithm"] for s in manifest["storages"].values()].count("mix64") == 6
+
+    waits.update({"one storage": 0, "all at once": 0})
+    unchanged = kernel_state.save(ns, notebook=NB, root=root)
+    assert waits == {"one storage": 0, "all at once": 1}
+    assert unchanged["bytes_written"] < MIB  # every weight's blob reused
+
+    weight = ns["model"][3].weight
+    weight.data.add_(1.0)  # .data: the bytes change, the parameter's version does not
+    changed = kernel_state.save(ns, notebook=NB, root=root)
+    assert changed["bytes_written"] >= MIB
+    back = {}
+    kernel_state.restore(back, notebook=NB, root=root)
+    assert torch.equal(back["model"][3].weight, weight) and torch.equal(back["model"][0].weight, ns["model"][0].weight)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernel_state.fingerprint import LENGTH_KEY, POSITION_KEY, device_checksum, fmix64, mix64, mix64_terms
+from kernel_state.fingerprint import LENGTH_KEY, POSITION_KEY, Mix64Batch, device_checksum, fmix64, mix64, mix64_terms
 
 torch = pytest.importorskip("torch", reason="the torch extra is installed by make test")
 
@@ -86,6 +86,18 @@ def test_the_one_pass_kernel_is_used_only_when_its_sums_agree(monkeypatch):
     unfused, calls = fp(t), []
     monkeypatch.setattr(f, "block_sums_for", lambda device: lambda w, s: calls.append(w.numel()) or reference(w, s))
     assert fp(t) == unfused and calls == [100_003 // 2]  # the whole words in one call, the same value
+
+
+def test_a_batch_gives_each_storage_its_own_fingerprint():
+    """Mix64Batch queues many storages and reads their sums back at once (a save's one wait for the GPU):
+    each value is that storage's mix64, whatever its length, and an unknown key has none."""
+    parts = [torch.randn(100_003), torch.zeros(0), torch.arange(13, dtype=torch.uint8), torch.randn(64).half()]
+    batch = Mix64Batch()
+    for i, part in enumerate(parts):
+        batch.add(i, part.untyped_storage())
+    assert [batch.get(i) for i in range(len(parts))] == [
+        {"algorithm": "mix64", "value": fp(part)} for part in parts]
+    assert batch.get("other") is None
 
 
 def test_one_bit_of_any_element_changes_the_fingerprint():
