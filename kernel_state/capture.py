@@ -755,7 +755,8 @@ class Capture:
             _written.pop((self.store.root,) + ident, None)
             previous = None
         if (previous and t is not None and self.store.has_blob(previous["blob"], "safetensors")
-                and any(ref() is t and version == t._version for ref, version in previous["seen"])
+                and previous["layout"] == (dtype, shape)
+                and any(tid == id(t) and version == t._version for tid, version in previous["seen"])
                 and (not written if written is not None else self._same_bytes(ident, ust, dtype, shape,
                                                                               previous["fingerprint"]))):
             record.update({k: previous[k] for k in ("blob", "name", "fingerprint")})
@@ -821,18 +822,13 @@ class Capture:
 
     def prefetch_device(self) -> None:
         """Before a save of every variable: queue the GPU fingerprints of the device storages the last save
-        of this store wrote, whose tensors are alive at the version it saw, so that the walk waits for the
-        GPU once, not once per parameter, and the GPU hashes while Python walks the objects."""
+        of this store wrote and that are still alive, so that the walk waits for the GPU once, not once per
+        parameter, and the GPU hashes while Python walks the objects."""
         for (root, *ident), previous in list(_written.items()):
-            if root != self.store.root or previous["fingerprint"]["algorithm"] != DEVICE_ALGORITHM:
-                continue
-            for ref, version in previous["seen"]:
-                t = ref()
-                if t is not None and t._version == version:
-                    ust = t.untyped_storage()
-                    if (str(ust.device), ust.data_ptr(), ust.nbytes()) == tuple(ident):
-                        self._device_fingerprints.add(tuple(ident), ust)
-                    break
+            ust = previous["storage"]()
+            if (root == self.store.root and ust is not None and previous["fingerprint"]["algorithm"] == DEVICE_ALGORITHM
+                    and (str(ust.device), ust.data_ptr(), ust.nbytes()) == tuple(ident)):
+                self._device_fingerprints.add(tuple(ident), ust)
 
     # -- numpy --------------------------------------------------------------------------------------
     def _array(self, arr, memmap: bool = False) -> str | None:
@@ -1062,16 +1058,21 @@ class Capture:
         self._pack.clear()
 
     def remember(self) -> None:
-        """After a committed save: note which tensor objects and versions each torch storage had."""
+        """After a committed save: note which tensors (by id) at which versions each torch storage had.
+        A weak reference to a tensor would make torch.utils.swap_tensors refuse it (module.to() with
+        swap_module_params_on_conversion, load_state_dict with swapping): the storage is referred to
+        instead, for how long it lives. An id reused by another tensor costs a fingerprint, never a wrong
+        blob: the bytes are proven (_same_bytes) and the layout compared before a blob is reused."""
         for ident, skey in self._storage_keys.items():
             record = self.storages[skey]
             if record["kind"] != "torch" or not self._seen.get(skey):
                 continue
             _written[(self.store.root,) + ident] = {
                 "blob": record["blob"], "name": record["name"], "fingerprint": record["fingerprint"],
-                "blob_bytes": self.blobs[record["blob"]],
-                "seen": [(weakref.ref(t), version) for t, version in self._seen[skey]]}
-        for key in [k for k, v in _written.items() if all(ref() is None for ref, _ in v["seen"])]:
+                "blob_bytes": self.blobs[record["blob"]], "layout": (record["dtype"], record["shape"]),
+                "storage": weakref.ref(self._seen[skey][0][0].untyped_storage()),
+                "seen": [(id(t), version) for t, version in self._seen[skey]]}
+        for key in [k for k, v in _written.items() if v["storage"]() is None]:
             del _written[key]
 
     def _account(self, digest: str, size: int, new: bool) -> None:

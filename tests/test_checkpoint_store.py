@@ -66,6 +66,35 @@ def test_one_changed_small_array_rewrites_one_pack_not_every_small_array(tmp_pat
     assert all(np.array_equal(ns["cols"][k], v) for k, v in expected.items())
 
 
+def test_a_saved_model_can_still_have_its_parameters_swapped(tmp_path):
+    """torch.utils.swap_tensors refuses a tensor anything holds a weak reference to, and a save held one to
+    every tensor it saw (to tell an unchanged one): after a checkpoint (kernel undo takes one after every
+    cell), `model.to()` with swap_module_params_on_conversion and load_state_dict with swapping failed with
+    "Couldn't swap Linear.weight". They work now; the next save writes the new values and still reuses
+    what did not change."""
+    torch.manual_seed(0)
+    model, other = torch.nn.Linear(300, 300), torch.nn.Linear(300, 300)
+    ns = {"model": model, "other": other}
+    kernel_state.save(ns, notebook=NB, root=tmp_path)
+    assert kernel_state.save(ns, notebook=NB, root=tmp_path)["bytes_written"] < 10_000
+    swapping = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        model.to(torch.float64)
+        other.load_state_dict({k: v * 2 for k, v in other.state_dict().items()})
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(swapping)
+    torch.utils.swap_tensors(model.bias, torch.nn.Parameter(torch.ones(300, dtype=torch.float64)))
+    assert kernel_state.save(ns, notebook=NB, root=tmp_path)["bytes_written"] > 2 * 300 * 300 * 4
+    unchanged = kernel_state.save(ns, notebook=NB, root=tmp_path)
+    assert unchanged["bytes_written"] < 10_000
+    back: dict = {}
+    kernel_state.restore(back, notebook=NB, root=tmp_path)
+    for name in ns:
+        for (key, live), came in zip(ns[name].state_dict().items(), back[name].state_dict().values()):
+            assert came.dtype == live.dtype and torch.equal(came, live), (name, key)
+
+
 def test_a_training_step_beside_small_arrays_writes_the_changed_tensors_only(tmp_path):
     """Small torch storages unchanged since the last save keep their pack; small arrays were packed again at
     every save, so the packs changed with their company: a save with nothing changed wrote 20-40 MB of
