@@ -1,8 +1,9 @@
-import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
+import { Dialog, Notification } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { CommandRegistry } from '@lumino/commands';
 import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
+import { showDialog } from './dialog';
 import { clip, doneElsewhere, names, plural } from './describe';
 import { showDetails } from './details';
 import { pauseIcon, resumeIcon } from './icons';

@@ -1,6 +1,7 @@
-import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { Dialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
+import { showDialog } from './dialog';
 import { formatBytes, nextStep, summarySentence, timelineRows, verdictText } from './describe';
 import { GkewsModel } from './model';
 import { IStatus } from './types';

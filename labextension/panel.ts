@@ -1,8 +1,9 @@
-import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
+import { Dialog, Notification } from '@jupyterlab/apputils';
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection, Session } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
+import { showDialog } from './dialog';
 import { checkpointIcon } from './icons';
 import { clip, formatBytes, pausedKernelNote, plural } from './describe';
 import { GkewsModel } from './model';

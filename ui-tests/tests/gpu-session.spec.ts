@@ -118,13 +118,16 @@ test('checkpoint now, restore it into the running kernel after a confirmation, t
   await page.notebook.runCell(1);
   expect((await page.notebook.getCellTextOutput(1))?.join('')).toBe('[1, 2, 3, 4]\n');
 
-  await item.getByRole('button', { name: /^Restore checkpoint/ }).click();
+  // a double click, as many click buttons: its second click lands where the dialog now is, and must not
+  // dismiss it (JupyterLab's backdrop cancels a dialog on a click)
+  await item.getByRole('button', { name: /^Restore checkpoint/ }).dblclick();
+  await expect(page.locator('.jp-Dialog')).toContainText('Restore this checkpoint?');
   await page.locator('.jp-Dialog').getByRole('button', { name: 'Restore' }).click();
   await expect(notification(page, `Restored 1 variable into ${notebook}`)).toBeVisible();
   await page.notebook.runCell(2);
   expect((await page.notebook.getCellTextOutput(2))?.join('')).toBe('[1, 2, 3]\n');
 
-  await item.getByRole('button', { name: /^Delete checkpoint/ }).click();
+  await item.getByRole('button', { name: /^Delete checkpoint/ }).dblclick();
   await page.locator('.jp-Dialog').getByRole('button', { name: 'Delete' }).click();
   await expect(item).toHaveCount(0);
 });
