@@ -4,7 +4,8 @@ import { CommandRegistry } from '@lumino/commands';
 import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
 import { showDialog } from './dialog';
-import { clip, doneElsewhere, names, plural } from './describe';
+import { doneElsewhere, names, plural } from './describe';
+import { toast } from './toast';
 import { showDetails } from './details';
 import { pauseIcon, resumeIcon } from './icons';
 import { GkewsModel } from './model';
@@ -28,7 +29,7 @@ function reportError(action: string, error: unknown): void {
     Notification.info(elsewhere, { autoClose: 5000 });
     return;
   }
-  Notification.error(clip(`${action} failed: ${(error as Error).message}`), { autoClose: false });
+  toast('error', `${action} failed: ${(error as Error).message}`, { autoClose: false });
 }
 
 /**
@@ -132,11 +133,10 @@ export function addCommands(
       try {
         const c = await model.api.checkpointNow(path);
         const skipped = Object.keys(c.skipped);
-        Notification.success(
-          clip(
-            `Checkpoint ${c.id} of ${path}: ${plural(c.saved.length, 'variable')} saved` +
-              (skipped.length ? `; ${names(skipped)} ${skipped.length === 1 ? 'was' : 'were'} not saved.` : '.')
-          ),
+        toast(
+          'success',
+          `Checkpoint ${c.id} of ${path}: ${plural(c.saved.length, 'variable')} saved` +
+            (skipped.length ? `; ${names(skipped)} ${skipped.length === 1 ? 'was' : 'were'} not saved.` : '.'),
           { autoClose: 8000 }
         );
         showCheckpoints();

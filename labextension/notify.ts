@@ -1,8 +1,9 @@
 import { Notification } from '@jupyterlab/apputils';
 
 import { CommandIDs } from './commands';
-import { clip, shutDownAllNote, transitionMessage } from './describe';
+import { shutDownAllNote, transitionMessage } from './describe';
 import { GkewsModel, ITransition } from './model';
+import { toast } from './toast';
 import { CommandRegistry } from '@lumino/commands';
 
 /** JupyterLab's Kernel menu "Shut Down All Kernels…" (its running panel's button runs no command). */
@@ -22,11 +23,11 @@ export function connectNotifications(model: GkewsModel, commands: CommandRegistr
   commands.commandExecuted.connect((_, args) => {
     const note = args.id === SHUT_DOWN_ALL ? shutDownAllNote(model.status) : null;
     if (note) {
-      Notification.info(clip(note, 300), { autoClose: 15000 });
+      toast('info', note, { autoClose: 15000 });
     }
   });
   model.queuedResumeFailed.connect((_, why) => {
-    Notification.error(clip(`The queued resume was not posted: ${why}.`), { autoClose: false, actions: [details] });
+    toast('error', `The queued resume was not posted: ${why}.`, { autoClose: false, actions: [details] });
   });
   model.transition.connect((_, t: ITransition) => {
     switch (t.kind) {

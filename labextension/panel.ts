@@ -1,11 +1,12 @@
-import { Dialog, Notification } from '@jupyterlab/apputils';
+import { Dialog } from '@jupyterlab/apputils';
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection, Session } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
 import { showDialog } from './dialog';
 import { checkpointIcon } from './icons';
-import { clip, formatBytes, pausedKernelNote, plural } from './describe';
+import { formatBytes, pausedKernelNote, plural } from './describe';
+import { toast } from './toast';
 import { GkewsModel } from './model';
 import { ICheckpoint } from './types';
 
@@ -146,9 +147,7 @@ export class CheckpointPanel extends Widget {
         .catch((error: Error) => {
           box.checked = !box.checked;
           box.disabled = false;
-          Notification.error(clip(`Could not turn automatic checkpoints ${action}: ${error.message}`), {
-            autoClose: false
-          });
+          toast('error', `Could not turn automatic checkpoints ${action}: ${error.message}`, { autoClose: false });
         });
     });
     return label;
@@ -227,15 +226,14 @@ export class CheckpointPanel extends Widget {
     try {
       const result = await this.model.api.restore(c.id, c.notebook);
       const failed = Object.keys(result.failed);
-      Notification.success(
-        clip(
-          `Restored ${plural(result.restored.length, 'variable')} into ${c.notebook}` +
-            (failed.length ? `; not restored: ${failed.join(', ')}` : '')
-        ),
+      toast(
+        'success',
+        `Restored ${plural(result.restored.length, 'variable')} into ${c.notebook}` +
+          (failed.length ? `; not restored: ${failed.join(', ')}` : ''),
         { autoClose: 8000 }
       );
     } catch (error) {
-      Notification.error(clip(`Restore failed: ${(error as Error).message}`), { autoClose: false });
+      toast('error', `Restore failed: ${(error as Error).message}`, { autoClose: false });
     }
   }
 
@@ -258,16 +256,15 @@ export class CheckpointPanel extends Widget {
         r.removed.length ? `removed: ${r.removed.join(', ')}` : '',
         failed.length ? `could not: ${failed.join(', ')}` : ''
       ].filter(Boolean);
-      Notification.success(
-        clip(
-          `Rewound ${notebook} to after cell [${cell}]` +
-            (parts.length ? `; ${parts.join('; ')}` : '') +
-            (r.undo_cell !== null ? `. Undo: rewind to after cell [${r.undo_cell}]` : '')
-        ),
+      toast(
+        'success',
+        `Rewound ${notebook} to after cell [${cell}]` +
+          (parts.length ? `; ${parts.join('; ')}` : '') +
+          (r.undo_cell !== null ? `. Undo: rewind to after cell [${r.undo_cell}]` : ''),
         { autoClose: 10000 }
       );
     } catch (error) {
-      Notification.error(clip(`Rewind failed: ${(error as Error).message}`), { autoClose: false });
+      toast('error', `Rewind failed: ${(error as Error).message}`, { autoClose: false });
     }
     await this.refresh();
   }
@@ -284,7 +281,7 @@ export class CheckpointPanel extends Widget {
     try {
       await this.model.api.deleteCheckpoint(c.id);
     } catch (error) {
-      Notification.error(clip(`Delete failed: ${(error as Error).message}`), { autoClose: false });
+      toast('error', `Delete failed: ${(error as Error).message}`, { autoClose: false });
     }
     await this.refresh();
   }

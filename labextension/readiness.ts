@@ -5,11 +5,11 @@
  * reconnecting; a notebook that cannot be reconnected in time is named in a
  * notification.
  */
-import { Notification } from '@jupyterlab/apputils';
 import { NotebookPanel } from '@jupyterlab/notebook';
 import { Session } from '@jupyterlab/services';
 
-import { clip, names, notResumed, resumeOutcome } from './describe';
+import { names, notResumed, resumeOutcome } from './describe';
+import { toast } from './toast';
 import { GkewsModel } from './model';
 import { belongsTo, reattachPanel } from './reattach';
 import { INotebookStatus, IStatus } from './types';
@@ -124,11 +124,10 @@ export class Readiness {
     const broken = Object.keys(failed);
     if (broken.length && this.handled === resume) {
       const reasons = broken.map(p => failed[p]);
-      Notification.error(
-        clip(
-          `${names(broken)} could not be reconnected to ${broken.length === 1 ? 'its kernel' : 'their kernels'} within ${Math.round(this.options.reattachTimeout / 1000)} s ` +
-            `(${reasons[0]}). Reload the page to reconnect.`
-        ),
+      toast(
+        'error',
+        `${names(broken)} could not be reconnected to ${broken.length === 1 ? 'its kernel' : 'their kernels'} within ${Math.round(this.options.reattachTimeout / 1000)} s ` +
+          `(${reasons[0]}). Reload the page to reconnect.`,
         { autoClose: false }
       );
     }

@@ -3,6 +3,7 @@
  * only for that.
  */
 jest.mock('@jupyterlab/apputils', () => ({ Notification: { error: jest.fn() } })); // it needs a DOM
+jest.mock('../dialog', () => ({ showDialog: jest.fn() })); // a JupyterLab Dialog, which needs a DOM too
 
 import { GkewsModel } from '../model';
 import { Readiness } from '../readiness';
