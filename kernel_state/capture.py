@@ -745,7 +745,9 @@ class Capture:
         dtype, shape = _layout(nbytes, t, st_dtype)
         record = {"kind": "torch", "nbytes": nbytes, "device": device, "dtype": dtype, "shape": shape}
         if self.dry:
-            record["fingerprint"] = storage_fingerprint(ust, dtype, shape, self.algorithms.get(skey))
+            algorithm = self.algorithms.get(skey)
+            queued = self._device_fingerprints.get(ident) if algorithm == DEVICE_ALGORITHM else None
+            record["fingerprint"] = queued or storage_fingerprint(ust, dtype, shape, algorithm)
             return record
         previous = _written.get((self.store.root,) + ident)
         if previous:
@@ -820,13 +822,13 @@ class Capture:
         now = self._device_fingerprints.get(ident) if fingerprint["algorithm"] == DEVICE_ALGORITHM else None
         return (now or storage_fingerprint(ust, dtype, shape, fingerprint["algorithm"])) == fingerprint
 
-    def prefetch_device(self) -> None:
-        """Before a save of every variable: queue the GPU fingerprints of the device storages the last save
-        of this store wrote and that are still alive, so that the walk waits for the GPU once, not once per
-        parameter, and the GPU hashes while Python walks the objects."""
-        for (root, *ident), previous in list(_written.items()):
+    def prefetch_device(self, root: str) -> None:
+        """Before a save or a verify of every variable: queue the GPU fingerprints of the device storages the
+        last save into this store (in this process) wrote and that are still alive, so that the walk waits for
+        the GPU once, not once per parameter, and the GPU hashes while Python walks the objects."""
+        for (saved_in, *ident), previous in list(_written.items()):
             ust = previous["storage"]()
-            if (root == self.store.root and ust is not None and previous["fingerprint"]["algorithm"] == DEVICE_ALGORITHM
+            if (saved_in == root and ust is not None and previous["fingerprint"]["algorithm"] == DEVICE_ALGORITHM
                     and (str(ust.device), ust.data_ptr(), ust.nbytes()) == tuple(ident)):
                 self._device_fingerprints.add(tuple(ident), ust)
 

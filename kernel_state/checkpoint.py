@@ -171,7 +171,7 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
     for name, value in chosen:
         capture.name_variable(name, value)
     if names is None:  # a part of the namespace may hold only a part of the GPU storages: each waits alone
-        capture.prefetch_device()
+        capture.prefetch_device(store.root)
     skipped, deferred = {}, []
 
     def add(name, value, defer: bool) -> None:
@@ -382,6 +382,7 @@ def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict
     for name in manifest["variables"]:
         if name in ns:
             dry.name_variable(name, ns[name])
+    dry.prefetch_device(store.root)
     variables = {}
     for name, saved in manifest["variables"].items():
         if name not in ns:

@@ -302,10 +302,11 @@ def test_kernel_undo_stages_a_changed_device_tensor_through_the_ring(tmp_path, d
     assert back["model"][2].weight is back["emb"].weight
 
 
-def test_a_full_resave_waits_for_the_device_fingerprints_once(tmp_path, monkeypatch):
-    """A re-save proves each GPU storage unchanged by fingerprinting it on the GPU. Those fingerprints are
-    queued for every storage before the walk and read back with one wait, not one wait per parameter (the
-    GPU idle while Python queues the next); a write the version counter did not see is still found. Here
+def test_a_full_resave_and_verify_wait_for_the_device_fingerprints_once(tmp_path, monkeypatch):
+    """A re-save proves each GPU storage unchanged by fingerprinting it on the GPU, and verify (the resume's
+    proof) compares them. Those fingerprints are queued for every storage before the walk and read back with
+    one wait, not one wait per parameter (the GPU idle while Python queues the next); a write the version
+    counter did not see is still found. Here
     storages of 1 MiB or more stand for GPU ones: they get the device fingerprint, computed on the CPU."""
     import kernel_state.capture as capture
     import kernel_state.fingerprint as f
@@ -337,9 +338,14 @@ def test_a_full_resave_waits_for_the_device_fingerprints_once(tmp_path, monkeypa
     unchanged = kernel_state.save(ns, notebook=NB, root=root)
     assert waits == {"one storage": 0, "all at once": 1}
     assert unchanged["bytes_written"] < MIB  # every weight's blob reused
+    waits.update({"one storage": 0, "all at once": 0})
+    assert kernel_state.verify(ns, notebook=NB, root=root)["variables"]["model"]["verdict"] == "match"
+    assert waits == {"one storage": 0, "all at once": 1}  # verify (the resume's proof) too
 
     weight = ns["model"][3].weight
     weight.data.add_(1.0)  # .data: the bytes change, the parameter's version does not
+    assert kernel_state.verify(ns, notebook=NB, root=root)["variables"]["model"] == {
+        "verdict": "changed", "detail": "1 of 12 tensors/arrays differ"}
     changed = kernel_state.save(ns, notebook=NB, root=root)
     assert changed["bytes_written"] >= MIB
     back = {}
