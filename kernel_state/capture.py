@@ -836,9 +836,11 @@ class Capture:
     def _array(self, arr, memmap: bool = False) -> str | None:
         if arr.dtype.hasobject and not memmap:
             return None
-        if not memmap and (arr.dtype.fields is not None or not arr.dtype.isnative) and \
-                not (self.copies_of and self._copy_of(_carrier(_root_of(arr)))):
-            return None  # pickled inline, unless verify asks whether it copies a checkpoint's memmap
+        # a structured, byte-swapped or annotated dtype (h5py's enum and string dtypes carry `metadata`, which
+        # the table's dtype.str would drop) is pickled inline, unless verify asks whether it copies a memmap
+        if not memmap and (arr.dtype.fields is not None or not arr.dtype.isnative or arr.dtype.metadata is not None) \
+                and not (self.copies_of and self._copy_of(_carrier(_root_of(arr)))):
+            return None
         key = self._array_keys.get(id(arr))
         if key is not None:
             self._use(self.arrays[key]["buffer"])

@@ -219,6 +219,26 @@ os.remove(deleted.filename)
     assert np.fromfile(data / "replaced", dtype=np.float32)[0] == 9  # untouched
 
 
+def test_an_annotated_dtype_keeps_its_metadata_at_every_size(tmp_path):
+    """h5py reads enum and variable-length string datasets into arrays whose dtype carries `metadata`
+    (h5py.check_enum_dtype reads the enum's names from it). An array of 64 KiB or more came back with a
+    plain int8 dtype: its names were gone. Small or large, the dtype comes back whole (the large one
+    64-byte aligned, as every large array)."""
+    store = tmp_path / "store"
+    seen = "[(dict(a.dtype.metadata or {}), a.dtype.str, a.sum().item()) for a in (small, large)]"
+    with Kernel(store) as first:
+        first.run("import numpy as np\nlabels = np.dtype('i1', metadata={'enum': {'cat': 0, 'dog': 1}})\n"
+                  "small = np.ones(10, dtype=labels)\nlarge = np.ones(1 << 20, dtype=labels)")
+        want = first.value(seen)
+        first.run("%gkews_checkpoint save")
+    assert want[1][0] == {"enum": {"cat": 0, "dog": 1}}
+    with Kernel(store) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert fresh.value(seen) == want
+        assert fresh.value("large.ctypes.data % 64") == 0
+        assert changed(fresh) == []
+
+
 def test_structured_memmaps_come_back_with_their_fields(tmp_path):
     """A record array on disk (np.memmap of a structured dtype) came back as raw bytes ('|V16'): its
     fields were gone and `mm['x']` raised. Mapped again or copied (its file changed), it keeps every
