@@ -744,8 +744,9 @@ class Capture:
         device, _ptr, nbytes = ident
         dtype, shape = _layout(nbytes, t, st_dtype)
         record = {"kind": "torch", "nbytes": nbytes, "device": device, "dtype": dtype, "shape": shape}
-        if self.dry:
-            algorithm = self.algorithms.get(skey)
+        if self.dry:  # the recorded algorithm tells mix64 from the older sum64, on a device only (a key
+            # moved by one, see checkpoint._fingerprints, must not make a CPU storage's xxh3 a mix64)
+            algorithm = self.algorithms.get(skey) if on_device(ust) else None
             queued = self._device_fingerprints.get(ident) if algorithm == DEVICE_ALGORITHM else None
             record["fingerprint"] = queued or storage_fingerprint(ust, dtype, shape, algorithm)
             return record

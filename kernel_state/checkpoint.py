@@ -393,8 +393,9 @@ def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict
         except VariableSkipped as exc:
             variables[name] = {"verdict": "changed", "detail": f"cannot be pickled now: {exc}"}
             continue
-        saved_fp = _fingerprints(manifest["storages"], saved, saved.get("views", {}))
-        live_fp = _fingerprints(dry.storages, live, saved.get("views", {}))
+        compared = _viewed_in_part(saved)
+        saved_fp = _fingerprints(manifest["storages"], saved, compared)
+        live_fp = _fingerprints(dry.storages, live, compared)
         # the value digest (compare.py) where the checkpoint has one; older ones compare pickles, and so
         # does a value the save could not walk (`pickle:`; the walk may read it now)
         same_value = _same_value(saved, live)
@@ -426,12 +427,21 @@ def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict
             and all(v == "match" for v in (generators or {}).values())}
 
 
-def _fingerprints(storages: dict, variable: dict, compared: dict) -> list:
-    """What verify compares for each storage of a variable: the fingerprint of its own views of it where
-    the checkpoint has them (it views only part: capture.Capture._views), else the storage's."""
+def _viewed_in_part(saved: dict) -> set:
+    """The positions, among a saved variable's storages, of those the checkpoint has its own views of."""
+    views = saved.get("views", {})
+    return {i for i, skey in enumerate(saved["storages"]) if skey in views}
+
+
+def _fingerprints(storages: dict, variable: dict, compared: set) -> list:
+    """What verify compares for each storage of a variable, in the order its pickle uses them: the
+    fingerprint of its own views of it where the checkpoint has them (it views only part:
+    capture.Capture._views), else the storage's. By position, not by storage key: a live namespace numbers
+    its storages otherwise where something before changed how it is held (an np.memmap restored as an
+    in-memory copy of a few bytes is inlined, and every later key moved by one)."""
     views = variable.get("views", {})
-    return [views[s]["value"] if s in views and s in compared else storages[s]["fingerprint"]["value"]
-            for s in variable["storages"]]
+    return [views[s]["value"] if s in views and i in compared else storages[s]["fingerprint"]["value"]
+            for i, s in enumerate(variable["storages"])]
 
 
 def _same_value(saved: dict, live: dict) -> bool:
@@ -457,9 +467,9 @@ def _memmap_copies(name: str, value, manifest: dict, saved: dict, dry: Capture, 
     second = Capture(dry=True, algorithms=dry.algorithms)
     second.var_ids, second.var_values, second.copies_of = dry.var_ids, dry.var_values, copies
     second.saved_vars = dry.saved_vars - {name}  # the variables added before this one
-    again, views = second.add_variable(name, value, picklers=(saved["pickler"],)), saved.get("views", {})
+    again, compared = second.add_variable(name, value, picklers=(saved["pickler"],)), _viewed_in_part(saved)
     if again["digest"] == saved["digest"] and \
-            _fingerprints(second.storages, again, views) == _fingerprints(manifest["storages"], saved, views):
+            _fingerprints(second.storages, again, compared) == _fingerprints(manifest["storages"], saved, compared):
         return f"{said}: its values equal the checkpoint's, but it no longer reads or writes that file"
     return f"{said}, and its values differ from the checkpoint's"
 

@@ -266,6 +266,32 @@ def test_a_memmap_restored_as_a_copy_says_so_in_verify(tmp_path):
                 f"its values differ from the checkpoint's)") in fresh.run("%gkews_checkpoint verify")
 
 
+def test_a_memmap_restored_as_a_copy_leaves_the_other_variables_verified(tmp_path):
+    """A small np.memmap restored as an in-memory copy is held inline, where the save held it in the table:
+    every storage after it was numbered one less, and verify, matching the checkpoint's part-views by those
+    numbers, called an unrelated view (`other[::-7]`) changed, and a view of the memmap "values differ"
+    though they were equal. Each variable's storages are matched in the order it uses them now."""
+    store, path = tmp_path / "store", tmp_path / "f.f4"
+    with Kernel(store) as first:
+        first.run(f"import numpy as np\nmid = np.ones(10000)\n"
+                  f"mm = np.memmap({str(path)!r}, dtype='f4', mode='w+', shape=(100,)); mm[:] = np.arange(100)\n"
+                  f"mm.flush(); mm_view = mm[10:50:3]\nother = np.arange(200000.0); other_view = other[::-7]")
+        assert "Skipped" not in first.run("%gkews_checkpoint save")
+        first.run("mm[0] = -1; mm.flush()")  # the file changes
+    with Kernel(store) as fresh:
+        assert "restored as an in-memory copy" in fresh.run("%gkews_checkpoint restore")
+        result = fresh.call({"op": "verify"})["result"]
+        assert _changed(result) == ["mm", "mm_view"]
+        for name in ("mm", "mm_view"):
+            assert result["variables"][name]["detail"] == (
+                f"it came back as an in-memory copy of the np.memmap of {path}: its values equal the "
+                "checkpoint's, but it no longer reads or writes that file")
+        fresh.run("other[7] = -1")
+        assert _changed(fresh.call({"op": "verify"})["result"]) == ["mm", "mm_view", "other"]  # not its view
+        fresh.run("other[-1] = -1")
+        assert _changed(fresh.call({"op": "verify"})["result"]) == ["mm", "mm_view", "other", "other_view"]
+
+
 def test_functions_sharing_equal_constants_match_after_a_restore(tmp_path):
     """CPython merges the equal constant tuples of one cell's functions; dill gives each restored code
     object its own: the digest recorded the sharing, and verify called the restored value changed."""
