@@ -87,6 +87,10 @@ def generated_suffix(n: int = 5) -> str:
     return "".join(random.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(n))
 
 
+READY_SNAPSHOT = (("Checkpoint", "True", "Complete"), ("StorageReplicated", "True", "Succeeded"),
+                  ("Ready", "True", "AllSnapshotsAvailable"))
+
+
 def _cond(kind: str, status: str, reason: str, message: str = "") -> dict:
     return {"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": stamp()}
 
@@ -224,6 +228,11 @@ class FakeGke:
         self.pod_stopped = False
         self.snapshot_created_as_string = False
         self.hold = threading.Event()  # while set, triggers wait
+        # a snapshot that will be Ready is first uploading (Ready False, AwaitingCheckpoint) for this many of
+        # the controller's steps, and for as long as upload_hold is set: GKE takes 12 s to minutes
+        self.upload_steps = 2
+        self.upload_hold = threading.Event()
+        self._uploading: dict[tuple, int] = {}  # (namespace, snapshot) -> steps left
         self.addon_hold = threading.Event()  # while set, the add-on does not create its trigger
         self.addon_intercepts = 0  # pauses the add-on's webhook held
         self.leaked_storage: list[str] = []  # snapshots finalized after their policy was gone: GCS files left
@@ -510,6 +519,11 @@ class FakeGke:
                 obj.delete()  # GKE removed the storage and the finalizer
             elif res == TRIGGERS and not raw.get("status") and not self.hold.is_set():
                 self._react_trigger(ns, name, raw)
+            elif res == SNAPSHOTS and (ns, name) in self._uploading and not self.upload_hold.is_set():
+                self._uploading[ns, name] -= 1
+                if self._uploading[ns, name] <= 0:
+                    del self._uploading[ns, name]
+                    obj.patch({"status": {"conditions": [_cond(*c) for c in READY_SNAPSHOT]}})
             elif res == WORKSPACES:
                 self._addon_reconcile(ns, name, raw)
                 self._react_workspace(ns, name, self._obj(WORKSPACES, ns, name))
@@ -524,14 +538,17 @@ class FakeGke:
 
     def _new_snapshot(self, ns: str, triggered_by: str, pod: str, policy: str) -> str:
         name = str(uuid.uuid4())
-        ok = ("Checkpoint", "True", "Complete"), ("StorageReplicated", "True", "Succeeded")
+        ok = READY_SNAPSHOT[:2]
         conditions = {
-            "ready": ok + (("Ready", "True", "AllSnapshotsAvailable"),),
+            "ready": READY_SNAPSHOT,
             "checkpoint-failed": (("Checkpoint", "False", "Failed"), ("Ready", "False", "Failed")),
             "storage-failed": (ok[0], ("StorageReplicated", "False", "Failed"),
                                ("Ready", "False", "AwaitingCheckpoint")),
             "ready-failed": ok + (("Ready", "False", "Error"),),
         }[self.outcome]
+        if self.outcome == "ready" and (self.upload_steps > 0 or self.upload_hold.is_set()):
+            conditions = (ok[0], ("Ready", "False", "AwaitingCheckpoint"))
+            self._uploading[ns, name] = self.upload_steps
         messages = {"Checkpoint": "gVisor checkpoint failed: not enough host memory to stage GPU memory",
                     "StorageReplicated": "upload to gs://snapshots failed: 403 the Pod's service account may not write",
                     "Ready": "snapshot metadata could not be recorded"}

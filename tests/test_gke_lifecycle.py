@@ -237,6 +237,26 @@ async def test_transient_api_errors_during_the_snapshot_wait_do_not_cost_the_sna
     assert fake.get(WORKSPACES, WS)["spec"]["paused"] is True
 
 
+async def test_a_snapshot_deleted_while_it_uploads_ends_the_wait_at_once(fake, jp_fetch, jp_serverapp, jp_root_dir):
+    """GKE uploads a snapshot for minutes (Ready False, AwaitingCheckpoint). One deleted meanwhile (kubectl
+    delete, a cleanup) will never be Ready: the wait waited for it until snapshot_timeout (20 minutes by
+    default). It ends at once, naming the snapshot, and the pause completes on the checkpoints."""
+    fake.upload_hold.set()
+    await start_session(jp_fetch, jp_serverapp, jp_root_dir)
+    r = await post(jp_fetch, "pause")
+    assert r.code == 202, r.body
+    while not fake.all(SNAPSHOTS) or "AwaitingCheckpoint" not in (await status(jp_fetch))["message"]:
+        await asyncio.sleep(0.05)  # the wait has seen it uploading
+    name = fake.all(SNAPSHOTS)[0]["metadata"]["name"]
+    fake.call(lambda: fake.emu.objects[SNAPSHOTS, fake.namespace, name].delete())
+
+    s = await wait_for(jp_fetch, ("active", "paused", "failed"))
+    assert s["state"] == "paused", s["message"]
+    assert f"the PodSnapshot {name} was deleted while the pause waited for it" in s["snapshot"]["error"]
+    assert s["snapshot"]["resume_from"] == "checkpoint" and s["notebooks"][0]["checkpoint"]
+    assert await gone(fake, TRIGGERS) == []
+
+
 @pytest.mark.parametrize("backend_traits", [{"abort_on_snapshot_failure": True}])
 async def test_snapshot_forbidden_with_abort_releases_nothing(fake, jp_fetch, jp_serverapp, jp_root_dir):
     fake.deny("create", "podsnapshotmanualtriggers")

@@ -208,7 +208,11 @@ class GkeBackend(LocalBackend):
         self._made["snapshot"] = snap_name
         snap = await self._io(kube.find, SNAPSHOTS, snap_name)
         if snap is None:
-            return None
+            if self._made.get("found") == snap_name:  # there at a look before: deleted, and never to be Ready
+                raise SnapshotError(f"the PodSnapshot {snap_name} was deleted while the pause waited for it to be "
+                                    "Ready (kubectl delete, or a cleanup); pause again to take another")
+            return None  # not in the API server's cache yet
+        self._made["found"] = snap_name
         ready, self._detail = snapshot_progress(snap)
         if ready != "ready":
             self._say(f"PodSnapshot {snap_name}: {self._detail} ({time.monotonic() - started:.0f} s)")
