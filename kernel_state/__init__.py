@@ -16,6 +16,11 @@ def load_ipython_extension(ipython):
     ipython.register_magics(CheckpointMagics)
     from . import auto
     if auto.enabled_by_setting(ipython):
-        auto.AUTO.on(ipython, remember=False)
+        try:
+            auto.AUTO.on(ipython, remember=False)
+        except ValueError as exc:  # a wrong GKEWS_AUTO_* setting: said, and the rest of the extension loads
+            import sys
+            auto.SETTING_PROBLEM = f"{exc}; automatic checkpoints stayed off at the kernel's start"
+            print(f"gkews: {auto.SETTING_PROBLEM}", file=sys.stderr)
     from .hold import hold_at_start
     hold_at_start()  # last: a kernel a resume starts runs no cell before its restore

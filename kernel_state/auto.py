@@ -361,7 +361,7 @@ class AutoCheckpoint:
         shell = shell or checkpoint.current_shell()
         if shell is None:
             raise ValueError("auto-checkpointing needs an IPython kernel: it runs after every cell")
-        config.auto_staging_bytes()  # a wrong GKEWS_AUTO_STAGING_MB is said here, not after a cell
+        settings_problem(raise_it=True)  # a wrong GKEWS_AUTO_* is said here, before anything is switched
         if remember:  # first: a root that is no checkpoint store is refused before anything is switched
             remember_choice(True, notebook, root)
         if self.shell is not None and self.shell is not shell:
@@ -461,20 +461,34 @@ class AutoCheckpoint:
                 "last": w.last, "last_stage": self.last_stage, "error": self.stage_error or w.error,
                 "stage_seconds": {"p50": _quantile(stage, 0.5), "max": stage[-1] if stage else None},
                 "write_seconds": {"p50": _quantile(write, 0.5), "max": write[-1] if write else None},
-                "keep_last": config.auto_keep_last(), "max_bytes": config.auto_max_bytes(),
-                "staging": {"pooled": POOL.bytes, "reused": POOL.reused, "limit": _staging_limit()},
-                "dirty_pages": TRACKER.status(), "setting_problem": SETTING_PROBLEM}
+                "keep_last": _setting(config.auto_keep_last), "max_bytes": _setting(config.auto_max_bytes),
+                "staging": {"pooled": POOL.bytes, "reused": POOL.reused, "limit": _setting(config.auto_staging_bytes)},
+                "dirty_pages": TRACKER.status(),
+                "setting_problem": settings_problem() or (None if self.enabled else SETTING_PROBLEM)}
 
     def shutdown(self) -> None:
         """atexit: never wait for the writer; it stops before its next file and removes its temp files."""
         self.writer.abandon = True
 
 
-def _staging_limit() -> int | None:
+def _setting(read):
+    """A GKEWS_AUTO_* value, or None where it is wrong (status still answers; settings_problem says why)."""
     try:
-        return config.auto_staging_bytes()
+        return read()
     except ValueError:
         return None
+
+
+def settings_problem(raise_it: bool = False) -> str | None:
+    """What is wrong with the GKEWS_AUTO_* settings (the first one), or None."""
+    for read in (config.auto_keep_last, config.auto_max_bytes, config.auto_staging_bytes):
+        try:
+            read()
+        except ValueError as exc:
+            if raise_it:
+                raise
+            return str(exc)
+    return None
 
 
 def _quantile(values: list, q: float):

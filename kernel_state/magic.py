@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import time
@@ -80,12 +81,31 @@ def _verify_conclusion(result: dict) -> str:
     return "Not verified: " + "; ".join(reasons) + "." + outside
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _progress_after(default: float = 1.0) -> float:
+    """GKEWS_PROGRESS_AFTER, in seconds. It only decides when the progress line shows: a wrong value is said
+    and the default taken, rather than failing the save."""
+    value = os.environ.get("GKEWS_PROGRESS_AFTER", "").strip()
+    try:
+        seconds = float(value) if value else default
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds < math.inf:
+        print(f"gkews: GKEWS_PROGRESS_AFTER={value!r} is not a number of seconds (0 or more); the progress line "
+              f"shows after {default:g} s", file=sys.stderr)
+        return default
+    return seconds
+
+
 class _ProgressLine:
     """One output line, updated in place, once a save has run for a while (GKEWS_PROGRESS_AFTER seconds)."""
 
     def __init__(self):
         self._start, self._handle = time.monotonic(), None
-        self._after = float(os.environ.get("GKEWS_PROGRESS_AFTER", "1.0"))
+        self._after = _progress_after()
 
     def __call__(self, p: dict) -> None:
         if time.monotonic() - self._start < self._after:
@@ -157,7 +177,8 @@ class CheckpointMagics(Magics):
     def _save(self, args):
         result = checkpoint.save(self.shell.user_ns, notebook=args.notebook, names=args.names or None,
                                  exclude=args.exclude, progress=_ProgressLine(), random_state=args.random_state)
-        print(f"Saved checkpoint {result['id']} for {result['notebook']!r}: {len(result['saved'])} variables, "
+        saved = _count(len(result["saved"]), "variable")
+        print(f"Saved checkpoint {result['id']} for {result['notebook']!r}: {saved}, "
               f"{human_bytes(result['bytes'])} ({human_bytes(result['bytes_written'])} written) "
               f"in {result['seconds']:.2f} s.")
         if result["skipped"]:
@@ -178,7 +199,7 @@ class CheckpointMagics(Magics):
                                         names=args.names or None, device=args.device,
                                         random_state=args.random_state)
         restored = f": {', '.join(result['restored'])}" if result["restored"] else ""
-        print(f"Restored {len(result['restored'])} variables from checkpoint {result['checkpoint']} "
+        print(f"Restored {_count(len(result['restored']), 'variable')} from checkpoint {result['checkpoint']} "
               f"(saved {result['created']}) in {result['seconds']:.2f} s{restored}")
         if result.get("random_state"):
             print(f"Random state restored: {', '.join(result['random_state'])}.")
@@ -294,8 +315,9 @@ class CheckpointMagics(Magics):
                             undo_cell=self.shell.execution_count - 2, checkpoint_id=args.checkpoint)
         label = r["label"] or {}
         earlier = " of an earlier kernel" if r.get("earlier_kernel") else ""
-        print(f"Rewound to the end of cell [{r['cell']}]{earlier} ({label.get('source', '')}) "
-              f"in {r['seconds']:.2f} s.")
+        source = label.get("source", "")  # a rewind's own "before" checkpoint is in parentheses already
+        shown = source if source.startswith("(") and source.endswith(")") else f"({source})"
+        print(f"Rewound to the end of cell [{r['cell']}]{earlier} {shown} in {r['seconds']:.2f} s.")
         for what, names in (("changed", r["changed"]), ("came back", r["came_back"]),
                             ("removed (defined after that cell)", r["removed"])):
             if names:
@@ -331,7 +353,8 @@ def auto_status_line(s: dict) -> str:
         parts.append(f"newest after cell [{label.get('cell')}]")
     if s["stage_seconds"]["p50"] is not None:
         parts.append(f"foreground p50 {s['stage_seconds']['p50'] * 1000:.0f} ms")
-    parts.append(f"keeps {s['keep_last']} / {human_bytes(s['max_bytes']) if s['max_bytes'] else 'no byte limit'}")
+    if s["keep_last"] is not None and s["max_bytes"] is not None:  # else setting_problem says which is wrong
+        parts.append(f"keeps {s['keep_last']} / {human_bytes(s['max_bytes']) if s['max_bytes'] else 'no byte limit'}")
     line = "; ".join(parts) + "."
     staging, dirty = s.get("staging") or {}, s.get("dirty_pages") or {}
     if staging.get("limit") is not None:
@@ -340,6 +363,6 @@ def auto_status_line(s: dict) -> str:
         line += f"\nDirty-page tracking is off ({dirty['off']}): large arrays are hashed whole after every cell."
     if s["error"]:
         line += f"\nLast error: {s['error']}"
-    if s.get("setting_problem") and not s["enabled"]:
+    if s.get("setting_problem"):
         line += f"\n{s['setting_problem']}."
     return line

@@ -97,6 +97,20 @@ def test_long_saves_show_progress(store):
         k.close()
 
 
+def test_a_wrong_progress_setting_is_said_and_the_save_still_runs(store):
+    """GKEWS_PROGRESS_AFTER=abc failed every save with "could not convert string to float: 'abc'", naming no
+    setting; it only decides when the progress line shows. And one variable is "1 variable"."""
+    k = Kernel(store, extra_env={"GKEWS_PROGRESS_AFTER": "abc"})
+    try:
+        k.run("x = 1")
+        out = k.run("%gkews_checkpoint save")
+        assert "GKEWS_PROGRESS_AFTER='abc' is not a number of seconds" in out, out
+        assert ": 1 variable, " in out, out
+        assert "Restored 1 variable from checkpoint" in k.run("%gkews_checkpoint restore")
+    finally:
+        k.close()
+
+
 def test_many_tiny_tensors_show_progress_as_they_go(store):
     """20,000 tiny tensors: the progress said 0 B until the end, since small storages, packed into one blob,
     were never counted (their speed against torch.save is benchmarks/bench_checkpoint.py's "tiny tensors")."""

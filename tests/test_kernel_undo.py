@@ -95,6 +95,23 @@ def test_a_setting_turns_it_on_from_the_start_and_a_notebook_keeps_its_choice(st
         assert "%gkews_checkpoint auto on|off|status" in k.run("%gkews_checkpoint?")
 
 
+def test_a_wrong_auto_setting_is_said_and_switches_nothing(store):
+    """GKEWS_AUTO_KEEP_LAST=0 with GKEWS_AUTO_CHECKPOINT=1 stopped kernel_state loading at the kernel's start
+    (a traceback in the server's log, and no start hold: a resumed kernel could run a cell before its
+    restore); `auto on` printed the error yet switched it on, `auto off` printed it too. The start says it in
+    one line and loads the rest; `auto on` refuses before switching; `auto off` and `auto status` answer, and
+    status says what is wrong."""
+    with Kernel(store, extra_env={"GKEWS_AUTO_CHECKPOINT": "1", "GKEWS_AUTO_KEEP_LAST": "0"}) as k:
+        assert k.value("'kernel_state' in get_ipython().extension_manager.loaded") is True  # loaded to its end
+        problem = "GKEWS_AUTO_KEEP_LAST must be at least 1 (got 0)"
+        assert auto_status(k)["enabled"] is False
+        assert problem in k.run("%gkews_checkpoint auto status")
+        assert problem in k.run("%gkews_checkpoint auto on", allow_error=True)
+        assert auto_status(k)["enabled"] is False
+        out = k.run("%gkews_checkpoint auto off")
+        assert "auto-checkpointing off" in out and "Error" not in out, out
+
+
 def test_in_place_change_while_the_previous_checkpoint_is_written_and_coalescing(store):
     with Kernel(store) as k:
         k.run("%gkews_checkpoint auto on")

@@ -39,11 +39,13 @@ BAD = {  # (class, setting): a value it refuses, and words its 503 message says
     ("LocalBackend", "release_check_timeout"): (-1, "c.LocalBackend.release_check_timeout must be at least 0"),
     ("LocalBackend", "dead_kernel_wait"): (-1, "c.LocalBackend.dead_kernel_wait must be at least 0"),
     ("LocalBackend", "host_memory_reserve"): (-1, "c.LocalBackend.host_memory_reserve must be at least 0, not -1"),
+    ("LocalBackend", "start_hold_wait"): (-5, "c.LocalBackend.start_hold_wait must be at least 0, not -5"),
 }
 NOT_FINITE = {  # numbers that are not numbers: nan passes every comparison's `not`, inf never ends
     ("GkewsApp", "kernel_call_timeout"): (math.nan, "c.GkewsApp.kernel_call_timeout must be more than 0, not nan"),
     ("GkewsApp", "idle_check_interval"): (math.inf, "c.GkewsApp.idle_check_interval must be more than 0, not inf"),
     ("LocalBackend", "capacity_timeout"): (math.inf, "c.LocalBackend.capacity_timeout must be at least 0, not inf"),
+    ("LocalBackend", "start_hold_wait"): (math.nan, "c.LocalBackend.start_hold_wait must be at least 0, not nan"),
 }
 GKE = {  # the GKE backend's own, with the backend chosen in the same configuration
     ("GkeBackend", "snapshot_timeout"): (0, "c.GkeBackend.snapshot_timeout must be more than 0, not 0"),

@@ -79,7 +79,7 @@ class LocalBackend(Backend):
         help="Bytes of host memory (MemAvailable) a suspend leaves free; a kernel whose GPU memory does not fit "
         "in the rest is shut down instead.")
 
-    @validate("capacity_timeout", "release_check_timeout", "dead_kernel_wait", "host_memory_reserve")
+    @validate("capacity_timeout", "release_check_timeout", "dead_kernel_wait", "host_memory_reserve", "start_hold_wait")
     def _at_least_zero(self, proposal):
         return in_range(proposal, 0)
 
