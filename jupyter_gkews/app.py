@@ -18,7 +18,7 @@ from .checkpoints import CheckpointCatalog
 from .cleanup import describe, run_cleanup
 from .gpus import detect_gpu_count
 from .idle import PROFILE_ENV, IdleWatcher, choose_profile, profile_from_environment
-from .metrics import MetricsRecorder
+from .metrics import SESSION_STATE, UNAVAILABLE, MetricsRecorder
 from .renames import Renames
 from .handlers import handlers, session_handlers
 from .lifecycle import Lifecycle
@@ -310,6 +310,7 @@ class GkewsApp(ExtensionApp):
                 f"to start afresh: the checkpoints stay in {os.environ[CHECKPOINT_ROOT_ENV]}, and "
                 f"`%gkews_checkpoint restore` brings a notebook's back")
             return
+        SESSION_STATE.state(str(self.lifecycle.state["state"]))  # before any event: the state it starts in
         self.settings.update(gkews_lifecycle=self.lifecycle,
                              gkews_catalog=CheckpointCatalog(os.environ[CHECKPOINT_ROOT_ENV]))
         self.renames = Renames(serverapp=self.serverapp, bridge=self.lifecycle.bridge,
@@ -355,6 +356,7 @@ class GkewsApp(ExtensionApp):
         """Pause and resume are off: say so loudly, and let every route answer 503 with the reason."""
         message = f"jupyter-gkews is off: pause and resume are unavailable: {why}"
         self.log.critical("jupyter_gkews: %s", message)
+        SESSION_STATE.state(UNAVAILABLE)  # /metrics still answers: it must not say "active"
         self.lifecycle = None
         self.settings["gkews_unavailable"] = message
 

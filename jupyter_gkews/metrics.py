@@ -11,7 +11,9 @@ from prometheus_client import Counter, Enum, Gauge
 from .cycles import Cycles, gpu_hours_released
 from .states import Event, NotebookStatus, State, Verdict
 
-SESSION_STATE = Enum("gkews_session_state", "The session's lifecycle state.", states=[s.value for s in State])
+UNAVAILABLE = "unavailable"  # the extension is off (a setting, its state directory): nothing pauses or resumes
+SESSION_STATE = Enum("gkews_session_state", "The session's lifecycle state; unavailable while the extension is "
+                     "off (the server log says why).", states=[s.value for s in State] + [UNAVAILABLE])
 PAUSES = Counter("gkews_pauses", "Pauses that finished, by who asked (user, idle policy or resume-test) and "
                  "result (paused or failed).", ["reason", "result"])
 RESUMES = Counter("gkews_resumes", "Notebooks resumed, by verdict (live-verified, restored-from-checkpoint, "

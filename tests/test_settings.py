@@ -13,6 +13,7 @@ import math
 import os
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from serverkit import gkews_server_config
 from test_state_dir_unusable import ROUTES
@@ -110,6 +111,17 @@ async def test_a_bad_setting_turns_the_extension_off_and_names_itself(capfd, jp_
     assert f"GkewsApp] jupyter_gkews: {message}" in log and "[C " in log.split(message)[0].splitlines()[-1], log
     assert_nothing_written(tmp_path, home)
     assert "GKEWS_CHECKPOINT_ROOT" not in os.environ  # kernels are not told a checkpoint root
+
+
+@pytest.mark.parametrize("jp_argv", [["--GkewsApp.keep_last=0"]])
+async def test_the_metrics_of_a_server_whose_extension_is_off_say_so(jp_fetch, jp_serverapp, jp_argv):
+    """/metrics said gkews_session_state{...="active"} 1 while every route answered 503: alerting saw a
+    session that could pause. It says unavailable."""
+    await unavailable(jp_fetch)
+    states = {s.labels["gkews_session_state"]: s.value
+              for family in text_string_to_metric_families((await jp_fetch("metrics")).body.decode())
+              for s in family.samples if s.name == "gkews_session_state"}
+    assert states["unavailable"] == 1.0 and states["active"] == 0.0, states
 
 
 @pytest.mark.parametrize("jp_argv", [["--GkewsApp.idle_profiles=nightly"], ["--GkewsApp.max_age_days=-3"]])
