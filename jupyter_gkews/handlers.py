@@ -20,7 +20,7 @@ from .errors import (BadRequest, Conflict, KernelCallFailed, LifecycleError, Not
 from .lifecycle import pinned_checkpoints
 from .lifecycle.paths import clean_notebook_paths, one_line
 from .notebook_actions import NotebookActions
-from .schema import CHECKPOINT_ID, validate_request
+from .schema import CHECKPOINT_ID, EXAMPLES, validate_request
 from .states import PauseReason
 
 AUTH_RESOURCE = "gkews"
@@ -52,7 +52,7 @@ class GkewsHandler(APIHandler):
             data = json.loads(raw) if raw and raw.strip() else {}
         except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
             raise BadRequest(f"the request body is not valid JSON ({exc}); send e.g. "
-                             '{"notebooks": ["path/to/notebook.ipynb"]} or nothing') from None
+                             f"{EXAMPLES[self.request_schema]}") from None
         return validate_request(self.request_schema, data)
 
     request_schema = ""  # the name of the body's schema in schema.REQUESTS

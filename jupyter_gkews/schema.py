@@ -63,6 +63,15 @@ REQUESTS: dict[str, dict] = {
                                    "x-message": '"checkpoint" must be a checkpoint id, like 20261129-221530-123-a1b2'}},
                    required=["notebook", "cell"]),
 }
+_ONE = '{"notebook": "path/to/notebook.ipynb"}'
+#: what a body that is not JSON is told to look like, per route
+EXAMPLES: dict[str, str] = {
+    "pause": '{"notebooks": ["path/to/notebook.ipynb"]} or nothing',
+    "resume": '{"notebooks": ["path/to/notebook.ipynb"]} or nothing',
+    "checkpoint-now": _ONE, "restore": _ONE,
+    "auto": '{"notebook": "path/to/notebook.ipynb", "action": "on"}',
+    "rewind": '{"notebook": "path/to/notebook.ipynb", "cell": 12}',
+}
 
 
 def validate_request(request: str, body) -> dict:

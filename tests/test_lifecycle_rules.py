@@ -81,6 +81,11 @@ BAD_INPUT = [
      ["not valid JSON", '{"notebooks": ["path/to/notebook.ipynb"]}', "or nothing"]),
     ("resume-malformed-json", "POST", ("gkews", "resume"), '{"notebooks": [', None, 400,
      ["not valid JSON", '{"notebooks": ["path/to/notebook.ipynb"]}']),
+    # each route's own example: "notebook", not "notebooks", and never "or nothing" where a body is needed
+    ("checkpoint-now-malformed-json", "POST", ("gkews", "checkpoints", "now"), "{", None, 400,
+     ["not valid JSON", 'send e.g. {"notebook": "path/to/notebook.ipynb"}']),
+    ("rewind-malformed-json", "POST", ("gkews", "checkpoints", "rewind"), "{", None, 400,
+     ["not valid JSON", 'send e.g. {"notebook": "path/to/notebook.ipynb", "cell": 12}']),
     ("pause-body-is-list", "POST", ("gkews", "pause"), '["work/a.ipynb"]', None, 400,
      ["must be a JSON object", '{"notebooks": [...]}']),
     ("resume-body-is-list", "POST", ("gkews", "resume"), "[]", None, 400, ["must be a JSON object"]),
