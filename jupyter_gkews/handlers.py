@@ -38,6 +38,24 @@ def status_code(exc: LifecycleError) -> int:
 class GkewsHandler(APIHandler):
     auth_resource = AUTH_RESOURCE
 
+    async def prepare(self) -> None:
+        """A method the route does not take: 403 without credentials (as for every request, whatever
+        allow_unauthenticated_access says), else 405 naming the methods it takes, with a reason class."""
+        await super().prepare()
+        method = self.request.method or ""
+        if self._finished or method == "OPTIONS":  # OPTIONS: CORS preflight, answered by Jupyter Server
+            return
+        takes = [m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+                 if getattr(type(self), m.lower()) is not getattr(web.RequestHandler, m.lower())]
+        if method in takes:
+            return
+        if not self.current_user:
+            raise web.HTTPError(403)
+        route = self.request.path[len(self.base_url):] if self.request.path.startswith(self.base_url) \
+            else self.request.path
+        self.reply(405, {"message": f"{method} is not a method of {route}: it takes {', '.join(takes)}",
+                         "reason": "MethodNotAllowed"})
+
     @property
     def lifecycle(self):
         return self.settings["gkews_lifecycle"]
@@ -201,7 +219,7 @@ class UnknownRouteHandler(GkewsHandler):
     server's HTML page. Only for a signed-in user: without credentials it is the 403 of every route."""
 
     async def prepare(self):
-        await super().prepare()
+        await APIHandler.prepare(self)  # not GkewsHandler's: no method is this route's, every one gets the 404
         if not self.current_user:
             raise web.HTTPError(403)
         # the path as the user typed it (request.path is URL-escaped), on one line; replied, not raised:

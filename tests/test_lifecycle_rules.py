@@ -74,6 +74,21 @@ async def test_every_route_refuses_unauthenticated_requests(jp_fetch, jp_servera
     assert (await call(jp_fetch, "GET", ("gkews", "status"))).code == 200
 
 
+async def test_a_method_a_route_does_not_take_is_refused_like_any_error(jp_fetch, jp_serverapp):
+    """GET pause, POST status: 405 {"message": "Method Not Allowed", "reason": null}, without a token too.
+    Without credentials it is 403 like every request; with them the answer names the methods the route
+    takes, with a reason class as every error."""
+    for method, parts, takes in (("GET", ("gkews", "pause"), "POST"), ("POST", ("gkews", "status"), "GET"),
+                                 ("DELETE", ("gkews", "checkpoints"), "GET")):
+        r = await call(jp_fetch, method, parts, headers={"Authorization": ""})
+        assert r.code == 403, (method, parts, r.code)
+        r = await call(jp_fetch, method, parts)
+        assert r.code == 405, (method, parts, r.code)
+        body = json.loads(r.body)
+        assert body["reason"] == "MethodNotAllowed", body
+        assert body["message"] == f"{method} is not a method of {'/'.join(parts)}: it takes {takes}", body
+
+
 # -- 2. bad input: 400/404, a message naming the problem and the fix, nothing changed -----------------------
 BAD_INPUT = [
     # (id, method, parts, body, params, code, words the message must contain)
