@@ -352,6 +352,8 @@ class AutoCheckpoint:
         self.stage_seconds: list[float] = []
         self.skipped_cells = 0
         self.raised_cells: set[int] = set()  # for rewind's message: a cell that raised has no checkpoint
+        self.rewind_undos: dict[int, int] = {}  # ... unless a rewind checkpointed the state it replaced: its cell
+        self.interrupted_cells: set[int] = set()  # cells whose checkpoint an interrupt dropped while it was staged
         self.reported_error: str | None = None
         self.stage_error: str | None = None
         self.last_stage: dict | None = None  # cell, foreground seconds, bytes copied (into warm memory), hashed
@@ -421,6 +423,7 @@ class AutoCheckpoint:
             self.stage_error = None
         except KeyboardInterrupt:
             self.skipped_cells += 1  # an interrupt is never delayed: this cell gets no checkpoint
+            self.interrupted_cells.add(result.execution_count)
         except Exception as exc:
             self.stage_error = str(exc) if isinstance(exc, CheckpointError) else f"{type(exc).__name__}: {exc}"
             self._report_failure_once()
@@ -550,7 +553,8 @@ def enabled_by_setting(shell) -> bool:
 
 
 # -- rewind ---------------------------------------------------------------------------------------------
-def find_cell(cell: int, *, notebook: str | None = None, root: str | None = None) -> dict:
+def find_cell(cell: int, *, notebook: str | None = None, root: str | None = None,
+              running_cell: int | None = None) -> dict:
     """The newest automatic checkpoint labelled with execution count `cell` in this kernel's numbering: a
     cell this process ran, else one of an earlier process whose numbering it continues (it was resumed
     from that process's checkpoint: counter.CONTINUES). A cell [N] of any other process (the one before a
@@ -581,37 +585,46 @@ def find_cell(cell: int, *, notebook: str | None = None, root: str | None = None
     have = ", ".join(f"[{c}]" for c in sorted(set(cells))) or "none"
     if elsewhere is not None:
         other = elsewhere.get("identity") or {}
-        if _still_running(other):  # not a restart: a second kernel of the notebook, with its own numbering
+        if still_running(other):  # not a restart: a second kernel of the notebook, with its own numbering
             raise CheckpointNotFound(
                 f"no automatic checkpoint after cell [{cell}] of this kernel: cell [{cell}] ran in "
                 f"{_other_kernel(other)}; rewind N goes back only to this kernel's own cells (cells with one: "
-                f"{have}; {_why_none(cell)}). To bring back the state at the end of that kernel's cell [{cell}] "
-                f"anyway: %gkews_checkpoint rewind --checkpoint {elsewhere['id']}")
+                f"{have}; {_why_none(cell, running_cell)}). To bring back the state at the end of that kernel's "
+                f"cell [{cell}] anyway: %gkews_checkpoint rewind --checkpoint {elsewhere['id']}")
         raise CheckpointNotFound(
             f"no automatic checkpoint after cell [{cell}] of this kernel: cell [{cell}] ran in "
             f"{_other_kernel(other)}; this kernel numbers its cells from [1] again, and "
             f"rewind N goes back only to its own cells (cells with one: {have}). To bring back the state at "
             f"the end of that earlier cell [{cell}] anyway: %gkews_checkpoint rewind --checkpoint {elsewhere['id']}")
-    how = _why_none(cell)
+    how = _why_none(cell, running_cell)
     raise CheckpointNotFound(f"no automatic checkpoint after cell [{cell}] for notebook {nb!r} (cells with one: "
                              f"{have}); {how}")
 
 
-def _why_none(cell: int) -> str:
-    """Why this kernel has no automatic checkpoint after its cell [cell], for rewind's message."""
+def _why_none(cell: int, running_cell: int | None = None) -> str:
+    """Why this kernel has no automatic checkpoint after its cell [cell], for rewind's message (running_cell:
+    the cell that asks, the magic's own)."""
+    if cell == running_cell:
+        return (f"cell [{cell}] is this cell, still running: its automatic checkpoint is taken when it ends; "
+                "rewind to it from the next cell")
     count = getattr(AUTO.shell or checkpoint.current_shell(), "execution_count", None)  # the next cell's number
     if cell < 1 or isinstance(count, int) and cell >= count:
         return f"this kernel has not run a cell [{cell}]" + (f" (its last is [{count - 1}])" if
                                                              isinstance(count, int) and count > 1 else "")
-    if cell in AUTO.raised_cells:
-        return f"cell [{cell}] raised an exception: a cell that did not complete leaves no state to come back to"
     w = AUTO.writer
-    if cell in w.cells_written:
+    before_rewind = AUTO.rewind_undos.get(cell)
+    if cell in w.cells_written or before_rewind is not None:
         from .magic import human_bytes
         limit = config.auto_max_bytes()
-        return (f"its automatic checkpoint was deleted since: automatic checkpoints keep the newest "
+        which = f" (the state before the rewind to cell [{before_rewind}])" if before_rewind is not None else ""
+        return (f"its automatic checkpoint{which} was deleted since: automatic checkpoints keep the newest "
                 f"{config.auto_keep_last()}{f' within {human_bytes(limit)}' if limit else ''} "
                 f"(raise GKEWS_AUTO_KEEP_LAST or GKEWS_AUTO_MAX_BYTES to keep more), or it was deleted by hand")
+    if cell in AUTO.raised_cells:
+        return f"cell [{cell}] raised an exception: a cell that did not complete leaves no state to come back to"
+    if cell in AUTO.interrupted_cells:
+        return ("an interrupt came while its checkpoint was being taken, which dropped it (an interrupt is "
+                "never held back)")
     if cell in w.cells_failed:
         return f"its automatic checkpoint could not be written: {w.cells_failed[cell]}"
     if cell in w.cells_coalesced:
@@ -640,14 +653,14 @@ def _other_kernel(identity: dict | None) -> str:
         return "an earlier kernel (a checkpoint of an older version, which did not record its process)"
     if isinstance(started, (int, float)) and started > STARTED:
         return f"another kernel process (pid {identity.get('pid', '?')}, started at {_clock(started)})"
-    if _still_running(identity):  # two kernels of one notebook (a second tab's, a console's): no restart
+    if still_running(identity):  # two kernels of one notebook (a second tab's, a console's): no restart
         return (f"another kernel of this notebook that still runs (pid {identity['pid']}, started at "
                 f"{_clock(started)})")
     return (f"an earlier kernel (pid {identity.get('pid', '?')}, started at {_clock(started)}), before this "
             f"kernel's restart at {_clock(STARTED)}")
 
 
-def _still_running(identity: dict) -> bool:
+def still_running(identity: dict) -> bool:
     """Whether the process that wrote a checkpoint runs on this host now: its pid is alive and that process
     started when the checkpoint says (a pid is reused; /proc gives a process's start in clock ticks since
     boot)."""
@@ -681,7 +694,7 @@ def find_checkpoint(checkpoint_id: str, cell: int | None = None, *, notebook: st
 
 
 def rewind(cell: int | None, namespace=None, *, notebook: str | None = None, root: str | None = None,
-           undo_cell: int | None = None, checkpoint_id: str | None = None) -> dict:
+           undo_cell: int | None = None, checkpoint_id: str | None = None, running_cell: int | None = None) -> dict:
     """Bring the namespace back to the end of cell `cell` of this kernel (find_cell), or to the automatic
     checkpoint `checkpoint_id` (of any kernel process: one before a restart too), after checkpointing the state
     it replaces, labelled with `undo_cell` (default: the last cell that ran), so `rewind undo_cell` undoes
@@ -694,7 +707,7 @@ def rewind(cell: int | None, namespace=None, *, notebook: str | None = None, roo
     if checkpoint_id is not None:
         target = find_checkpoint(checkpoint_id, cell, notebook=notebook, root=root)
     else:
-        target = find_cell(cell, notebook=notebook, root=root)
+        target = find_cell(cell, notebook=notebook, root=root, running_cell=running_cell)
     cell = (target.get("label") or {}).get("cell")
     earlier = counter.earlier_kernel(target)
     count = getattr(shell, "execution_count", None)  # the next cell's number, outside a cell
@@ -707,6 +720,8 @@ def rewind(cell: int | None, namespace=None, *, notebook: str | None = None, roo
             raise CheckpointWriteError(
                 f"the rewind to the end of cell [{cell}] was not done, and nothing was changed: it first "
                 f"checkpoints the state it replaces, so that it can be undone, and {exc}") from None
+        if isinstance(now, int):
+            AUTO.rewind_undos[now] = cell
         store = Store(root)
         before = store.load_manifest(config.notebook_name(notebook), undo["id"])
         kept = set(target["variables"]) | set(target["modules"]) | set(target["skipped"])
@@ -714,6 +729,13 @@ def rewind(cell: int | None, namespace=None, *, notebook: str | None = None, roo
         # the restored values in place; a module imported since stays bound, as it stays loaded
         removed = [n for n in before["variables"] if n not in kept]
         result = checkpoint.restore(ns, notebook=notebook, root=root, checkpoint=target["id"], remove=removed)
+        # a name of IPython's own (In, Out, _oh) the user rebound after that cell: IPython's object is what that
+        # cell ended with (no checkpoint holds it), not no name at all
+        own = getattr(shell, "user_ns_hidden", None) or {}
+        ipython_own = [n for n in removed if n in own]
+        for name in ipython_own:
+            ns[name] = own[name]
+        removed = [n for n in removed if n not in own]
         store.apply_retention(config.notebook_name(notebook), auto=True)  # now that the target is read
     changed, came_back, unchanged = [], [], []
     # what no checkpoint can hold (an open file, a generator) is in no undo either
@@ -730,6 +752,7 @@ def rewind(cell: int | None, namespace=None, *, notebook: str | None = None, roo
             unchanged.append(name)
         else:
             changed.append(name)
+    came_back.extend(ipython_own)
     gone = sorted(unsaved & set(result["restored"]))
     if gone:
         result["warnings"].append(

@@ -228,8 +228,14 @@ class CheckpointMagics(Magics):
             label = r.get("label") or {}
             after = ""
             if r.get("auto"):
-                # a cell [N] of the kernel before a restart: rewind N does not mean that one
-                earlier = f" of an earlier kernel ({_process(r.get('identity'))})" if r.get("earlier_kernel") else ""
+                # a cell [N] of the kernel before a restart, or of a second kernel of this notebook (another
+                # tab's): rewind N does not mean that one
+                earlier = ""
+                if r.get("earlier_kernel"):
+                    from .auto import still_running
+                    who = "another kernel that still runs" if still_running(r.get("identity") or {}) else \
+                        "an earlier kernel"
+                    earlier = f" of {who} ({_process(r.get('identity'))})"
                 after = f"  auto, after [{label.get('cell')}]{earlier}: {label.get('source', '')}"
             print(f"{r['id']:<26} {r['created']:<21} {human_bytes(r['bytes']):>11} {r['variables']:>9} "
                   f"{r['skipped']:>7}{after}")
@@ -312,7 +318,8 @@ class CheckpointMagics(Magics):
         # IPython has already counted this cell: the one before it is execution_count - 2
         with _said_if_interrupted("the rewind changed nothing: the variables are as they were"):
             r = auto.rewind(None if by_id else int(args.names[0]), self.shell.user_ns, notebook=args.notebook,
-                            undo_cell=self.shell.execution_count - 2, checkpoint_id=args.checkpoint)
+                            undo_cell=self.shell.execution_count - 2, checkpoint_id=args.checkpoint,
+                            running_cell=self.shell.execution_count - 1)
         label = r["label"] or {}
         earlier = " of an earlier kernel" if r.get("earlier_kernel") else ""
         source = label.get("source", "")  # a rewind's own "before" checkpoint is in parentheses already

@@ -579,6 +579,36 @@ def test_a_snapshot_cut_short_leaves_no_later_checkpoint_stale(store):
         assert k.quietly("[float(t[1_000_000]), x]") == [5.0, 1]
 
 
+def test_rewind_says_why_a_cell_has_no_checkpoint_and_brings_back_ipython_s_own_names(store):
+    """rewind N to a cell without an automatic checkpoint said "automatic checkpoints were off then, or a save
+    or restore was running" for the cell typing the rewind itself and for a cell whose checkpoint an interrupt
+    dropped, and blamed a cell that raised when the checkpoint a rewind took for it (the state it replaced)
+    had been retired. Each gets its own reason. And a rewind over a cell that rebound IPython's In and Out
+    took the names away: IPython's own come back."""
+    with Kernel(store, extra_env={"GKEWS_AUTO_CHECKPOINT": "1", "GKEWS_AUTO_KEEP_LAST": "2"}) as k:
+        k.run("x = 1")  # [1]
+        settle(k)
+        k.run("x = 2")  # [2]
+        settle(k)
+        k.run("x = 3; In = 'mine'; Out = 0\nraise ValueError('oops')", allow_error=True)  # [3]
+        settle(k)
+        assert "Undo with %gkews_checkpoint rewind 3" in k.run("%gkews_checkpoint rewind 2")  # [4]
+        assert k.quietly("[type(In).__name__, type(Out).__name__, x]") == ["list", "dict", 2]
+        for code in ("y = 1", "y = 2"):  # [5], [6]: retention (the newest 2) retires the state before [4]
+            k.run(code)
+            settle(k)
+        out = k.run("%gkews_checkpoint rewind 3", allow_error=True)  # [7]
+        assert "its automatic checkpoint (the state before the rewind to cell [2]) was deleted since" in out, out
+        out = k.run("%gkews_checkpoint rewind 8", allow_error=True)  # [8]
+        assert "cell [8] is this cell, still running" in out, out
+        k.run("class Boom:\n    fired = False\n    def __reduce__(self):\n        if not Boom.fired:\n"
+              "            Boom.fired = True\n            raise KeyboardInterrupt\n        return (Boom, ())\n"
+              "boom = Boom()")  # [9]: an interrupt lands while its checkpoint is staged
+        settle(k)
+        out = k.run("%gkews_checkpoint rewind 9", allow_error=True)  # [10]
+        assert "an interrupt came while its checkpoint was being taken, which dropped it" in out, out
+
+
 def restart(k: Kernel) -> None:
     """Restart the kernel the way the notebook's Restart does: a new process, cells numbered from [1]."""
     k.km.restart_kernel(now=True)
