@@ -180,6 +180,20 @@ async def test_workspace_addon_snapshots_on_pause_and_the_resumed_pod_is_verifie
     assert json.loads(await run_cell(jp_serverapp, kid, CHECK)) == before
 
 
+@pytest.mark.parametrize("cluster_options,backend_traits", [({"addon": True}, {"snapshot_mode": "trigger"})])
+async def test_trigger_mode_refuses_a_workspace_the_addon_snapshots(fake, jp_fetch, jp_serverapp, jp_root_dir):
+    """snapshot_mode 'trigger' set by hand on a Workspace the add-on snapshots: two policies select the Pod,
+    the add-on's with postCheckpoint: stop, and the add-on holds our pause for a snapshot of its own. No
+    trigger of ours is made; the pause goes on with the checkpoints and says what to set."""
+    await start_session(jp_fetch, jp_serverapp, jp_root_dir)
+    s = await pause_and_wait(jp_fetch)
+    assert "c.GkeBackend.snapshot_mode is 'trigger', but the GKE Workspaces snapshot add-on is on" in \
+        s["snapshot"]["error"], s["snapshot"]
+    assert "c.GkeBackend.snapshot_mode = 'auto'" in s["snapshot"]["error"]
+    assert fake.get(POLICIES, f"gkews-{WS}") is None
+    assert not [t for t in fake.all(TRIGGERS) if t["metadata"]["name"].startswith("gkews-")]
+
+
 @pytest.mark.parametrize("cause,expected,backend_traits", [
     ("trigger-failed", "failed: Failed: context deadline exceeded", {}),
     ("checkpoint-failed", "failed (Checkpoint=False): Failed: gVisor checkpoint failed", {}),

@@ -150,6 +150,13 @@ class GkeBackend(LocalBackend):
         if mode == "workspace":
             return {"mode": "workspace", "status": "on-pause", "workspace": me.workspace,
                     "message": "the GKE Workspaces snapshot add-on snapshots the Pod when the Workspace pauses"}
+        if self.snapshot_mode == "trigger" and addon_enabled(await self._io(kube.workspace, me.workspace), pod):
+            raise SnapshotError(
+                "c.GkeBackend.snapshot_mode is 'trigger', but the GKE Workspaces snapshot add-on is on for this "
+                "Workspace: its own policy (postCheckpoint: stop) selects this Pod too, so GKE could stop the Pod "
+                "after our snapshot, and the add-on holds the pause to take a snapshot of its own. Set "
+                "c.GkeBackend.snapshot_mode = 'auto' (the add-on snapshots when the Workspace pauses), or turn the "
+                "add-on off for this Workspace")
         runtime = (pod.get("spec") or {}).get("runtimeClassName")
         if runtime != GVISOR_RUNTIME_CLASS:
             raise SnapshotError(
