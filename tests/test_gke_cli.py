@@ -138,6 +138,18 @@ def test_restoring_is_shown_while_the_pod_is_not_ready(fake, gkews):
     assert "already pending (restoring" in gkews("resume", "--workspace", "gpu-notebook", code=3).stderr
 
 
+def test_a_workspace_its_controller_reports_in_error_is_shown_so(fake, gkews):
+    """status.state Error (a Pod that cannot be created, say) with a Pod not Ready read as "restoring", and
+    resume refused it as a pending resume; the controller's own message was dropped."""
+    fake.call(lambda: fake.emu.objects[WORKSPACES, "team-a", "gpu-notebook"].patch(
+        {"status": {"state": "Error", "stateMessage": "pods \"ws-gpu-notebook-0\" is forbidden: exceeded quota"}}))
+    fake.call(lambda: fake.emu.objects[PODS, "team-a", fake.pod].patch(
+        {"status": {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]}}))
+    d = status(gkews)
+    assert d["state"] == "error" and d["message"] == 'pods "ws-gpu-notebook-0" is forbidden: exceeded quota', d
+    assert "already pending" not in gkews("resume", "--workspace", "gpu-notebook").stderr
+
+
 @pytest.mark.parametrize("cluster_options", [{"addon": True}])
 def test_the_addons_checkpointing_is_shown_and_a_second_pause_is_refused(fake, gkews):
     """The add-on's webhook keeps spec.paused false and marks the Workspace Checkpointing until its snapshot is

@@ -124,6 +124,10 @@ def describe(kube: Kube, workspace: str) -> dict:
         out.update(state="pausing", snapshot_in_progress=True,
                    message=f"the snapshot add-on has been taking a Pod snapshot since {checkpointing_since}; "
                            "the Workspace pauses once it is Ready")
+    elif not paused and status.get("state") in ("Error", "Unknown"):  # its controller's word, with its message
+        out.update(state="error", message=status.get("stateMessage") or
+                   f"the Workspace controller reports {status['state']} and says no more; kubectl describe "
+                   f"workspace {workspace} -n {kube.namespace} shows its events")
     elif paused:
         out.update(state="pausing" if pod and not _terminated(pod) else "paused",
                    message=status.get("stateMessage") or ("the Pod is stopping" if pod else "the Workspace is paused"))
