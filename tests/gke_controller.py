@@ -178,6 +178,12 @@ class Cluster(kmock.KubernetesEmulator):
                 status=403, reason="Forbidden",
                 message=f'{plural}.{group} "{name or ""}" is forbidden: User "{user}" cannot {verb} resource '
                         f'"{plural}" in API group "{group}"{where}')
+        if plural == "podsnapshots" and verb in ("create", "patch", "update"):  # GKE's admission policy
+            raise kmock.KubernetesError(
+                status=422, reason="Invalid",
+                message=f"podsnapshots.{group} \"{name or ''}\" is forbidden: ValidatingAdmissionPolicy "
+                        "'podsnapshot-controller-only' denied request: only GKE's Pod snapshot controller creates "
+                        "or modifies PodSnapshots; clients may get, list, watch and delete them")
         if verb == "patch":
             self._check_patch_type(request, plural, name)
         if plural not in crd_schemas.CRDS or verb not in ("create", "patch"):
@@ -222,7 +228,8 @@ class FakeGke:
         self.tpu = tpu
         self.sandbox_admission = sandbox_admission  # the cluster's own admission sets runtimeClassName: gvisor
         self.rbac = rbac  # None: RBAC is not enforced (the tests' admin and the Pod may do anything)
-        self.outcome = "ready"  # ready | trigger-failed | checkpoint-failed | storage-failed | ready-failed | hang
+        # ready | trigger-failed | trigger-error | checkpoint-failed | storage-failed | ready-failed | hang
+        self.outcome = "ready"
         self.restore_on: str | None = None  # "trigger" | "resume" | None (a resumed Pod starts cold)
         self.capacity = True
         self.pod_stopped = False
@@ -571,6 +578,7 @@ class FakeGke:
         if self.outcome == "hang":
             return
         refused = ("context deadline exceeded" if self.outcome == "trigger-failed" else
+                   "the node's snapshot agent is unreachable" if self.outcome == "trigger-error" else
                    f"Pod {raw['spec']['targetPod']} not found" if pod is None else
                    f"Pod {pod['metadata']['name']} is not running in gVisor (runtimeClassName: gvisor)"
                    if pod["spec"].get("runtimeClassName") != "gvisor" else None)
@@ -578,7 +586,8 @@ class FakeGke:
         if not refused and policy is None:
             refused = f"no PodSnapshotPolicy selects Pod {pod['metadata']['name']}"
         if refused:
-            trigger.patch({"status": {"conditions": [_cond("Triggered", "False", "Failed", refused)]}})
+            reason = "Error" if self.outcome == "trigger-error" else "Failed"  # GKE reports either
+            trigger.patch({"status": {"conditions": [_cond("Triggered", "False", reason, refused)]}})
             return
         snap = self._new_snapshot(ns, name, raw["spec"]["targetPod"], policy["metadata"]["name"])
         created = snap if self.snapshot_created_as_string else {"name": snap}

@@ -100,6 +100,17 @@ def test_cleanup_retires_the_policy_only_after_its_snapshots_are_finalized(fake,
     assert fake.get(POLICIES, policy_name(WS)) is None and fake.leaked_storage == []
 
 
+def test_like_gke_the_fixture_lets_no_client_write_a_pod_snapshot(fake, tmp_path):
+    """GKE's admission policy: only its controller creates or modifies PodSnapshots; a client may read and
+    delete them. A change that labels or annotates one (an ownerReference, say) fails here as on GKE."""
+    kube = Kube("team-a", fake.kubeconfig(tmp_path / "kc"))
+    name = take_snapshots(fake, kube, 1)[0]
+    with pytest.raises(Exception, match="only GKE's Pod snapshot controller creates or modifies PodSnapshots"):
+        kube.patch("podsnapshots", name, {"metadata": {"labels": {"mine": "yes"}}})
+    assert "mine" not in (fake.get(SNAPSHOTS, name)["metadata"].get("labels") or {})
+    kube.delete("podsnapshots", name)  # reading and deleting stay allowed
+
+
 def test_cleanup_forbidden_names_the_verb(fake, tmp_path):
     kube = Kube("team-a", fake.kubeconfig(tmp_path / "kc"))
     take_snapshots(fake, kube, 1)

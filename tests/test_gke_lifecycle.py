@@ -196,6 +196,7 @@ async def test_trigger_mode_refuses_a_workspace_the_addon_snapshots(fake, jp_fet
 
 @pytest.mark.parametrize("cause,expected,backend_traits", [
     ("trigger-failed", "failed: Failed: context deadline exceeded", {}),
+    ("trigger-error", "failed: Error: the node's snapshot agent is unreachable", {}),
     ("checkpoint-failed", "failed (Checkpoint=False): Failed: gVisor checkpoint failed", {}),
     ("storage-failed", "failed (StorageReplicated=False): Failed: upload to gs://snapshots failed",
      {"snapshot_timeout": 120.0}),
