@@ -64,6 +64,7 @@ from jupyter_gkews.k8s import (ADDON_ENABLED_ANNOTATION, ADDON_LAST_ANNOTATION, 
 
 # the add-on pins the snapshot a new Pod restores from (the server never sets it; only this fixture plays it)
 PINNED_SNAPSHOT_ANNOTATION = "podsnapshot.gke.io/ps-name"
+ADDON_STORAGE_ANNOTATION = "podsnapshot.gke.kubeflow.org/storage-config"  # the add-on's; the server never reads it
 PODS = kmock.resource("", "v1", "pods")
 WORKSPACES = kmock.resource("kubeflow.org", "v1beta1", "workspaces")
 KINDS = kmock.resource("kubeflow.org", "v1beta1", "workspacekinds")
@@ -422,6 +423,15 @@ class FakeGke:
         return opted_in or _is(kind_found.get(ADDON_ENABLED_ANNOTATION), "true") \
             or _is(kind_found.get(MIGRATION_ENABLED_ANNOTATION), "true")
 
+    def _addon_storage_config(self, ws: dict) -> str:
+        """The add-on's StorageConfig: the Workspace's annotation, else its kind's, else the add-on's default."""
+        kind = self._obj(KINDS, None, ws["spec"].get("kind")) or {"metadata": {}}
+        for obj in (ws, kind):
+            name = (obj["metadata"].get("annotations") or {}).get(ADDON_STORAGE_ANNOTATION)
+            if name:
+                return name
+        return "kubeflow-pod-snapshot-storage-config"
+
     def _workspace_obj(self) -> dict:
         return self._obj(WORKSPACES, self.namespace, self.workspace)
 
@@ -610,7 +620,7 @@ class FakeGke:
             self.emu.objects[POLICIES, ns, policy] = {
                 "apiVersion": f"{SNAPSHOT_GROUP}/v1", "kind": "PodSnapshotPolicy",
                 "metadata": {"name": policy, "namespace": ns},
-                "spec": {"storageConfigName": "kubeflow-pod-snapshot-storage-config",
+                "spec": {"storageConfigName": self._addon_storage_config(raw),
                          "selector": {"matchLabels": {WORKSPACE_LABEL: name}},
                          "triggerConfig": {"type": "manual", "postCheckpoint": "stop"},
                          "retentionConfig": {"lastAccessTimeout": "7d"}}}

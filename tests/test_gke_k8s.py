@@ -111,6 +111,25 @@ def test_like_gke_the_fixture_lets_no_client_write_a_pod_snapshot(fake, tmp_path
     kube.delete("podsnapshots", name)  # reading and deleting stay allowed
 
 
+def test_the_deployed_kind_sends_the_addons_snapshots_to_the_deployed_storage_config():
+    """The add-on's policy stored snapshots in its default StorageConfig (kubeflow-pod-snapshot-storage-config),
+    not in deploy/podsnapshot-storage.yaml's bucket that the docs set up: the kind names that one."""
+    kind = next(d for d in yaml.safe_load_all((DEPLOY / "workspacekind.yaml").read_text())
+                if d and d["kind"] == "WorkspaceKind")
+    storage = yaml.safe_load((DEPLOY / "podsnapshot-storage.yaml").read_text())
+    cluster = FakeGke(kind_annotations=kind["metadata"]["annotations"]).start()
+    try:
+        policy = None
+        for _ in range(200):  # the add-on reconciles within a few of the fixture's steps
+            policy = cluster.get(POLICIES, f"ws-{cluster.workspace}-policy")
+            if policy:
+                break
+            time.sleep(0.05)
+        assert policy["spec"]["storageConfigName"] == storage["metadata"]["name"] == "gkews-snapshots"
+    finally:
+        cluster.stop()
+
+
 def test_cleanup_forbidden_names_the_verb(fake, tmp_path):
     kube = Kube("team-a", fake.kubeconfig(tmp_path / "kc"))
     take_snapshots(fake, kube, 1)
