@@ -57,6 +57,15 @@ def test_a_mistyped_option_or_a_stray_argument_is_refused_not_ignored(command, t
     assert "--help-all" in done.stdout, done.stdout
 
 
+def test_a_setting_given_twice_is_a_wrong_option(tmp_path):
+    """An alias and its long form together (`--checkpoint-root=A --GkewsApp.checkpoint_root=B`) ended with a
+    CRITICAL "Bad config encountered during initialization" line and exit code 1; it is a wrong option: 2."""
+    done = run(["jupyter", "gkews", "cleanup", "--dry-run", f"--checkpoint-root={tmp_path}",
+                f"--GkewsApp.checkpoint_root={tmp_path}"], cwd=tmp_path, timeout=120, code=2)
+    assert "jupyter gkews cleanup: error: GkewsApp.checkpoint_root=" in done.stderr, done.stderr
+    assert "checkpoint_root only accepts one value, got 2" in done.stderr and "CRITICAL" not in done.stderr
+
+
 @pytest.mark.parametrize("command", sorted(GkewsCommand.subcommands))
 def test_a_mistyped_option_without_a_value_is_named_unknown(command, tmp_path):
     """`cleanup --dryrun` (a flag typo, no `=value`) said "argument --dryrun: expected one argument", as

@@ -14,7 +14,7 @@ import difflib
 import sys
 
 from jupyter_core.application import JupyterApp
-from traitlets.config.loader import KVArgParseConfigLoader, _DefaultOptionDict, _KVArgParser
+from traitlets.config.loader import ArgumentError, KVArgParseConfigLoader, _DefaultOptionDict, _KVArgParser
 
 
 def _unknown(parser: argparse.ArgumentParser, option: str) -> None:
@@ -51,6 +51,14 @@ class _StrictLoader(KVArgParseConfigLoader):
 
     def _handle_unrecognized_alias(self, arg: str) -> None:
         _unknown(self.parser, f"--{arg}")
+
+    def _convert_to_config(self) -> None:
+        # a value traitlets cannot take (`--checkpoint-root=A --GkewsApp.checkpoint_root=B`: one setting given
+        # twice) is a wrong option like any other: exit code 2 with its message, not a CRITICAL log and 1
+        try:
+            super()._convert_to_config()
+        except ArgumentError as exc:
+            self.parser.error(str(exc).replace("Error loading argument ", "", 1))
 
 
 class StrictApp(JupyterApp):
