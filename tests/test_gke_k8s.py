@@ -216,6 +216,19 @@ def test_a_policy_left_with_postcheckpoint_stop_is_named(fake, tmp_path):
     assert fake.all(TRIGGERS) == []
 
 
+def test_a_policy_made_with_other_settings_is_used_and_named(fake, tmp_path):
+    """A policy made before c.GkeBackend.storage_config or retention changed was reused as it was: the snapshots
+    went to the old bucket and nobody was told. The pause still takes its snapshot with it (the server may not
+    patch policies) and the snapshot says what differs and how to have it made again."""
+    kube = Kube("team-a", fake.kubeconfig(tmp_path / "kc"))
+    kube.create("podsnapshotpolicies", policy_body(policy_name(WS), WS, "old-bucket", "1d"))
+    snapshot = asyncio.run(backend(fake, tmp_path).snapshot([]))
+    assert snapshot["status"] == "ready", snapshot
+    assert "storageConfigName 'old-bucket', not 'gkews-snapshots'" in snapshot["warning"], snapshot
+    assert "retentionConfig {'lastAccessTimeout': '1d'}, not {'lastAccessTimeout': '7d'}" in snapshot["warning"]
+    assert "Delete it (`jupyter gkews cleanup` removes it once its snapshots are gone)" in snapshot["warning"]
+
+
 def test_identity_from_the_downward_api_and_the_pod_label(fake, tmp_path, monkeypatch):
     monkeypatch.setenv("POD_NAME", fake.pod)
     monkeypatch.setenv("POD_NAMESPACE", "team-a")

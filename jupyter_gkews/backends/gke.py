@@ -177,10 +177,16 @@ class GkeBackend(LocalBackend):
                 "checkpoint and this server could never pause the Workspace; delete it (`jupyter gkews cleanup` "
                 "removes it once its snapshots are gone, or kubectl delete podsnapshotpolicy) and pause again: "
                 "the next pause creates it with postCheckpoint: resume")
+        drift = _policy_drift(found, policy_body(policy, me.workspace, self.storage_config, self.retention))
+        if drift:  # we may not patch it (RBAC: get, create, delete); this snapshot follows it, and says so
+            drift = (f"the PodSnapshotPolicy {policy} was made with other settings ({drift}); this snapshot follows "
+                     "it. Delete it (`jupyter gkews cleanup` removes it once its snapshots are gone) for the next "
+                     "pause to make it with c.GkeBackend's")
+            self.log.warning("gkews: %s", drift)
         body = trigger_body(me.workspace, me.pod)
         name = body["metadata"]["name"]
         await self._io(kube.create, TRIGGERS, body)
-        self._made = {"trigger": name, "snapshot": ""}
+        self._made = {"trigger": name, "snapshot": "", "warning": drift or None}
         self._say(f"snapshot requested: PodSnapshotManualTrigger {name} for Pod {me.pod}")
         self._detail = "waiting for GKE to pick up the trigger"
         deadline = started + self.snapshot_timeout
@@ -228,7 +234,8 @@ class GkeBackend(LocalBackend):
         self._say(f"PodSnapshot {snap_name} is Ready after {seconds} s")
         path = ((snap.get("status") or {}).get("storageStatus") or {}).get("gcs", {})
         return {"mode": "trigger", "status": "ready", "name": snap_name, "trigger": name,
-                "policy": policy, "seconds": seconds, "gcs_path": path.get("observedGCSPath")}
+                "policy": policy, "seconds": seconds, "gcs_path": path.get("observedGCSPath"),
+                **({"warning": self._made["warning"]} if self._made.get("warning") else {})}
 
     async def release(self, notebooks: list[dict]) -> None:
         """Pause the Workspace: its controller stops the Pod and the GPU node is released."""
@@ -402,3 +409,12 @@ class GkeBackend(LocalBackend):
         if not dry_run:
             await self._io(cleanup_plan.run, kube, items)
         return items
+
+
+def _policy_drift(found: dict | None, wanted: dict) -> str:
+    """How an existing policy differs from the one the settings would make (storage, retention, selector)."""
+    if found is None:
+        return ""
+    have, want = found.get("spec") or {}, wanted["spec"]
+    return "; ".join(f"{key} {have.get(key)!r}, not {want.get(key)!r}"
+                     for key in ("storageConfigName", "retentionConfig", "selector") if have.get(key) != want.get(key))
