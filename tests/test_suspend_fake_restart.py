@@ -82,3 +82,50 @@ def test_server_restart_while_suspended(tmp_path, monkeypatch, stop):
         if server.proc is not None and server.proc.poll() is None:
             server.signal(signal.SIGKILL)
         kill_pids(pids)
+
+
+def test_a_notebook_opened_again_after_the_restart_resumes_live_in_its_new_session(tmp_path, monkeypatch):
+    """After a server restart the session table is empty: a page reload opens the paused notebook again, with
+    a new session and a kernel of its own. The resume then updated the notebook's old session, which was gone:
+    "Session not found" (404), the resume failed, the live kernel ran on beside the page's empty one. The new
+    session gets the live kernel, and the kernel it had started is shut down."""
+    gpu_file = str(tmp_path / "fake-gpu.json")
+    with fake.edit(gpu_file) as data:
+        data["devices"] = {"0": 4096 * MIB}
+    monkeypatch.setenv(fake.ENV, gpu_file)
+    server = Server(tmp_path)
+    server.extra_args = ["--LocalBackend.release_mode=suspend", "--LocalBackend.gpu_api=fake",
+                         "--LocalBackend.host_memory_reserve=0"]
+    pids: list[int] = []
+    try:
+        server.start()
+        kid = server.open_notebook("a.ipynb")["kernel"]["id"]
+        pid = int(server.run_cell(kid, CELL).strip())
+        pids.append(pid)
+        with fake.edit(gpu_file) as data:
+            data["processes"][str(pid)] = {"device": 0, "bytes": 1024 * MIB, "state": "running"}
+        code, _ = server.post("gkews/pause")
+        assert code == 202
+        assert server.wait_for(("paused", "failed"))["state"] == "paused"
+        server.signal(signal.SIGKILL)
+        server.start()
+        assert server.get("api/sessions") == []
+        reopened = server.open_notebook("a.ipynb")  # what the page does on a reload
+        assert reopened["kernel"]["id"] != kid
+        pids.append(server.pid_of(reopened["kernel"]["id"]))
+
+        code, r = server.post("gkews/resume")
+        assert code == 202, r
+        s = server.wait_for(("active", "failed"))
+        assert s["state"] == "active", s["message"]
+        nb = s["notebooks"][0]
+        assert nb["verdict"] == "live-verified" and nb["kernel_id"] == kid, nb
+        sessions = server.get("api/sessions")
+        assert [(x["id"], x["path"], x["kernel"]["id"]) for x in sessions] == [(reopened["id"], "a.ipynb", kid)]
+        assert [k["id"] for k in server.get("api/kernels")] == [kid]
+        assert wait_gone([pids[1]], 30), "the kernel the reopened page had started runs on"
+        assert json.loads(server.execute(kid, CHECK)) == [332833500, "live", pid]
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.signal(signal.SIGKILL)
+        kill_pids(pids)

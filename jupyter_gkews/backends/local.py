@@ -374,14 +374,34 @@ class LocalBackend(Backend):
     async def _bind_session(self, notebook: dict, kernel_id: str) -> str:
         """The notebook's session, and those that shared its kernel (a console for it), on kernel_id."""
         sm = self.serverapp.session_manager
-        live = {s["id"] for s in await sm.list_sessions()}  # by id too: a client may have spelled it `/a.ipynb`
+        sessions = await sm.list_sessions()
+        live = {s["id"] for s in sessions}  # by id too: a client may have spelled it `/a.ipynb`
         for session in [notebook, *notebook.get("companions", [])]:
-            if session["session_id"] in live or await sm.session_exists(session["path"]):
+            if session["session_id"] in live:
                 await sm.update_session(session["session_id"], kernel_id=kernel_id)
+                continue
+            opened = next((s for s in sessions if session_path(s["path"]) == session["path"]), None)
+            if opened is not None:  # opened again after a server restart: a new session, with a kernel of its own
+                await self._take_over(opened, kernel_id, sessions)
+                session["session_id"] = opened["id"]
             else:  # the session table dropped it when its kernel stopped: put it back under its old id
                 await sm.save_session(session["session_id"], path=session["path"], name=session["name"],
                                       type=session["type"], kernel_id=kernel_id)
         return kernel_id
+
+    async def _take_over(self, opened: dict, kernel_id: str, sessions: list[dict]) -> None:
+        """A session the page opened for a paused notebook after a server restart (the table had lost the
+        notebook's own) goes to the kernel that comes back live, and the kernel it started goes: it ran
+        nothing of the notebook's (the page holds a paused notebook's cells), and left running it would be a
+        second kernel that no session shows."""
+        km = self.serverapp.kernel_manager
+        started = (opened.get("kernel") or {}).get("id")
+        await self.serverapp.session_manager.update_session(opened["id"], kernel_id=kernel_id)
+        others = [s for s in sessions if s["id"] != opened["id"] and (s.get("kernel") or {}).get("id") == started]
+        if started and started != kernel_id and started in km and not others:
+            self.log.info("gkews: %s opened again after the restart: its session now has the resumed kernel %s; "
+                          "shutting down the kernel it had started (%s)", opened["path"], kernel_id, started)
+            await km.shutdown_kernel(started)
 
     async def _open_session(self, path: str) -> dict | None:
         """The session with a running kernel that the notebook at path has now, if any."""

@@ -97,6 +97,9 @@ class Resume:
                 try:
                     nb["kernel_id"] = await self.backend.start_kernel(nb)
                 except Exception as exc:
+                    # the server's log has it too, with where it came from (the status has one line)
+                    if self.log:
+                        self.log.warning("gkews: no kernel could be started for %s", nb["path"], exc_info=True)
                     nb.update(status=NotebookStatus.FAILED, verdict=Verdict.FAILED,
                               error=f"no kernel could be started: {type(exc).__name__}: {exc}",
                               next_step=f"make its kernel ({nb.get('kernel_name') or 'its kernelspec'}) start again "
