@@ -19,113 +19,114 @@ CELL = 'import os\nweights = [i * i for i in range(1000)]\nlabel = "live"\nprint
 CHECK = 'import json; print(json.dumps([sum(weights), label, os.getpid()]))'
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["clean-stop", "crash"])
-def test_server_restart_while_suspended(tmp_path, monkeypatch, stop):
-    gpu_file = str(tmp_path / "fake-gpu.json")
-    with fake.edit(gpu_file) as data:
-        data["devices"] = {"0": 4096 * MIB}
-    monkeypatch.setenv(fake.ENV, gpu_file)
-    server = Server(tmp_path)
-    server.extra_args = ["--LocalBackend.release_mode=suspend", "--LocalBackend.gpu_api=fake",
-                         "--LocalBackend.host_memory_reserve=0"]
-    pids: list[int] = []
+class Suspending:
+    """A server whose kernels suspend on a simulated GPU, and the kernel processes to kill at the end."""
+
+    def __init__(self, tmp_path, monkeypatch):
+        self.gpu_file = str(tmp_path / "fake-gpu.json")
+        with fake.edit(self.gpu_file) as data:
+            data["devices"] = {"0": 4096 * MIB}
+        monkeypatch.setenv(fake.ENV, self.gpu_file)
+        self.server = Server(tmp_path)
+        self.server.extra_args = ["--LocalBackend.release_mode=suspend", "--LocalBackend.gpu_api=fake",
+                                  "--LocalBackend.host_memory_reserve=0"]
+        self.pids: list[int] = []
+
+    def open_on_gpu(self, path: str) -> str:
+        """A notebook whose kernel holds 1 GiB of the simulated GPU: its kernel id."""
+        kid = self.server.open_notebook(path)["kernel"]["id"]
+        pid = int(self.server.run_cell(kid, CELL).strip())
+        self.pids.append(pid)
+        with fake.edit(self.gpu_file) as data:
+            data["processes"][str(pid)] = {"device": 0, "bytes": 1024 * MIB, "state": "running"}
+        return kid
+
+
+@pytest.fixture
+def suspending(tmp_path, monkeypatch):
+    setup = Suspending(tmp_path, monkeypatch)
     try:
-        server.start()
-        kids = {}
-        for name in ("a", "b"):
-            kids[name] = server.open_notebook(f"{name}.ipynb")["kernel"]["id"]
-            pid = int(server.run_cell(kids[name], CELL).strip())
-            pids.append(pid)
-            with fake.edit(gpu_file) as data:
-                data["processes"][str(pid)] = {"device": 0, "bytes": 1024 * MIB, "state": "running"}
-        a_pid, b_pid = pids
-        code, _ = server.post("gkews/pause")
-        assert code == 202
-        s = server.wait_for(("paused", "failed"))
-        assert s["state"] == "paused", s["message"]
-        assert [nb["status"] for nb in s["notebooks"]] == ["suspended", "suspended"], s["notebooks"]
-
-        # a clean stop would shut its kernels down; after a crash they would exit on losing their parent
-        assert server.signal(stop) is not None
-        assert alive(a_pid) and alive(b_pid), "a stopping server killed its suspended kernels"
-        os.kill(b_pid, signal.SIGKILL)  # b's process does not live to see the next server
-        assert wait_gone([b_pid], 15)
-
-        server.start()  # takes seconds: a kernel still watching its old parent would have exited by now
-        s = server.status()
-        assert s["state"] == "paused", s
-        assert s["message"] == ("paused; 1 kernel(s) still suspended or running: resume brings them back live; "
-                                "gone, resume restores them from their checkpoints: b.ipynb"), s["message"]
-        assert [nb["status"] for nb in s["notebooks"]] == ["suspended", "suspended"]
-        assert [k["id"] for k in server.get("api/kernels")] == [kids["a"]]  # the live one, adopted
-        assert alive(a_pid)
-
-        code, r = server.post("gkews/resume")
-        assert code == 202, r
-        s = server.wait_for(("active", "failed"))
-        assert s["state"] == "active", s["message"]
-        a, b = s["notebooks"]
-        assert a["verdict"] == "live-verified" and a["kernel_id"] == kids["a"], a
-        assert b["verdict"] == "restored-from-checkpoint", b
-        assert b["why_restored"] == f"its kernel process {b_pid} is gone (the server restarted meanwhile)"
-        assert json.loads(server.run_cell(kids["a"], CHECK)) == [332833500, "live", a_pid]
-        # and as the page reaches it: the kernel websocket of the restarted server
-        assert json.loads(server.execute(kids["a"], CHECK)) == [332833500, "live", a_pid]
-        b_after = json.loads(server.run_cell(kids["b"], CHECK))
-        pids.append(b_after[2])
-        assert b_after[:2] == [332833500, "live"] and b_after[2] != b_pid
-        assert fake.read(gpu_file)["processes"][str(a_pid)]["state"] == "running"
-
-        server.signal(signal.SIGTERM)  # the adopted kernel is the server's again: a clean stop ends it
-        assert wait_gone([a_pid, b_after[2]], 30), "a kernel outlived the server after its resume"
+        yield setup
     finally:
-        if server.proc is not None and server.proc.poll() is None:
-            server.signal(signal.SIGKILL)
-        kill_pids(pids)
+        if setup.server.proc is not None and setup.server.proc.poll() is None:
+            setup.server.signal(signal.SIGKILL)
+        kill_pids(setup.pids)
 
 
-def test_a_notebook_opened_again_after_the_restart_resumes_live_in_its_new_session(tmp_path, monkeypatch):
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["clean-stop", "crash"])
+def test_server_restart_while_suspended(suspending, stop):
+    server, gpu_file, pids = suspending.server, suspending.gpu_file, suspending.pids
+    server.start()
+    kids = {name: suspending.open_on_gpu(f"{name}.ipynb") for name in ("a", "b")}
+    a_pid, b_pid = pids
+    code, _ = server.post("gkews/pause")
+    assert code == 202
+    s = server.wait_for(("paused", "failed"))
+    assert s["state"] == "paused", s["message"]
+    assert [nb["status"] for nb in s["notebooks"]] == ["suspended", "suspended"], s["notebooks"]
+
+    # a clean stop would shut its kernels down; after a crash they would exit on losing their parent
+    assert server.signal(stop) is not None
+    assert alive(a_pid) and alive(b_pid), "a stopping server killed its suspended kernels"
+    os.kill(b_pid, signal.SIGKILL)  # b's process does not live to see the next server
+    assert wait_gone([b_pid], 15)
+
+    server.start()  # takes seconds: a kernel still watching its old parent would have exited by now
+    s = server.status()
+    assert s["state"] == "paused", s
+    assert s["message"] == ("paused; 1 kernel(s) still suspended or running: resume brings them back live; "
+                            "gone, resume restores them from their checkpoints: b.ipynb"), s["message"]
+    assert [nb["status"] for nb in s["notebooks"]] == ["suspended", "suspended"]
+    assert [k["id"] for k in server.get("api/kernels")] == [kids["a"]]  # the live one, adopted
+    assert alive(a_pid)
+
+    code, r = server.post("gkews/resume")
+    assert code == 202, r
+    s = server.wait_for(("active", "failed"))
+    assert s["state"] == "active", s["message"]
+    a, b = s["notebooks"]
+    assert a["verdict"] == "live-verified" and a["kernel_id"] == kids["a"], a
+    assert b["verdict"] == "restored-from-checkpoint", b
+    assert b["why_restored"] == f"its kernel process {b_pid} is gone (the server restarted meanwhile)"
+    assert json.loads(server.run_cell(kids["a"], CHECK)) == [332833500, "live", a_pid]
+    # and as the page reaches it: the kernel websocket of the restarted server
+    assert json.loads(server.execute(kids["a"], CHECK)) == [332833500, "live", a_pid]
+    b_after = json.loads(server.run_cell(kids["b"], CHECK))
+    pids.append(b_after[2])
+    assert b_after[:2] == [332833500, "live"] and b_after[2] != b_pid
+    assert fake.read(gpu_file)["processes"][str(a_pid)]["state"] == "running"
+
+    server.signal(signal.SIGTERM)  # the adopted kernel is the server's again: a clean stop ends it
+    assert wait_gone([a_pid, b_after[2]], 30), "a kernel outlived the server after its resume"
+
+
+def test_a_notebook_opened_again_after_the_restart_resumes_live_in_its_new_session(suspending):
     """After a server restart the session table is empty: a page reload opens the paused notebook again, with
     a new session and a kernel of its own. The resume then updated the notebook's old session, which was gone:
     "Session not found" (404), the resume failed, the live kernel ran on beside the page's empty one. The new
     session gets the live kernel, and the kernel it had started is shut down."""
-    gpu_file = str(tmp_path / "fake-gpu.json")
-    with fake.edit(gpu_file) as data:
-        data["devices"] = {"0": 4096 * MIB}
-    monkeypatch.setenv(fake.ENV, gpu_file)
-    server = Server(tmp_path)
-    server.extra_args = ["--LocalBackend.release_mode=suspend", "--LocalBackend.gpu_api=fake",
-                         "--LocalBackend.host_memory_reserve=0"]
-    pids: list[int] = []
-    try:
-        server.start()
-        kid = server.open_notebook("a.ipynb")["kernel"]["id"]
-        pid = int(server.run_cell(kid, CELL).strip())
-        pids.append(pid)
-        with fake.edit(gpu_file) as data:
-            data["processes"][str(pid)] = {"device": 0, "bytes": 1024 * MIB, "state": "running"}
-        code, _ = server.post("gkews/pause")
-        assert code == 202
-        assert server.wait_for(("paused", "failed"))["state"] == "paused"
-        server.signal(signal.SIGKILL)
-        server.start()
-        assert server.get("api/sessions") == []
-        reopened = server.open_notebook("a.ipynb")  # what the page does on a reload
-        assert reopened["kernel"]["id"] != kid
-        pids.append(server.pid_of(reopened["kernel"]["id"]))
+    server = suspending.server
+    server.start()
+    kid = suspending.open_on_gpu("a.ipynb")
+    pid = suspending.pids[0]
+    code, _ = server.post("gkews/pause")
+    assert code == 202
+    assert server.wait_for(("paused", "failed"))["state"] == "paused"
+    server.signal(signal.SIGKILL)
+    server.start()
+    assert server.get("api/sessions") == []
+    reopened = server.open_notebook("a.ipynb")  # what the page does on a reload
+    assert reopened["kernel"]["id"] != kid
+    suspending.pids.append(server.pid_of(reopened["kernel"]["id"]))
 
-        code, r = server.post("gkews/resume")
-        assert code == 202, r
-        s = server.wait_for(("active", "failed"))
-        assert s["state"] == "active", s["message"]
-        nb = s["notebooks"][0]
-        assert nb["verdict"] == "live-verified" and nb["kernel_id"] == kid, nb
-        sessions = server.get("api/sessions")
-        assert [(x["id"], x["path"], x["kernel"]["id"]) for x in sessions] == [(reopened["id"], "a.ipynb", kid)]
-        assert [k["id"] for k in server.get("api/kernels")] == [kid]
-        assert wait_gone([pids[1]], 30), "the kernel the reopened page had started runs on"
-        assert json.loads(server.execute(kid, CHECK)) == [332833500, "live", pid]
-    finally:
-        if server.proc is not None and server.proc.poll() is None:
-            server.signal(signal.SIGKILL)
-        kill_pids(pids)
+    code, r = server.post("gkews/resume")
+    assert code == 202, r
+    s = server.wait_for(("active", "failed"))
+    assert s["state"] == "active", s["message"]
+    nb = s["notebooks"][0]
+    assert nb["verdict"] == "live-verified" and nb["kernel_id"] == kid, nb
+    sessions = server.get("api/sessions")
+    assert [(x["id"], x["path"], x["kernel"]["id"]) for x in sessions] == [(reopened["id"], "a.ipynb", kid)]
+    assert [k["id"] for k in server.get("api/kernels")] == [kid]
+    assert wait_gone([suspending.pids[1]], 30), "the kernel the reopened page had started runs on"
+    assert json.loads(server.execute(kid, CHECK)) == [332833500, "live", pid]
