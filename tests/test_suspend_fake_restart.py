@@ -130,3 +130,28 @@ def test_a_notebook_opened_again_after_the_restart_resumes_live_in_its_new_sessi
     assert [k["id"] for k in server.get("api/kernels")] == [kid]
     assert wait_gone([suspending.pids[1]], 30), "the kernel the reopened page had started runs on"
     assert json.loads(server.execute(kid, CHECK)) == [332833500, "live", pid]
+
+
+def test_restarting_an_adopted_kernel_stops_its_process(suspending):
+    """Restart Kernel on a kernel a restarted server adopted started a new process and left the old one running
+    (jupyter_client stops only a process it owns), holding its GPU and host memory until the machine stopped.
+    The old one is killed first; the new one is the server's own, so a clean stop ends it."""
+    server = suspending.server
+    server.start()
+    kid = suspending.open_on_gpu("a.ipynb")
+    old = suspending.pids[0]
+    code, _ = server.post("gkews/pause")
+    assert code == 202 and server.wait_for(("paused", "failed"))["state"] == "paused"
+    server.signal(signal.SIGKILL)
+    server.start()
+    code, _ = server.post("gkews/resume")
+    assert code == 202 and server.wait_for(("active", "failed"))["state"] == "active"
+
+    code, _ = server.post(f"api/kernels/{kid}/restart")
+    assert code == 200, server.log_tail(20000)
+    assert wait_gone([old], 30), "the adopted kernel's process runs on beside the restarted one"
+    new = json.loads(server.run_cell(kid, 'import os, json; print(json.dumps([os.getpid(), "weights" in globals()]))'))
+    suspending.pids.append(new[0])
+    assert new[0] != old and new[1] is False
+    server.signal(signal.SIGTERM)
+    assert wait_gone([new[0]], 30), "the restarted kernel outlived the server"

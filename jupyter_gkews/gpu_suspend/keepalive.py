@@ -94,14 +94,38 @@ def adopt(km, kernel_id: str, connection_file: str, kernel_name: str, pid: int) 
 
     async def shutdown_kernel(now: bool = False, restart: bool = False) -> None:
         kill(pid)  # not our child: no provisioner can stop it, its pid can
+        if restart:  # Restart Kernel: jupyter_client starts the next process on the same ports, as its own
+            await _until_gone(pid)
+            for name in OVERRIDDEN:
+                kernel.__dict__.pop(name, None)
+            # and waits for it as for any start: adopt's ready-made future would be set a second time
+            kernel._owns_kernel, kernel.gkews_pid, kernel._ready = True, None, None
 
     async def interrupt_kernel() -> None:
         os.kill(pid, signal.SIGINT)
-    kernel.shutdown_kernel, kernel.interrupt_kernel = shutdown_kernel, interrupt_kernel
+    # both names: jupyter_client's restart calls the private one, and a not-owned kernel's stops nothing
+    kernel.shutdown_kernel = kernel._async_shutdown_kernel = shutdown_kernel
+    kernel.interrupt_kernel = interrupt_kernel
     km._kernels[kernel_id] = kernel
     km._kernel_connections[kernel_id] = 0
     km._kernel_ports[kernel_id] = kernel.ports
     km.start_watching_activity(kernel_id)
+
+
+OVERRIDDEN = ("shutdown_kernel", "_async_shutdown_kernel", "interrupt_kernel")
+
+
+async def _until_gone(pid: int, seconds: float = 10.0) -> None:
+    """Until a killed process (not our child: no wait()) has let go of its ports, or seconds passed."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while asyncio.get_running_loop().time() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[-1].split()[0] == "Z":  # a zombie holds no sockets
+                    return
+        except OSError:  # gone
+            return
+        await asyncio.sleep(0.05)
 
 
 def kill(pid: int) -> None:
