@@ -14,7 +14,7 @@ import pytest
 
 from jupyter_gkews.app import GkewsApp
 from jupyter_gkews.idle import BUILTIN_PROFILES, choose_profile
-from serverkit import events, gkews_server_config, open_notebook, post, run_cell, status, wait_for
+from serverkit import events, gkews_server_config, open_notebook, post, run_cell, server_sees_idle, status, wait_for
 
 IDLE_SECONDS = 3.0  # the test profile's limit
 CHECK_EVERY = 0.2
@@ -53,15 +53,17 @@ def kernel_activity(serverapp, kid) -> float:
 async def settled_activity(serverapp, kid) -> float:
     """The kernel's last activity once the server has seen the cell's last message: the server reads IOPub
     on its own socket, a moment after the test's client saw the cell end (CI caught an 11 ms lag)."""
+    await server_sees_idle(serverapp, kid)
     kernel = serverapp.kernel_manager.get_kernel(kid)
     loop = asyncio.get_running_loop()
-    last, since = None, loop.time()
-    while True:
+    last, since, deadline = None, loop.time(), loop.time() + 60
+    while loop.time() < deadline:
         if kernel.execution_state != "idle" or kernel.last_activity != last:
             last, since = kernel.last_activity, loop.time()
         elif loop.time() - since >= 0.3:
             return last.timestamp()
         await asyncio.sleep(0.02)
+    raise AssertionError(f"the server's view of kernel {kid} did not settle in 60 s ({kernel.execution_state!r})")
 
 
 async def idle_pause(jp_fetch) -> dict:
