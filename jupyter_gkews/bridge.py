@@ -461,6 +461,13 @@ def kernel_process(kernel):
             getattr(kernel, "hb_port", None))
 
 
+def kernel_identity(km, kernel_id: str) -> dict | None:
+    """A kernel's process as the state file keeps it: its pid and start time (a pid alone is reused)."""
+    from .gpu_suspend.procs import start_time
+    pid = kernel_pid(km.get_kernel(kernel_id)) if kernel_id in km else None
+    return {"pid": pid, "start": start_time(pid)} if pid else None
+
+
 def kernel_leaving(km, kernel_id: str) -> bool:
     """Is the kernel gone, or on its way out (DELETE api/kernels, Shut Down Kernel)? jupyter_client interrupts
     a kernel before it asks it to shut down, so a call into it can fail with KeyboardInterrupt while the kernel

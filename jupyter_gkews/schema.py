@@ -125,6 +125,8 @@ NOTEBOOK = _obj({
     "restored": _STR_LIST, "failed": {"type": "object", "additionalProperties": _STR},
     "skipped_at_save": _SKIPPED_MAP, "warnings": _STR_LIST, "same_process": _BOOL,
     "message": _STR, "gpu": {"type": ["object", "null"], "description": "local GPU suspend: what was suspended"},
+    "process": {"type": ["object", "null"], "description": "during the release: its kernel's pid and start time, "
+                "for a server restarted then to stop a kernel that outlived it"},
     "saved_as": _STR, "reopened": _BOOL,
     "deleted": {**_BOOL, "description": "its file was deleted while paused: not resumed (no verdict)"},
     "found_missing": {**_BOOL, "description": "deleted: the resume found its file gone (the server did not see it "

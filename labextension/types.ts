@@ -49,6 +49,8 @@ export interface INotebookStatus {
   same_process?: boolean;
   message?: string;
   gpu?: Record<string, unknown> | null;
+  /** During the release: its kernel's pid and start time (a server restarted then stops what outlived it). */
+  process?: { pid: number; start: number | null } | null;
   saved_as?: string;
   reopened?: boolean;
   /** Its file was deleted while paused: not resumed, so no verdict (its checkpoint stays in the store). */

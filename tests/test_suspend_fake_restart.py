@@ -3,9 +3,11 @@ tests/test_suspend_fake.py) and started again: the suspended kernels live throug
 whose process is gone meanwhile comes back from its checkpoint."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
+import time
 
 import pytest
 from serverproc import Server
@@ -155,3 +157,36 @@ def test_restarting_an_adopted_kernel_stops_its_process(suspending):
     assert new[0] != old and new[1] is False
     server.signal(signal.SIGTERM)
     assert wait_gone([new[0]], 30), "the restarted kernel outlived the server"
+
+
+def test_a_server_killed_while_it_suspends_leaves_no_kernel_running(suspending):
+    """The kernels a pause releases are detached first, to live through a server's death (GPU suspend). A
+    server killed during that step left them running for good, out of every server's reach, holding GPU or
+    host memory. The restarted server stops them (the pause is rolled forward on the checkpoints) and says so."""
+    server, gpu_file = suspending.server, suspending.gpu_file
+    server.start()
+    kids = [suspending.open_on_gpu(f"{name}.ipynb") for name in ("a", "b")]
+    a_pid, b_pid = suspending.pids
+    with open(gpu_file + ".lock", "a") as lock:  # the driver's calls wait on it: a suspend that takes long
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        code, _ = server.post("gkews/pause")
+        assert code == 202
+        while ["checkpoint", a_pid] not in json.loads(open(gpu_file).read())["calls"]:
+            fcntl.flock(lock, fcntl.LOCK_UN)  # one driver call through, then hold it again
+            time.sleep(0.005)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        server.signal(signal.SIGKILL)  # a is suspended (detached); b, not detached yet, ends with the server
+    assert alive(a_pid)
+    server.start()
+    s = server.status()
+    assert s["state"] == "paused", s
+    assert "stopped the kernel process(es) of a.ipynb" in s["message"], s["message"]
+    assert wait_gone([a_pid, b_pid], 30), "a kernel detached by the killed server runs on"
+    code, _ = server.post("gkews/resume")
+    assert code == 202
+    s = server.wait_for(("active", "failed"))
+    assert [nb["verdict"] for nb in s["notebooks"]] == ["restored-from-checkpoint"] * 2, s["notebooks"]
+    for kid in kids:
+        after = json.loads(server.run_cell(kid, CHECK))
+        suspending.pids.append(after[2])
+        assert after[:2] == [332833500, "live"]

@@ -5,7 +5,7 @@ import asyncio
 import time
 
 from ..backends.base import LIVE_STATUSES, SnapshotFailed
-from ..bridge import kernel_leaving, kernel_process
+from ..bridge import kernel_identity, kernel_leaving, kernel_process
 from ..claim import Claim
 from ..errors import BadRequest, Conflict, KernelCallError
 from ..state import now
@@ -166,6 +166,9 @@ class Pause:
             # the code that asked for the snapshot is inside it: a restored copy wakes up here
             if await self._resume_if_restored(done):
                 return
+            for nb in done:  # persisted with the step: a kernel detached to live on (GPU suspend) outlives a
+                # server killed during the release, and the restarted one must find its process to stop it
+                nb["process"] = kernel_identity(self.serverapp.kernel_manager, nb["kernel_id"])
             await self._enter(State.PAUSING, Phase.RELEASING, "releasing the kernels", Event.RELEASING,
                               snapshot=snapshot)
             await self._renew_broken_holds(done, interrupt)  # the snapshot took a while: look once more
@@ -178,6 +181,7 @@ class Pause:
                 return
             for nb in done:
                 nb["status"] = NotebookStatus.RELEASED
+                nb.pop("process", None)  # released: what lives on says so in its own record ("gpu")
                 nb.update(released.get(nb["path"], {}))  # a kernel may live on (GPU suspend): its status, message
             self.state["timeline"]["environment_stopped"] = now()
             message = f"paused {len(done)} notebook(s)"

@@ -68,6 +68,20 @@ class Recovery:
         self._recovered("the server stopped during a resume; resume again to restore the notebooks from their "
                         "checkpoints", Event.RECOVERED_INTERRUPTED_RESUME)
 
+    def _stop_outliving_kernels(self) -> list[str]:
+        """A server killed while it released the kernels leaves those it had detached running (GPU suspend:
+        they live through a server's death), holding GPU or host memory, out of its reach: the rolled-forward
+        pause restores every notebook from its checkpoint, so they are stopped (their checkpoints hold them)."""
+        from ..gpu_suspend.procs import same_process
+        from ..gpu_suspend.keepalive import kill
+        stopped = []
+        for nb in self.state["notebooks"]:
+            process = nb.pop("process", None)
+            if process and nb["status"] == NotebookStatus.RELEASED and same_process(process["pid"], process["start"]):
+                kill(process["pid"])
+                stopped.append(nb["path"])
+        return stopped
+
     def _finish_interrupted_pause(self) -> None:
         """Roll the pause forward: the old kernels are out of reach, every checkpoint they committed counts."""
         from kernel_state.store import Store  # reading manifests only; the server never unpickles
@@ -86,6 +100,7 @@ class Recovery:
             else:
                 nb.update(status=NotebookStatus.LOST,
                           error="the server stopped before this notebook's checkpoint was written")
+        stopped = self._stop_outliving_kernels()
         released = [nb for nb in self.state["notebooks"] if nb["status"] == NotebookStatus.RELEASED]
         lost = [nb["path"] for nb in self.state["notebooks"] if nb["status"] == NotebookStatus.LOST]
         if not released and not any(awaiting_resume(nb) for nb in self.state["notebooks"]):
@@ -95,6 +110,9 @@ class Recovery:
             return
         self.state["timeline"].setdefault("environment_stopped", now())
         message = f"the server stopped during a pause; completed on restart: {len(released)} notebook(s) paused"
+        if stopped:
+            message += (f"; stopped the kernel process(es) of {', '.join(stopped)}, detached to live on (GPU "
+                        "suspend) when it stopped: the resume restores them from their checkpoints")
         if lost:
             message += f"; not checkpointed (re-run their cells): {', '.join(lost)}"
         self._recovered(message, Event.RECOVERED_INTERRUPTED_PAUSE, error=None)
