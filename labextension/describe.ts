@@ -379,29 +379,28 @@ function withFileNames(text: string, status: IStatus): string {
   return paths.sort((a, b) => b.length - a.length).reduce((t, path) => t.split(path).join(baseName(path)), text);
 }
 
-/** The notification after a pause or a resume finishes, or after a failure. */
+/**
+ * The notification after a pause or a resume finishes, or after a failure,
+ * whole: toast() shows its first 140 characters and offers the rest.
+ */
 export function transitionMessage(kind: 'paused' | 'resumed' | 'failed', status: IStatus): string {
   if (kind === 'failed') {
     if (!status.error) {
-      return clip(withFileNames(status.message, status));
+      return withFileNames(status.message, status);
     }
-    // the reason names each notebook's cause and fix; the general next step goes where there is room
-    // (Details has both in full)
+    // the reason names each notebook's cause and fix, then the general next step
     const reason = withFileNames(status.error.reason, status);
-    const both = `${reason} ${withFileNames(status.error.next_step, status)}`;
-    return clip(both.length <= 140 ? both : reason);
+    return `${reason} ${withFileNames(status.error.next_step, status)}`;
   }
   if (kind === 'paused') {
     // a resume a server restart cut short comes back paused: "Paused ..." alone read as a new pause
     const cut = status.message.startsWith('the server stopped during a resume')
       ? 'The resume did not finish: the server restarted during it. '
       : '';
-    return clip(cut + pausedSentence(status));
+    return cut + pausedSentence(status);
   }
   const resumed = status.notebooks.filter(resumeOutcome);
-  return clip(
-    resumed.length ? resumed.map(resumedSentence).join(' ') : 'Resumed; no notebook had a checkpoint to restore.'
-  );
+  return resumed.length ? resumed.map(resumedSentence).join(' ') : 'Resumed; no notebook had a checkpoint to restore.';
 }
 
 export function baseName(path: string): string {

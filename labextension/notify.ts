@@ -32,10 +32,7 @@ export function connectNotifications(model: GkewsModel, commands: CommandRegistr
   model.transition.connect((_, t: ITransition) => {
     switch (t.kind) {
       case 'paused':
-        Notification.success(transitionMessage('paused', t.status), {
-          autoClose: 8000,
-          actions: [details]
-        });
+        toast('success', transitionMessage('paused', t.status), { autoClose: 8000, actions: [details] });
         break;
       case 'resumed': {
         const worrying = t.status.notebooks.some(
@@ -44,17 +41,14 @@ export function connectNotifications(model: GkewsModel, commands: CommandRegistr
             Object.keys(nb.failed ?? {}).length ||
             Object.keys(nb.skipped_at_save ?? {}).length
         );
-        (worrying ? Notification.warning : Notification.success)(transitionMessage('resumed', t.status), {
+        toast(worrying ? 'warning' : 'success', transitionMessage('resumed', t.status), {
           autoClose: worrying ? false : 10000,
           actions: [details]
         });
         break;
       }
       case 'failed':
-        Notification.error(transitionMessage('failed', t.status), {
-          autoClose: false,
-          actions: [details]
-        });
+        toast('error', transitionMessage('failed', t.status), { autoClose: false, actions: [details] });
         break;
       case 'reconnected':
         Notification.info(`The Jupyter server answers again; the GPU session is ${model.display}.`, {

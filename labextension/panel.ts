@@ -65,9 +65,19 @@ export class CheckpointPanel extends Widget {
 
     // a finished pause or a checkpoint-now adds checkpoints: read the list again
     model.transition.connect(() => void this.refresh(), this);
+    // a pause or a resume starting turns Restore, Rewind and the toggle off (pausedKernelNote): draw them again
+    model.changed.connect(() => {
+      const state = model.status?.state ?? null;
+      if (state !== this.drawnFor) {
+        this.drawnFor = state;
+        void this.refresh();
+      }
+    }, this);
     // a kernel started or gone changes which notebooks can switch automatic checkpoints
     sessions.runningChanged.connect(() => void this.refresh(), this);
   }
+
+  private drawnFor: string | null = null; // the session state the rows were drawn for
 
   protected onAfterShow(): void {
     void this.refresh();
@@ -234,6 +244,7 @@ export class CheckpointPanel extends Widget {
       );
     } catch (error) {
       toast('error', `Restore failed: ${(error as Error).message}`, { autoClose: false });
+      await this.refresh(); // a row deleted elsewhere (another tab, retention) goes
     }
   }
 

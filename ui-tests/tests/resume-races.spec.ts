@@ -463,3 +463,43 @@ test('the keyboard alone: Enter on Pause keeps the focus on the button, and Ente
   await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
   await expect(pauseButton(page)).toBeFocused();
 });
+
+test('while its notebook is being paused, the sidebar turns its Restore off, and back on once resumed', async ({
+  page,
+  tmpPath
+}) => {
+  await openAndRun(page, tmpPath, ['sidebar.ipynb']);
+  await page.menu.clickMenuItem('Kernel>Checkpoint the current notebook now');
+  const row = page.getByRole('region', { name: 'GPU session checkpoints' }).locator('.jp-gkews-Checkpoint').first();
+  const restore = row.locator('button', { hasText: 'Restore' });
+  await expect(restore).toBeEnabled();
+  // a cell keeps the pause waiting (up to the busy timeout): the rows were drawn for "active" until it ended
+  await page.notebook.setCell(0, 'code', GATED('w = 41'));
+  await page.notebook.runCell(0, { inplace: true, wait: false } as any);
+  await expect(page.locator('#jp-main-statusbar')).toContainText('Busy');
+  await pauseButton(page).click();
+  await page.locator('.jp-Dialog').getByRole('button', { name: 'Wait and pause' }).click();
+  await expect(statusItem(page)).toContainText('pausing');
+  await expect(restore).toBeDisabled();
+  await expect(restore).toHaveAttribute('title', /sidebar\.ipynb is being paused/);
+  await page.contents.uploadContent('', 'text', `${tmpPath}/gate`);
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  await resumeButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  await expect(restore).toBeEnabled();
+});
+
+test('a pause notification longer than JupyterLab shows offers its whole text', async ({ page, tmpPath }) => {
+  const name =
+    'fine-tune llama 3 8B with LoRA adapters on the cleaned support tickets (copy 2) - final final run.ipynb';
+  await openAndRun(page, tmpPath, [name]);
+  await pauseButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  // "Paused <name>; Resume brings its kernel back." lost its end to the 140 characters of a toast
+  const toast = page.locator('.Toastify__toast').filter({ hasText: 'Paused fine-tune llama' });
+  await toast.getByRole('button', { name: 'Show all' }).click();
+  await expect(page.locator('.jp-Dialog')).toContainText(`Paused ${name}; Resume brings its kernel back.`);
+  await page.locator('.jp-Dialog').getByRole('button', { name: 'Close' }).click();
+  await resumeButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+});
