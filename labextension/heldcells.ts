@@ -160,8 +160,12 @@ export class HeldCells {
     }
   }
 
-  private hold(panel: NotebookPanel, cells: Cell[], why: string): void {
-    this.announce(panel, why);
+  private hold(panel: NotebookPanel, cells: Cell[], why: string, announce = true): void {
+    if (announce) {
+      this.announce(panel, why);
+    } else if (!this.held.has(panel)) {
+      this.unannounced.set(panel, why);
+    }
     const held = this.held.get(panel) ?? [];
     this.held.set(panel, held);
     for (const cell of cells) {
@@ -211,6 +215,11 @@ export class HeldCells {
     if (this.held.has(panel) || this.waiting.has(panel)) {
       return;
     }
+    this.unannounced.delete(panel);
+    this.sayHeld(panel, why);
+  }
+
+  private sayHeld(panel: NotebookPanel, why: string): void {
     const state = this.model.status?.state;
     const after = state === 'paused' || state === 'pausing' ? 'after Resume, once it is ready' : 'once it is ready';
     Notification.info(`${PathExt.basename(panel.context.path)} ${why}: the cell will run ${after}.`, {
@@ -233,7 +242,9 @@ export class HeldCells {
       const waiting = [...cells].filter(c => !c.isDisposed && waitsForKernel(c));
       const why = panel.isDisposed ? null : holdReason(this.model, panel);
       if (why && waiting.length) {
-        this.hold(panel, waiting, why);
+        // one of them may be running: "Wait and pause" lets it finish, "Interrupt and pause" stops it, and
+        // either way it answers before the kernel goes. Said once paused, of those that are still waiting.
+        this.hold(panel, waiting, why, false);
       }
       if (why || !waiting.length) {
         this.pending.delete(panel);
@@ -242,6 +253,16 @@ export class HeldCells {
       }
     }
     const status = this.model.status;
+    for (const [panel, why] of [...this.unannounced]) {
+      if (status?.state === 'pausing') {
+        continue;
+      }
+      this.unannounced.delete(panel);
+      const still = (this.held.get(panel) ?? []).filter(c => !c.isDisposed && executionCount(c) === null);
+      if (still.length && !panel.isDisposed && holdReason(this.model, panel)) {
+        this.sayHeld(panel, why);
+      }
+    }
     for (const [panel, held] of [...this.held]) {
       if (panel.isDisposed) {
         this.held.delete(panel);
@@ -294,6 +315,8 @@ export class HeldCells {
   private waiting = new Map<NotebookPanel, ((askForKernel: boolean) => void)[]>();
   /** Cells sent to a kernel that have not finished yet, per panel. */
   private pending = new Map<NotebookPanel, Set<Cell>>();
+  /** Panels whose cells a pause seen late holds, not said yet (see onChanged), and why. */
+  private unannounced = new Map<NotebookPanel, string>();
 }
 
 const SAVED_KEY = 'jupyter-gkews:held-cells';

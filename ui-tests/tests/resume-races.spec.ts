@@ -503,3 +503,22 @@ test('a pause notification longer than JupyterLab shows offers its whole text', 
   await resumeButton(page).click();
   await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
 });
+
+test('a running cell the pause waits for is not said to run after Resume', async ({ page, tmpPath }) => {
+  await openAndRun(page, tmpPath, ['ends.ipynb']);
+  await page.notebook.setCell(0, 'code', GATED('w = 41'));
+  await page.notebook.runCell(0, { inplace: true, wait: false } as any);
+  await expect(page.locator('#jp-main-statusbar')).toContainText('Busy');
+  await pauseButton(page).click();
+  await page.locator('.jp-Dialog').getByRole('button', { name: 'Wait and pause' }).click();
+  await expect(statusItem(page)).toContainText('pausing');
+  await page.contents.uploadContent('', 'text', `${tmpPath}/gate`);
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  await expect(page.locator('.jp-Notebook .jp-InputPrompt').first()).toHaveText('[2]:'); // it ran, once
+  // every notification of the page, the toasts already closed too: none says it will run again
+  await page.evaluate(() => (window as any).jupyterapp.commands.execute('apputils:display-notifications'));
+  await expect(page.locator('.jp-Notification-Center')).toContainText('Paused ends.ipynb');
+  await expect(page.locator('.jp-Notification-Center')).not.toContainText('will run after Resume');
+  await resumeButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+});
