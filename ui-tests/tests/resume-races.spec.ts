@@ -58,6 +58,14 @@ function pauseButton(page: Page) {
   return page.getByRole('button', { name: /^Pause:/ });
 }
 
+/** The first cell made GATED('w = 41') and run, then Pause pressed while it runs (its dialog opens). */
+async function pauseWhileTheGatedCellRuns(page: Page): Promise<void> {
+  await page.notebook.setCell(0, 'code', GATED('w = 41'));
+  await page.notebook.runCell(0, { inplace: true, wait: false } as any);
+  await expect(page.locator('#jp-main-statusbar')).toContainText('Busy');
+  await pauseButton(page).click();
+}
+
 function resumeButton(page: Page) {
   return page.getByRole('button', { name: /^Resume:/ });
 }
@@ -93,10 +101,7 @@ test('the kernel indicator says Idle once ready, not Unknown', async ({ page, tm
 test('Resume pressed while the pause is still finishing is queued, then posted', async ({ page, tmpPath }) => {
   await openAndRun(page, tmpPath, ['queued.ipynb']);
   // a cell that keeps the pause waiting (it waits for the kernel to be idle) until the test lets it go
-  await page.notebook.setCell(0, 'code', GATED('w = 41'));
-  await page.notebook.runCell(0, { inplace: true, wait: false } as any);
-  await expect(page.locator('#jp-main-statusbar')).toContainText('Busy');
-  await pauseButton(page).click();
+  await pauseWhileTheGatedCellRuns(page);
   // Enter takes the dialog's default, which must wait for the cell, never interrupt it
   await expect(page.locator('.jp-Dialog').getByRole('button', { name: 'Wait and pause' })).toBeFocused();
   await page.keyboard.press('Enter');
@@ -474,10 +479,7 @@ test('while its notebook is being paused, the sidebar turns its Restore off, and
   const restore = row.locator('button', { hasText: 'Restore' });
   await expect(restore).toBeEnabled();
   // a cell keeps the pause waiting (up to the busy timeout): the rows were drawn for "active" until it ended
-  await page.notebook.setCell(0, 'code', GATED('w = 41'));
-  await page.notebook.runCell(0, { inplace: true, wait: false } as any);
-  await expect(page.locator('#jp-main-statusbar')).toContainText('Busy');
-  await pauseButton(page).click();
+  await pauseWhileTheGatedCellRuns(page);
   await page.locator('.jp-Dialog').getByRole('button', { name: 'Wait and pause' }).click();
   await expect(statusItem(page)).toContainText('pausing');
   await expect(restore).toBeDisabled();
@@ -506,10 +508,7 @@ test('a pause notification longer than JupyterLab shows offers its whole text', 
 
 test('a running cell the pause waits for is not said to run after Resume', async ({ page, tmpPath }) => {
   await openAndRun(page, tmpPath, ['ends.ipynb']);
-  await page.notebook.setCell(0, 'code', GATED('w = 41'));
-  await page.notebook.runCell(0, { inplace: true, wait: false } as any);
-  await expect(page.locator('#jp-main-statusbar')).toContainText('Busy');
-  await pauseButton(page).click();
+  await pauseWhileTheGatedCellRuns(page);
   await page.locator('.jp-Dialog').getByRole('button', { name: 'Wait and pause' }).click();
   await expect(statusItem(page)).toContainText('pausing');
   await page.contents.uploadContent('', 'text', `${tmpPath}/gate`);
