@@ -16,6 +16,11 @@ from .states import NotebookStatus, State, awaiting_resume
 BUSY_GRACE = 2.0
 
 
+#: what a call into the kernel was doing, for a message
+OPERATIONS = {"save": "took a checkpoint", "restore": "restored a checkpoint", "auto": "read or switched automatic "
+              "checkpoints", "rewind": "rewound", "verify": "verified a checkpoint"}
+
+
 class NotebookActions:
     def __init__(self, lifecycle):
         self.lifecycle = lifecycle
@@ -67,8 +72,11 @@ class NotebookActions:
                                         label=notebook)
         except KernelCallError as exc:  # the type kernel_state raised decides (CheckpointNotFound: 404)
             if kernel_leaving(lc.serverapp.kernel_manager, kernel_id):  # its KeyboardInterrupt is the shutdown's
-                raise Conflict(f"the kernel of {notebook!r} was shut down during the {request['op']}, so it did not "
-                               f"finish; start the kernel again to try again") from None
+                doing = OPERATIONS.get(request["op"], request["op"])
+                why = "by a pause: resume it first" if lc.state["state"] in (State.PAUSING, State.PAUSED) else \
+                    "(Shut Down Kernel, a restart): start it again"
+                raise Conflict(f"the kernel of {notebook!r} was shut down while it {doing}, so that did not finish; "
+                               f"it was shut down {why}, then try again") from None
             raise from_kernel(exc, "; the kernel and its variables are unchanged unless it says otherwise") from None
 
     async def checkpoint_now(self, body: dict) -> dict:

@@ -59,7 +59,8 @@ async def test_a_kernel_shut_down_during_checkpoint_now_is_named_so(jp_fetch, jp
     await deleting
     assert r.code == 409, r.body
     message = json.loads(r.body)["message"]
-    assert message.startswith("the kernel of 'a.ipynb' was shut down during the save"), message
+    assert message == ("the kernel of 'a.ipynb' was shut down while it took a checkpoint, so that did not finish; "
+                       "it was shut down (Shut Down Kernel, a restart): start it again, then try again"), message
     assert "KeyboardInterrupt" not in message
 
 
