@@ -94,6 +94,25 @@ async def test_suspend_and_resume_live(jp_fetch, jp_serverapp, jp_root_dir, fake
     assert ["restore", gpu_pid] in state["calls"] and ["unlock", gpu_pid] in state["calls"]
 
 
+async def test_a_suspended_kernel_shut_down_while_paused_is_said_gone(jp_fetch, jp_serverapp, jp_root_dir, fake_gpu):
+    """Shut Down Kernel (DELETE api/kernels) on a kernel suspended by the pause ended its process, and the
+    status still said "suspended in host memory". It says the process is gone, and the resume restores the
+    notebook from its checkpoint."""
+    kid, pid = await start(jp_fetch, jp_serverapp, jp_root_dir, "nb.ipynb")
+    hold(fake_gpu, pid, 512)
+    assert (await pause(jp_fetch))["nb.ipynb"]["status"] == "suspended"
+    await jp_fetch("api", "kernels", kid, method="DELETE")
+    gone = f"its kernel process {pid} is gone (shut down, restarted or ended while paused)"
+    for _ in range(600):  # the process ends a moment after the DELETE's answer
+        nb = (await status(jp_fetch))["notebooks"][0]
+        if nb["message"].startswith(gone):
+            break
+        await asyncio.sleep(0.05)
+    assert nb["message"].startswith(gone), nb
+    resumed = await resume(jp_fetch)
+    assert resumed["nb.ipynb"]["verdict"] == "restored-from-checkpoint", resumed["nb.ipynb"]
+
+
 async def test_driver_refusal_shuts_down_and_says_why(jp_fetch, jp_serverapp, jp_root_dir, fake_gpu):
     kid, pid = await start(jp_fetch, jp_serverapp, jp_root_dir, "nb.ipynb")
     hold(fake_gpu, pid, 512)

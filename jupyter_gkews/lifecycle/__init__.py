@@ -17,6 +17,7 @@ import asyncio
 import copy
 import posixpath
 
+from ..backends.base import LIVE_STATUSES
 from ..claim import Claim
 # LifecycleError and NotFound: re-exported for callers that still import them from here
 from ..errors import Conflict, LifecycleError, NotFound  # noqa: F401
@@ -56,7 +57,12 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
         self._in_resume: set[int] = set()  # id() of the notebook entries the running resume brings back
 
     def status(self) -> dict:
-        return copy.deepcopy(self.state)
+        out = copy.deepcopy(self.state)
+        for nb in out["notebooks"]:  # as it is now: a kernel that lives on while paused may be gone since
+            gone = gone_while_paused(nb)
+            if gone:
+                nb["message"] = gone
+        return out
 
     @property
     def busy(self) -> bool:
@@ -233,3 +239,17 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
             self._restore_watch.cancel()
         for task in list(self._tasks):
             task.cancel()
+
+
+def gone_while_paused(nb: dict) -> str | None:
+    """What to say of a notebook whose kernel was to live on while paused (GPU suspend) and whose process is
+    gone: shut down or restarted (api/kernels, the page), or killed. The death watch says so only when
+    Jupyter's restarter sees it; the resume restores such a notebook from its checkpoint either way."""
+    gpu = nb.get("gpu") or {}
+    if nb.get("status") not in LIVE_STATUSES or "kernel_pid" not in gpu or nb.get("gpu_fallback"):
+        return None
+    from ..gpu_suspend.procs import same_process
+    if same_process(gpu["kernel_pid"], gpu.get("kernel_start")):
+        return None
+    return (f"its kernel process {gpu['kernel_pid']} is gone (shut down, restarted or ended while paused); resume "
+            "restores it from its checkpoint")
