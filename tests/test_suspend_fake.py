@@ -113,6 +113,20 @@ async def test_a_suspended_kernel_shut_down_while_paused_is_said_gone(jp_fetch, 
     assert resumed["nb.ipynb"]["verdict"] == "restored-from-checkpoint", resumed["nb.ipynb"]
 
 
+async def test_an_interrupt_of_a_suspended_kernel_is_refused_not_lost(jp_fetch, jp_serverapp, jp_root_dir, fake_gpu):
+    """Interrupt on a kernel held by the pause answered 204 and reached nothing: the cell sent meanwhile ran in
+    full after Resume. 409, saying when an interrupt will reach it."""
+    kid, pid = await start(jp_fetch, jp_serverapp, jp_root_dir, "nb.ipynb")
+    hold(fake_gpu, pid, 512)
+    assert (await pause(jp_fetch))["nb.ipynb"]["status"] == "suspended"
+    r = await jp_fetch("api", "kernels", kid, "interrupt", method="POST", body="", raise_error=False)
+    assert r.code == 409, r.body
+    assert "'nb.ipynb' is paused: its kernel lives on, held with the cells sent to it" in json.loads(r.body)["message"]
+    assert (await resume(jp_fetch))["nb.ipynb"]["verdict"] == "live-verified"
+    r = await jp_fetch("api", "kernels", kid, "interrupt", method="POST", body="", raise_error=False)
+    assert r.code == 204, r.body
+
+
 async def test_driver_refusal_shuts_down_and_says_why(jp_fetch, jp_serverapp, jp_root_dir, fake_gpu):
     kid, pid = await start(jp_fetch, jp_serverapp, jp_root_dir, "nb.ipynb")
     hold(fake_gpu, pid, 512)

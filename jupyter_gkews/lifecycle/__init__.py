@@ -203,7 +203,13 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
         ("Exception restarting kernel") or 404. Conflict, saying that the notebook is paused and what to do."""
         resuming = [nb for nb in self.state["notebooks"] if nb["kernel_id"] == kernel_id and id(nb) in self._in_resume]
         if kernel_id in self.serverapp.kernel_manager and not resuming:
-            return  # it runs (suspended, or started again): jupyter_server acts on it
+            held = [nb for nb in self.state["notebooks"] if nb["kernel_id"] == kernel_id and
+                    nb.get("status") in LIVE_STATUSES and not gone_while_paused(nb)]
+            if held and action == "interrupt":  # the hold does not take it: the cell ran in full after Resume
+                raise Conflict(f"{held[0]['path']!r} is paused: its kernel lives on, held with the cells sent to "
+                               f"it, which run after Resume; an interrupt now reaches none of them: interrupt "
+                               f"after Resume (GPU session: Resume)")
+            return  # it runs (suspended, or started again): jupyter_server acts on it (a restart ends it)
         # ... but not while the resume restores into it: an interrupt then killed the kernel still starting, a
         # restart lost the restore, and the notebook ended failed ("died during the call") without a word of why
         for nb in self.state["notebooks"]:
