@@ -16,6 +16,7 @@ import signal
 from kernel_state.hold import DETACH_SUFFIX
 
 from ..kernelready import kernel_ready, own_client
+from .procs import start_time
 
 # run inside the kernel as a user expression: pure Python, so it works while CUDA calls are locked
 _APP = "__import__('ipykernel.kernelapp', fromlist=['IPKernelApp']).IPKernelApp.instance()"
@@ -118,13 +119,7 @@ OVERRIDDEN = ("shutdown_kernel", "_async_shutdown_kernel", "interrupt_kernel")
 async def _until_gone(pid: int, seconds: float = 10.0) -> None:
     """Until a killed process (not our child: no wait()) has let go of its ports, or seconds passed."""
     deadline = asyncio.get_running_loop().time() + seconds
-    while asyncio.get_running_loop().time() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[-1].split()[0] == "Z":  # a zombie holds no sockets
-                    return
-        except OSError:  # gone
-            return
+    while start_time(pid) is not None and asyncio.get_running_loop().time() < deadline:  # None: gone, or a zombie
         await asyncio.sleep(0.05)
 
 

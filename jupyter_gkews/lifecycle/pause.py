@@ -176,12 +176,13 @@ class Pause:
             done = [nb for nb in done if nb["status"] == NotebookStatus.CHECKPOINTED]
             # a kernel that lives on (GPU suspend) stays held while paused: no cell runs in it unnoticed
             released = await self.backend.release(done) or {}
+            for nb in self.state["notebooks"]:  # released: what lives on says so in its own record ("gpu")
+                nb.pop("process", None)
             await self._release_holds(only_stopped=True)
             if await self._resume_if_restored(done):
                 return
             for nb in done:
                 nb["status"] = NotebookStatus.RELEASED
-                nb.pop("process", None)  # released: what lives on says so in its own record ("gpu")
                 nb.update(released.get(nb["path"], {}))  # a kernel may live on (GPU suspend): its status, message
             self.state["timeline"]["environment_stopped"] = now()
             message = f"paused {len(done)} notebook(s)"
