@@ -1,7 +1,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { GkewsError, ICheckpoint, ICheckpointNow, IGkewsApi, IRestoreResult, IStatus } from './types';
+import { GkewsError, ICheckpoint, ICheckpointNow, IGkewsApi, IRestoreResult, IRewindResult, IStatus } from './types';
 
 /**
  * The REST client: every call goes through ServerConnection, so the page's
@@ -41,6 +41,15 @@ export class GkewsApi implements IGkewsApi {
 
   restore(id: string, notebook: string): Promise<IRestoreResult> {
     return this.request<IRestoreResult>(`checkpoints/${encodeURIComponent(id)}/restore`, 'POST', { notebook });
+  }
+
+  /** Kernel undo in the notebook's kernel: switch automatic checkpoints, or read whether they are on. */
+  auto(notebook: string, action: 'on' | 'off' | 'status'): Promise<{ enabled: boolean }> {
+    return this.request<{ enabled: boolean }>('checkpoints/auto', 'POST', { notebook, action });
+  }
+
+  rewind(notebook: string, cell: number, checkpoint: string): Promise<IRewindResult> {
+    return this.request<IRewindResult>('checkpoints/rewind', 'POST', { notebook, cell, checkpoint });
   }
 
   private async request<T>(path: string, method = 'GET', body?: unknown): Promise<T> {

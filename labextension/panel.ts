@@ -1,6 +1,5 @@
 import { Dialog } from '@jupyterlab/apputils';
-import { URLExt } from '@jupyterlab/coreutils';
-import { ServerConnection, Session } from '@jupyterlab/services';
+import { Session } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
 import { showDialog } from './dialog';
@@ -8,28 +7,10 @@ import { checkpointIcon } from './icons';
 import { formatBytes, pausedKernelNote, plural } from './describe';
 import { toast } from './toast';
 import { GkewsModel } from './model';
-import { ICheckpoint } from './types';
+import { GkewsError, ICheckpoint } from './types';
 
-/** What a rewind answers (POST gkews/checkpoints/rewind). */
-interface IRewindResult {
-  changed: string[];
-  came_back: string[];
-  removed: string[];
-  failed: Record<string, string>;
-  undo_cell: number | null;
-}
-
-/** POST to the kernel-undo routes with the page's settings (token, XSRF, base URL). */
-async function postUndo<T>(path: string, body: unknown): Promise<T> {
-  const settings = ServerConnection.makeSettings();
-  const url = URLExt.join(settings.baseUrl, 'gkews', path);
-  const response = await ServerConnection.makeRequest(url, { method: 'POST', body: JSON.stringify(body) }, settings);
-  const data = await response.json().catch(() => ({}));
-  if (!response.ok) {
-    throw new Error(data?.message ?? `POST gkews/${path} answered ${response.status}`);
-  }
-  return data as T;
-}
+/** How often the toggle asks a kernel that runs a cell again whether its automatic checkpoints are on. */
+const AUTO_RETRY_MS = 2000;
 
 /**
  * The sidebar list of checkpoints, grouped per notebook: time, size,
@@ -144,15 +125,23 @@ export class CheckpointPanel extends Widget {
       label.title = `Not available: ${unavailable}`;
       return label;
     }
-    postUndo<{ enabled: boolean }>('checkpoints/auto', { notebook, action: 'status' })
-      .then(apply)
-      .catch((error: Error) => {
-        label.title = `Not available: ${error.message}`;
-      });
+    const ask = () =>
+      this.model.api
+        .auto(notebook, 'status')
+        .then(apply)
+        .catch((error: Error) => {
+          label.title = `Not available: ${error.message}`;
+          // a kernel running a cell answers once the cell ends: ask again then, while the row is shown
+          if (error instanceof GkewsError && error.status === 409 && /running a cell/.test(error.message)) {
+            window.setTimeout(() => label.isConnected && this.isVisible && void ask(), AUTO_RETRY_MS);
+          }
+        });
+    void ask();
     box.addEventListener('change', () => {
       const action = box.checked ? 'on' : 'off';
       box.disabled = true;
-      postUndo<{ enabled: boolean }>('checkpoints/auto', { notebook, action })
+      this.model.api
+        .auto(notebook, action)
         .then(apply)
         .catch((error: Error) => {
           box.checked = !box.checked;
@@ -259,7 +248,7 @@ export class CheckpointPanel extends Widget {
     }
     try {
       // this row's checkpoint: after a restart the kernel's own cell [N] is another one
-      const r = await postUndo<IRewindResult>('checkpoints/rewind', { notebook, cell, checkpoint });
+      const r = await this.model.api.rewind(notebook, cell, checkpoint);
       const failed = Object.keys(r.failed);
       const parts = [
         r.changed.length ? `changed: ${r.changed.join(', ')}` : '',

@@ -123,6 +123,17 @@ export interface IGkewsApi {
   deleteCheckpoint(id: string): Promise<void>;
   checkpointNow(notebook: string): Promise<ICheckpointNow>;
   restore(id: string, notebook: string): Promise<IRestoreResult>;
+  auto(notebook: string, action: 'on' | 'off' | 'status'): Promise<{ enabled: boolean }>;
+  rewind(notebook: string, cell: number, checkpoint: string): Promise<IRewindResult>;
+}
+
+/** What a rewind answers (POST gkews/checkpoints/rewind). */
+export interface IRewindResult {
+  changed: string[];
+  came_back: string[];
+  removed: string[];
+  failed: Record<string, string>;
+  undo_cell: number | null;
 }
 
 /** An answer that is not 2xx: the server's message (which names the fix) and the HTTP status. */

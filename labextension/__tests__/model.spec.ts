@@ -53,6 +53,8 @@ class FakeServer implements IGkewsApi {
   deleteCheckpoint = jest.fn();
   checkpointNow = jest.fn();
   restore = jest.fn();
+  auto = jest.fn();
+  rewind = jest.fn();
 }
 
 describe('GkewsModel', () => {

@@ -21,6 +21,8 @@ class Server implements IGkewsApi {
   deleteCheckpoint = jest.fn();
   checkpointNow = jest.fn();
   restore = jest.fn();
+  auto = jest.fn();
+  rewind = jest.fn();
 }
 
 describe('Readiness', () => {

@@ -39,6 +39,23 @@ async function screenshot(page: Page, name: string): Promise<void> {
   }
 }
 
+/**
+ * Open a new notebook of `cells`, run the first, checkpoint it: its section of the sidebar, with the
+ * automatic-checkpoint toggle enabled.
+ */
+async function checkpointedInSidebar(page: Page, notebook: string, cells: string[]) {
+  await page.contents.uploadContent(JSON.stringify(newNotebook(cells)), 'text', notebook);
+  await page.notebook.openByPath(notebook);
+  await page.notebook.activate(path.basename(notebook));
+  await page.notebook.runCell(0);
+  await page.menu.clickMenuItem('Kernel>Checkpoint the current notebook now');
+  const panel = page.getByRole('region', { name: 'GPU session checkpoints' });
+  const section = panel.locator('section', { has: page.getByRole('heading', { name: notebook }) });
+  const toggle = section.getByRole('checkbox', { name: 'Checkpoint after every cell' });
+  await expect(toggle).toBeEnabled();
+  return { panel, section, toggle };
+}
+
 test.use({ autoGoto: true, viewport: { width: 1280, height: 720 } });
 
 test.afterEach(async ({ request }) => shutDownEverything(request));
@@ -188,17 +205,7 @@ test.describe('with the real sessions API', () => {
       }
     });
     const notebook = `${tmpPath}/undo.ipynb`;
-    const cells = ['x = 1', 'x = 2', 'print(x)'];
-    await page.contents.uploadContent(JSON.stringify(newNotebook(cells)), 'text', notebook);
-    await page.notebook.openByPath(notebook);
-    await page.notebook.activate('undo.ipynb');
-    await page.notebook.runCell(0);
-    await page.menu.clickMenuItem('Kernel>Checkpoint the current notebook now');
-
-    const panel = page.getByRole('region', { name: 'GPU session checkpoints' });
-    const section = panel.locator('section', { has: page.getByRole('heading', { name: notebook }) });
-    const toggle = section.getByRole('checkbox', { name: 'Checkpoint after every cell' });
-    await expect(toggle).toBeEnabled();
+    const { panel, section, toggle } = await checkpointedInSidebar(page, notebook, ['x = 1', 'x = 2', 'print(x)']);
     await expect(toggle).not.toBeChecked();
     await toggle.check();
     await expect(toggle).toBeEnabled();
@@ -229,6 +236,25 @@ test.describe('with the real sessions API', () => {
     await expect(status).toHaveText('GPU session: ready', { timeout: 180_000 });
     await expect(toggle).toBeEnabled();
     expect(refused).toEqual([]);
+  });
+
+  test('the sidebar toggle of a kernel running a cell comes back once the cell ends', async ({ page, tmpPath }) => {
+    const notebook = `${tmpPath}/busy.ipynb`;
+    const gated = ['import os, time', 'while not os.path.exists("gate"):', '    time.sleep(0.05)'].join('\n');
+    const { panel, section, toggle } = await checkpointedInSidebar(page, notebook, ['x = 1', gated]);
+
+    await page.notebook.runCell(1, { inplace: true, wait: false } as any);
+    await expect(page.locator('#jp-main-statusbar')).toContainText('Busy');
+    await panel.getByRole('button', { name: 'Refresh the list of checkpoints' }).click();
+    await expect(section.locator('.jp-gkews-Checkpoint-auto')).toHaveAttribute('title', /running a cell/);
+    await expect(toggle).toBeDisabled();
+    // the sessions' poll would draw the list again some seconds later: refused here, so that only the
+    // toggle's own asking again can bring it back
+    await page.route('**/api/sessions**', route => route.abort());
+    await page.contents.uploadContent('', 'text', `${tmpPath}/gate`);
+    await expect(toggle).toBeEnabled();
+    await expect(toggle).not.toBeChecked();
+    await page.unroute('**/api/sessions**');
   });
 });
 
