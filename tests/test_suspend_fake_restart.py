@@ -44,6 +44,20 @@ class Suspending:
         return kid
 
 
+def killed_after(server, gpu_file: str, route: str, call: list) -> None:
+    """POST route, let the simulated driver's calls through one at a time until `call` is done, then kill the
+    server (SIGKILL) before the next one."""
+    with open(gpu_file + ".lock", "a") as lock:  # the driver's calls wait on it: a transition that takes long
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        code, _ = server.post(route)
+        assert code == 202
+        while call not in json.loads(open(gpu_file).read())["calls"]:
+            fcntl.flock(lock, fcntl.LOCK_UN)  # one driver call through, then hold it again
+            time.sleep(0.005)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        server.signal(signal.SIGKILL)
+
+
 @pytest.fixture
 def suspending(tmp_path, monkeypatch):
     setup = Suspending(tmp_path, monkeypatch)
@@ -167,15 +181,8 @@ def test_a_server_killed_while_it_suspends_leaves_no_kernel_running(suspending):
     server.start()
     kids = [suspending.open_on_gpu(f"{name}.ipynb") for name in ("a", "b")]
     a_pid, b_pid = suspending.pids
-    with open(gpu_file + ".lock", "a") as lock:  # the driver's calls wait on it: a suspend that takes long
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        code, _ = server.post("gkews/pause")
-        assert code == 202
-        while ["checkpoint", a_pid] not in json.loads(open(gpu_file).read())["calls"]:
-            fcntl.flock(lock, fcntl.LOCK_UN)  # one driver call through, then hold it again
-            time.sleep(0.005)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        server.signal(signal.SIGKILL)  # a is suspended (detached); b, not detached yet, ends with the server
+    killed_after(server, gpu_file, "gkews/pause", ["checkpoint", a_pid])
+    # a is suspended (detached); b, not detached yet, ended with the server
     assert alive(a_pid)
     server.start()
     s = server.status()
@@ -190,3 +197,29 @@ def test_a_server_killed_while_it_suspends_leaves_no_kernel_running(suspending):
         after = json.loads(server.run_cell(kid, CHECK))
         suspending.pids.append(after[2])
         assert after[:2] == [332833500, "live"]
+
+
+def test_a_server_killed_while_it_resumes_suspended_kernels_says_they_come_back_live(suspending):
+    """A server killed during a resume of suspended kernels (it had put one back on its GPU): both kernels live
+    on. The restarted server said "resume again to restore the notebooks from their checkpoints", and left them
+    unadopted until that resume; it adopts them at its start, says that they come back live, and they do."""
+    server, gpu_file = suspending.server, suspending.gpu_file
+    server.start()
+    kids = [suspending.open_on_gpu(f"{name}.ipynb") for name in ("a", "b")]
+    a_pid, b_pid = suspending.pids
+    code, _ = server.post("gkews/pause")
+    assert code == 202 and server.wait_for(("paused", "failed"))["state"] == "paused"
+    killed_after(server, gpu_file, "gkews/resume", ["unlock", a_pid])  # a is back on its GPU, b still suspended
+    assert alive(a_pid) and alive(b_pid)
+    server.start()
+    s = server.status()
+    assert s["state"] == "paused", s
+    assert s["message"] == ("the server stopped during a resume; resume again: it brings a.ipynb, b.ipynb back "
+                            "live (still suspended or running)"), s["message"]
+    assert sorted(k["id"] for k in server.get("api/kernels")) == sorted(kids)  # adopted at the start
+    code, _ = server.post("gkews/resume")
+    assert code == 202
+    s = server.wait_for(("active", "failed"))
+    assert [nb["verdict"] for nb in s["notebooks"]] == ["live-verified"] * 2, s["notebooks"]
+    for kid, pid in zip(kids, (a_pid, b_pid)):
+        assert json.loads(server.run_cell(kid, CHECK)) == [332833500, "live", pid]

@@ -7,7 +7,7 @@ import math
 from traitlets import TraitError
 from traitlets.config import LoggingConfigurable
 
-from ..states import NotebookStatus
+from ..states import NotebookStatus, State
 
 
 #: Per-notebook statuses of a pause whose kernel process lives on (local GPU suspend): "suspended" (its GPU
@@ -75,9 +75,10 @@ class Backend(LoggingConfigurable):
         would be, with dry_run): at least "kind", "name" and "bytes" (0 when unknown)."""
         return []
 
-    async def recover_paused(self, lifecycle, interrupted: bool = False) -> None:
-        """The server started and found the state `paused` (interrupted: a pause it stopped in, rolled
-        forward to paused): do what this backend's users expect."""
+    async def recover_paused(self, lifecycle, found: str = State.PAUSED) -> None:
+        """The server started and found the state `paused`, or a pause (`found` "pausing") rolled forward or
+        a resume ("resuming") rolled back to paused by lifecycle.recovery: do what this backend's users
+        expect."""
 
     async def server_stopping(self, lifecycle) -> None:
         """The server is stopping (before it shuts its kernels down)."""

@@ -347,14 +347,16 @@ class GkeBackend(LocalBackend):
         return None
 
     # -- start-up and cleanup ---------------------------------------------------------------------------
-    async def recover_paused(self, lifecycle, interrupted: bool = False) -> None:
+    async def recover_paused(self, lifecycle, found: str = State.PAUSED) -> None:
         """A server that starts while the state says paused is a new process: the Pod started cold (a restored
         Pod would have kept the old server). Bring the kernels back from their checkpoints, unasked. So too
         after a pause this server stopped in (killed, or the Pod stopped before `paused` was written): the
         kernels stopped with the old server, whether or not the Workspace was paused."""
         from ..errors import LifecycleError
+        if found == State.RESUMING:  # the resume it stopped in restores from the checkpoints again: the user's click
+            return
         snap = lifecycle.state.get("snapshot") or {}
-        if interrupted:
+        if found == State.PAUSING:
             why = "the server restarted during the pause, and its kernels stopped with it"
         elif snap.get("status") == "failed":
             why = f"cold start after a pause whose Pod snapshot failed ({snap['error']})"

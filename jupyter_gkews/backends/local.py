@@ -32,7 +32,7 @@ from ..kernelready import kernel_ready, own_client
 from ..gpu_suspend import GIB, DriverError, GpuUnavailable, gib, keepalive, procs
 from ..gpu_suspend.driver import refusal
 from ..lifecycle.paths import one_line, session_path
-from ..states import NotebookStatus
+from ..states import NotebookStatus, State
 from .base import KEPT_RUNNING, LIVE_STATUSES, SUSPENDED, Backend, in_range
 
 RELEASED_MESSAGE = "released (checkpoint on disk)"
@@ -471,8 +471,8 @@ class LocalBackend(Backend):
         return bool(pid) and pid != (nb.get("gpu") or {}).get("kernel_pid") and procs.same_process(pid, None)
 
     # -- server start and stop --------------------------------------------------------------------------
-    async def recover_paused(self, lifecycle, interrupted: bool = False) -> None:
-        if interrupted:  # the roll-forward's message says what became of each notebook; resume is the user's
+    async def recover_paused(self, lifecycle, found: str = State.PAUSED) -> None:
+        if found == State.PAUSING:  # the roll-forward's message says what became of each notebook
             return
         live = [nb for nb in lifecycle.state["notebooks"] if nb.get("status") in LIVE_STATUSES and nb.get("gpu")]
         km = self.serverapp.kernel_manager
@@ -488,6 +488,15 @@ class LocalBackend(Backend):
                 except Exception as exc:
                     nb["gpu_fallback"] = f"the restarted server could not reconnect to its kernel: {exc}"
                     gone.append(nb["path"])
+        if found == State.RESUMING:  # rolled back: the kernels it had restarted stopped with it
+            stopped = [nb["path"] for nb in lifecycle.state["notebooks"]
+                       if nb.get("status") == NotebookStatus.RELEASED] + gone
+            back = [nb["path"] for nb in live if nb["path"] not in gone]
+            if back:
+                lifecycle.note("the server stopped during a resume; resume again: it brings "
+                               f"{', '.join(back)} back live (still suspended or running)"
+                               + (f" and restores {', '.join(stopped)} from their checkpoints" if stopped else ""))
+            return
         if not live:
             lifecycle.note("paused; the kernels are stopped: resume to restore them from their checkpoints")
             return

@@ -35,10 +35,11 @@ class Recovery:
             self._record(Event.STARTED)
 
     async def recover(self) -> None:
-        """After the server started: what a backend does on finding the state paused, or a pause it rolled
-        forward (the GKE backend restores a cold-started Pod; the local one waits for the user)."""
-        if self._found in (State.PAUSED, State.PAUSING) and self.state["state"] == State.PAUSED:
-            await self.backend.recover_paused(self, interrupted=self._found == State.PAUSING)
+        """After the server started: what a backend does on finding the state paused, a pause it rolled
+        forward or a resume it rolled back (the GKE backend restores a cold-started Pod; the local one checks
+        which suspended kernels still live, and waits for the user)."""
+        if self._found in (State.PAUSED, State.PAUSING, State.RESUMING) and self.state["state"] == State.PAUSED:
+            await self.backend.recover_paused(self, found=self._found)
             await self._persist(Event.RECOVERED_PAUSED)
 
     def _failed_on_start(self, lost: list[str]) -> None:
