@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import queue
 import struct
 from concurrent.futures import ThreadPoolExecutor
 
@@ -64,26 +65,33 @@ def write_blob(entries, tmp_dir: str, progress=None) -> tuple[str, str, int]:
     """Write one safetensors file to a temp path; the caller fsyncs it before trusting it.
 
     entries: [(name, dtype, shape, memoryview of the bytes)]. Returns (temp path, digest, size).
-    The bytes go from the caller's memory to the page cache in background threads, several chunks at
-    once, while this thread hashes them: no staging copy (measured here, this beats O_DIRECT writes
-    through an aligned staging buffer). On error nothing is left behind.
+    Each chunk is copied into a reused buffer, hashed there, and written from there by background threads,
+    several chunks at once, while this thread copies and hashes the next. The copy is what makes the name
+    true: a thread of the notebook (a training loop, a data loader) may write the memory during the save,
+    and bytes hashed and then written from live memory again differed, so the blob failed its hash at every
+    restore. (It costs a memcpy per chunk, overlapped with the writes; O_DIRECT through an aligned buffer
+    measured slower here.) On error nothing is left behind.
     """
     header = build_header([(n, d, s, mv.nbytes) for n, d, s, mv in entries])
     tmp = temp_path(tmp_dir, ".safetensors")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     hasher = new_hasher()
-    pending: list = []
+    pending: list = []  # (future, bytes, the buffer to give back or None)
 
-    def write(piece, offset: int) -> None:
-        pending.append((_io_pool.submit(_pwrite_all, fd, piece, offset), len(piece)))
+    def settle(future, n: int, buffer) -> None:
+        future.result()
+        if buffer is not None:
+            _buffers.put(buffer)
+        if progress:
+            progress(n)
+
+    def write(piece, offset: int, buffer=None) -> None:
+        pending.append((_io_pool.submit(_pwrite_all, fd, piece, offset), len(piece), buffer))
         while len(pending) > IN_FLIGHT:
-            future, n = pending.pop(0)
-            future.result()
-            if progress:
-                progress(n)
+            settle(*pending.pop(0))
 
     # small tensors (a pack of 20,000 embeddings) are gathered into one write: a write call each cost more
-    # than the bytes
+    # than the bytes; the batch is a copy, hashed when it is written
     batch, batch_at = bytearray(), 0
     try:
         _pwrite_all(fd, header, 0)
@@ -92,9 +100,10 @@ def write_blob(entries, tmp_dir: str, progress=None) -> tuple[str, str, int]:
         for _name, _dtype, _shape, mv in entries:
             device = hasattr(mv, "write_to")
             if batch and (device or mv.nbytes >= SMALL_WRITE or len(batch) + mv.nbytes > CHUNK):
+                hasher.update(batch)
                 write(batch, batch_at)  # the batch is contiguous: ended before anything not added to it
                 batch = bytearray()
-            if device:  # device memory: it streams itself through pinned buffers (cuda_io)
+            if device:  # device memory: it streams itself through pinned buffers (cuda_io), copies too
                 offset = mv.write_to(fd, offset, hasher, progress)
                 continue
             mv = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
@@ -102,30 +111,43 @@ def write_blob(entries, tmp_dir: str, progress=None) -> tuple[str, str, int]:
                 if not batch:
                     batch_at = offset
                 batch += mv
-                hasher.update(mv)
                 offset += len(mv)
                 continue
             for start in range(0, len(mv), CHUNK):
-                piece = mv[start:start + CHUNK]
-                write(piece, offset)
+                buffer = _buffer()
+                piece = buffer[:min(CHUNK, len(mv) - start)]
+                piece[:] = mv[start:start + CHUNK]
                 hasher.update(piece)
+                write(piece, offset, buffer)
                 offset += len(piece)
         if batch:
+            hasher.update(batch)
             write(batch, batch_at)
         while pending:
-            future, n = pending.pop(0)
-            future.result()
-            if progress:
-                progress(n)
+            settle(*pending.pop(0))
         start_writeback(fd)
     except BaseException:
-        for future, _n in pending:  # no write may outlive the descriptor it uses
+        for future, _n, buffer in pending:  # no write may outlive the descriptor it uses
             future.exception()
+            if buffer is not None:
+                _buffers.put(buffer)
         os.close(fd)
         remove_quietly(tmp)
         raise
     os.close(fd)
     return tmp, hasher.hexdigest(), offset
+
+
+# The chunk buffers of write_blob, reused from one write to the next (a fresh one costs a page fault per
+# page, as much as the copy): at most IN_FLIGHT + 1 per writing thread, CHUNK bytes each.
+_buffers: queue.SimpleQueue = queue.SimpleQueue()
+
+
+def _buffer() -> memoryview:
+    try:
+        return _buffers.get_nowait()
+    except queue.Empty:
+        return memoryview(private_memory(CHUNK))
 
 
 def start_writeback(fd: int) -> None:

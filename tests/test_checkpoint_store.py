@@ -394,6 +394,36 @@ def test_an_array_another_thread_writes_during_the_save_restores_as_written(tmp_
     assert kernel_state.verify(ns, notebook=NB, root=tmp_path)["variables"]["a"]["verdict"] == "match"
 
 
+@pytest.mark.parametrize("kind", ["tensor", "array", "chunked array"])
+def test_memory_written_while_its_blob_is_written_restores(tmp_path, monkeypatch, kind):
+    """A training thread writes into a tensor while its blob is being written: between the writer's hash of a
+    chunk and that chunk's write to the file. The blob must hold the bytes its name says (it held the newer
+    ones under the older hash, so that every restore refused it as damaged, after a save said "Saved")."""
+    from kernel_state import safetensors_io
+    value = {"tensor": lambda: torch.zeros(6 << 20), "array": lambda: np.zeros(3 << 20),
+             "chunked array": lambda: np.zeros(5 << 20)}[kind]()
+    flat = value.view(-1) if kind == "tensor" else value.reshape(-1)
+    pwrite = safetensors_io._pwrite_all
+    writes = []
+
+    def write_meanwhile(fd, buf, offset):
+        if offset:  # a data chunk (the header goes at 0)
+            writes.append(offset)
+            flat[len(writes) % flat.shape[0]] += 1  # the training step, between the hash and the write
+        return pwrite(fd, buf, offset)
+    monkeypatch.setattr(safetensors_io, "_pwrite_all", write_meanwhile)
+    kernel_state.save({"w": value}, notebook=NB, root=tmp_path)
+    monkeypatch.setattr(safetensors_io, "_pwrite_all", pwrite)
+    assert writes
+
+    ns = {}
+    result = kernel_state.restore(ns, notebook=NB, root=tmp_path)
+    assert result["failed"] == {}, result["failed"]
+    restored = ns["w"].view(-1) if kind == "tensor" else ns["w"].reshape(-1)
+    assert int((restored != 0).sum()) <= len(writes)  # each step's write, or the zeros before it
+    assert kernel_state.verify(ns, notebook=NB, root=tmp_path)["variables"]["w"]["verdict"] == "match"
+
+
 def test_a_small_tensor_written_during_the_save_does_not_poison_later_saves(tmp_path, monkeypatch):
     """A training thread fills a small gradient with ones after the save hashed its zeros, before the pack was
     written. A later quiet save of another zero tensor must restore zeros: the pack entry was named by the
