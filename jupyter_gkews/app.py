@@ -6,7 +6,6 @@ import errno
 import os
 import re
 
-from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
 from traitlets import Dict, Float, Int, TraitError, Type, Unicode, default, validate
@@ -19,6 +18,7 @@ from .cleanup import describe, run_cleanup
 from .gpus import detect_gpu_count
 from .idle import PROFILE_ENV, IdleWatcher, choose_profile, profile_from_environment
 from .metrics import SESSION_STATE, UNAVAILABLE, MetricsRecorder
+from .projects import project_dir, shared_dirs
 from .renames import Renames
 from .handlers import handlers, session_handlers
 from .lifecycle import Lifecycle
@@ -82,9 +82,10 @@ class GkewsApp(ExtensionApp):
         help=(
             "Directory that holds the application checkpoints of every "
             "notebook's kernel. It must outlive the Pod, so the default lives "
-            "in the user's Jupyter data directory (on the home volume): "
-            "<jupyter_data_dir>/gkews/checkpoints. Kernels started by this "
-            "server receive it in the environment variable "
+            "in the user's Jupyter data directory (on the home volume), one per "
+            "project folder (the server's root_dir): "
+            "<jupyter_data_dir>/gkews/projects/<folder>-<hash>/checkpoints. Kernels "
+            "started by this server receive it in the environment variable "
             f"{CHECKPOINT_ROOT_ENV}, unless that variable is already set."
         ),
     ).tag(config=True)
@@ -92,7 +93,8 @@ class GkewsApp(ExtensionApp):
     state_dir = Unicode(
         None, allow_none=True,
         help="Directory of the lifecycle's state (state.json) and event log (events.jsonl). Default: "
-        "<jupyter_data_dir>/gkews/state, on the home volume, so a restarted server or Pod knows where it was.",
+        "<jupyter_data_dir>/gkews/projects/<folder>-<hash>/state, one per project folder (the server's "
+        "root_dir), on the home volume, so a restarted server or Pod knows where it was.",
     ).tag(config=True)
 
     backend_class = Type(
@@ -224,11 +226,33 @@ class GkewsApp(ExtensionApp):
 
     @default("checkpoint_root")
     def _default_checkpoint_root(self) -> str:
-        return os.path.join(jupyter_data_dir(), "gkews", "checkpoints")
+        return os.path.join(project_dir(self.contents_root()), "checkpoints")
 
     @default("state_dir")
     def _default_state_dir(self) -> str:
-        return os.path.join(jupyter_data_dir(), "gkews", "state")
+        return os.path.join(project_dir(self.contents_root()), "state")
+
+    def contents_root(self) -> str:
+        """The project folder the defaults above belong to (projects.py): the server's root_dir, as its
+        configuration sets it, else the folder the server (or a command beside it) runs in, where
+        `jupyter lab` serves. (A command's serverapp is an unconfigured stand-in: the configuration first.)"""
+        configured = (self.config.get("ServerApp") or {}).get("root_dir")
+        if configured:
+            return os.path.abspath(os.path.expanduser(configured))
+        return self.serverapp.root_dir if self.serverapp is not None else os.getcwd()
+
+    def _note_shared_dirs(self) -> None:
+        """Earlier versions kept every project folder's state and checkpoints in one place: a pause made
+        before the upgrade is there, and this server (on its own folder's directories) does not see it."""
+        configured = self.config.get("GkewsApp") or {}
+        if "state_dir" in configured or "checkpoint_root" in configured or CHECKPOINT_ROOT_ENV in os.environ:
+            return
+        for shared in shared_dirs():
+            setting = "state_dir" if os.path.basename(shared) == "state" else "checkpoint_root"
+            self.log.warning("jupyter_gkews: %s holds what an earlier version kept there for every project folder; "
+                             "this server keeps %s's in %s. To use that one instead (to resume a pause made "
+                             "before the upgrade), set c.GkewsApp.%s = %r", shared, self.contents_root(),
+                             getattr(self, setting), setting, shared)
 
     #: why the settings cannot be used (set by _link_jupyter_server_extension or initialize_settings)
     _bad_setting: str | None = None
@@ -255,6 +279,7 @@ class GkewsApp(ExtensionApp):
         if self._bad_setting is not None:  # before anything is exported, claimed or written
             self._unavailable(f"a setting cannot be used: {self._bad_setting}; {SETTINGS_FIX}")
             return
+        self._note_shared_dirs()
         configured = os.path.abspath(os.path.expanduser(self.checkpoint_root))
         # Kernels inherit the server's environment. An explicit setting made
         # by whoever started the server wins over our default.

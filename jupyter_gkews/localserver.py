@@ -36,6 +36,8 @@ class LocalServer(ServerClient):
             d.mkdir(parents=True, exist_ok=True)
         super().__init__("http://127.0.0.1:0/", uuid.uuid4().hex, request_timeout)
         self.extra_args = list(extra_args)
+        self.data_dir = self.base / "data"
+        self.own_dirs = True  # False: the extension's default state and store, in data_dir (a test of them)
         self.proc: subprocess.Popen | None = None
         self.starts = 0
 
@@ -43,7 +45,7 @@ class LocalServer(ServerClient):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         env = dict(os.environ, JUPYTER_CONFIG_DIR=str(self.base / "config"),
-                   JUPYTER_DATA_DIR=str(self.base / "data"), JUPYTER_RUNTIME_DIR=str(self.runtime),
+                   JUPYTER_DATA_DIR=str(self.data_dir), JUPYTER_RUNTIME_DIR=str(self.runtime),
                    IPYTHONDIR=str(self.base / "ipython"), PYTHONUNBUFFERED="1")
         env.pop("GKEWS_CHECKPOINT_ROOT", None)  # the server's setting must reach the kernels
         self.starts += 1
@@ -53,8 +55,7 @@ class LocalServer(ServerClient):
                 [sys.executable, "-m", "jupyter_server", f"--ServerApp.port={self.port}",
                  "--ServerApp.port_retries=0", "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={self.token}",
                  "--ServerApp.allow_root=True", f"--ServerApp.root_dir={self.root}",
-                 "--ServerApp.open_browser=False", f"--GkewsApp.checkpoint_root={self.checkpoint_root}",
-                 f"--GkewsApp.state_dir={self.state_dir}", *self.extra_args],
+                 "--ServerApp.open_browser=False", *self._dir_args(), *self.extra_args],
                 env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout
         while True:
@@ -68,6 +69,11 @@ class LocalServer(ServerClient):
             if time.monotonic() > deadline:
                 raise AssertionError(f"the server did not answer within {timeout}s:\n{self.log_tail()}")
             time.sleep(0.2)
+
+    def _dir_args(self) -> list[str]:
+        if not self.own_dirs:
+            return []
+        return [f"--GkewsApp.checkpoint_root={self.checkpoint_root}", f"--GkewsApp.state_dir={self.state_dir}"]
 
     def log_tail(self, n: int = 4000) -> str:
         try:

@@ -111,7 +111,7 @@ class StateStore:
         raise StateDirNotOurs(
             f"the state directory {self.directory} holds {what}; its state.json would be replaced and its "
             "events.jsonl appended to. Point c.GkewsApp.state_dir at an empty or new directory (by default "
-            "<jupyter data dir>/gkews/state), or remove them; nothing was written there")
+            "<jupyter data dir>/gkews/projects/<folder>-<hash>/state), or remove them; nothing was written there")
 
     def release_claim(self) -> None:
         if self._owner_fd is not None:

@@ -141,13 +141,27 @@ def test_a_checkpoint_root_from_the_environment_is_the_one_published(env_root, j
     assert jp_serverapp.web_app.settings["gkews_lifecycle"].checkpoint_root == env_root
 
 
-def test_checkpoint_root_default_is_in_jupyter_data_dir():
+def test_the_default_directories_are_the_project_folders_own(tmp_path, monkeypatch):
+    """Each project folder (a server's root_dir) has its own state and store under the Jupyter data directory:
+    the same for every spelling of the folder, another for another folder."""
     from jupyter_core.paths import jupyter_data_dir
 
     from jupyter_gkews.app import GkewsApp
 
+    (tmp_path / "proj A").mkdir()
+    (tmp_path / "projB").mkdir()
+    os.symlink(tmp_path / "proj A", tmp_path / "link")
+    monkeypatch.chdir(tmp_path / "proj A")
     app = GkewsApp()
-    assert app.checkpoint_root == os.path.join(jupyter_data_dir(), "gkews", "checkpoints")
+    project = os.path.dirname(app.checkpoint_root)
+    assert os.path.dirname(project) == os.path.join(jupyter_data_dir(), "gkews", "projects")
+    assert os.path.basename(project).startswith("proj_A-")
+    assert app.checkpoint_root == os.path.join(project, "checkpoints")
+    assert app.state_dir == os.path.join(project, "state")
+    monkeypatch.chdir(tmp_path / "link")
+    assert GkewsApp().state_dir == app.state_dir
+    monkeypatch.chdir(tmp_path / "projB")
+    assert GkewsApp().state_dir != app.state_dir and GkewsApp().checkpoint_root != app.checkpoint_root
 
 
 def test_checkpoint_root_env_set_only_when_absent(tmp_path, monkeypatch):

@@ -363,15 +363,32 @@ def test_bad_report_options_name_the_fix(tmp_path):
     assert r.returncode == 2 and "MiB now" not in r.stdout
     assert (f"no checkpoint store at {tmp_path / 'nonexistent'}, yet the event log says the pauses wrote 600.0 MiB"
             in r.stderr and "--checkpoint-root=DIR" in r.stderr), r.stderr
+    # a folder that is no store was counted whole as the bytes "kept" (all of /tmp: 27 GiB); cleanup refused it
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("the user's")
+    r = jupyter_gkews("report", f"--state-dir={tmp_path / 'week'}", f"--checkpoint-root={tmp_path / 'mine'}",
+                      home=tmp_path)
+    assert r.returncode == 2 and "MiB now" not in r.stdout
+    assert f"{tmp_path / 'mine'} is not a gkews checkpoint store" in r.stderr, r.stderr
 
 
 def test_the_state_dir_defaults_to_the_servers(tmp_path):
-    """No --state-dir: the GkewsApp default (under the Jupyter data dir), or what jupyter_server_config says."""
-    data_state = tmp_path / "data" / "gkews" / "state"
-    StateStore(str(data_state)).append_event(ev(time.time(), "started", 0, "active"))
-    r = jupyter_gkews("report", "--json", home=tmp_path)
+    """No --state-dir: the GkewsApp default (the project folder's, under the Jupyter data dir: the folder the
+    command runs in, or c.ServerApp.root_dir), or what jupyter_server_config says."""
+    from jupyter_gkews.projects import project_dir
+    (tmp_path / "proj").mkdir()
+    data_state = os.path.join(project_dir(str(tmp_path / "proj"), str(tmp_path / "data")), "state")
+    StateStore(data_state).append_event(ev(time.time(), "started", 0, "active"))
+    r = jupyter_gkews("report", "--json", home=tmp_path, cwd=tmp_path / "proj")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["state_dir"] == str(data_state)
+    assert json.loads(r.stdout)["state_dir"] == data_state
+    r = jupyter_gkews("report", "--json", home=tmp_path, cwd=tmp_path)  # another folder: not its state
+    assert r.returncode == 2 and f"this is {tmp_path}'s" in r.stderr and "Run this command in the folder" in r.stderr
+    (tmp_path / "config").mkdir(exist_ok=True)
+    root_dir = f"c.ServerApp.root_dir = {str(tmp_path / 'proj')!r}\n"
+    (tmp_path / "config" / "jupyter_server_config.py").write_text(root_dir)
+    r = jupyter_gkews("report", "--json", home=tmp_path, cwd=tmp_path)
+    assert json.loads(r.stdout)["state_dir"] == data_state
     configured = tmp_path / "elsewhere"
     StateStore(str(configured)).append_event(ev(time.time(), "started", 0, "active"))
     (tmp_path / "config").mkdir(exist_ok=True)

@@ -7,6 +7,8 @@ import os
 import stat
 import sys
 
+from kernel_state.errors import CheckpointError
+from kernel_state.store import Store
 from kernel_state.timestamps import utc_epoch
 from jupyter_core.application import base_aliases, base_flags
 from traitlets import Bool, Unicode
@@ -68,8 +70,10 @@ class ReportApp(ServerConfigApp):
         settings = self.server_settings()
         store = StateStore(settings.state_dir)
         if not os.path.isfile(store.events_path):
-            print(f"no event log at {store.events_path}: the server has not run with this state directory. "
-                  f"Give the one it uses with --state-dir=DIR (c.GkewsApp.state_dir).", file=sys.stderr)
+            print(f"no event log at {store.events_path}: no server has run with this state directory (by default "
+                  f"each project folder has its own; this is {settings.contents_root()}'s). Run this command in the "
+                  f"folder the server serves, or give its state directory with --state-dir=DIR "
+                  f"(c.GkewsApp.state_dir).", file=sys.stderr)
             self.exit(2)
         try:
             until = parse_until(self.until) if self.until else None
@@ -83,6 +87,11 @@ class ReportApp(ServerConfigApp):
         report["state_dir"] = store.directory
         totals, root = report["totals"], self.checkpoint_root(settings)
         if os.path.isdir(root):
+            try:
+                Store(root).check()  # a folder that is no store would be counted whole as "kept"
+            except CheckpointError as exc:
+                print(exc, file=sys.stderr)
+                self.exit(2)
             totals["checkpoint_bytes_on_disk"] = disk_usage(root)
         elif totals["checkpoint_bytes"]:  # the pauses wrote checkpoints, but not here: the wrong root
             print(f"no checkpoint store at {root}, yet the event log says the pauses wrote "

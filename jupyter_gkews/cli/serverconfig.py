@@ -16,7 +16,8 @@ from ..backends import LocalBackend
 from .strict import StrictApp
 
 #: how to name the store, in the messages of a command that found none
-ROOT_FIX = (f"give the server's with --checkpoint-root=DIR (the server uses ${CHECKPOINT_ROOT_ENV} when it was "
+ROOT_FIX = (f"run this command in the folder the server serves (by default each folder has its own store), or "
+            f"give the server's with --checkpoint-root=DIR (the server uses ${CHECKPOINT_ROOT_ENV} when it was "
             f"started with it, else c.GkewsApp.checkpoint_root)")
 
 
