@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from .states import Event, PauseReason, State
+from .states import Event, PauseReason, State, Verdict
 
 
 def new_cycle(number: int) -> dict:
@@ -61,14 +61,21 @@ class Cycles:
         elif kind == Event.RELEASING:
             c["snapshot_bytes"] = int(((e.get("snapshot") or {}).get("bytes")) or 0)
         elif kind in (Event.PAUSED, Event.RESUMED):
-            _merge(c, e.get("timeline"))
+            times = dict(e.get("timeline") or {})
+            # every notebook the resumes brought back failed: no kernel is ready yet (a retry that brings one is)
+            unusable = kind == Event.RESUMED and not c.get("usable") and any(
+                nb.get("resumes") for nb in c["notebooks"].values())
+            if unusable:
+                times.pop("restore_done", None)
+            _merge(c, times)
             if kind == Event.PAUSED:
                 t.setdefault("environment_stopped", e["time"])
                 c["result"] = "paused"
                 # False: a kernel the pause left running kept the GPUs (older logs: every GPU was released)
                 c["released_all"] = e.get("environment_released", True)
             else:
-                t.setdefault("restore_done", e["time"])
+                if not unusable:
+                    t.setdefault("restore_done", e["time"])
                 # a resume with nothing to restore (every notebook lost) has no `restoring` step
                 t.setdefault("capacity_obtained", t.get("resume_requested") or e["time"])
                 c["result"] = "resumed"
@@ -91,6 +98,8 @@ class Cycles:
             # every resume of it counts, as in the metrics: a failed one retried in the same cycle too
             nb.setdefault("resumes", []).append({"verdict": e.get("verdict"), "why": e.get("why"),
                                                  "failed": e.get("failed") or {}})
+            if e.get("verdict") not in (None, Verdict.FAILED):
+                c["usable"] = True  # this resume made a kernel usable: its end is the cycle's "ready"
         elif kind == Event.KERNEL_USABLE:
             t.setdefault("kernel_usable", e.get("kernel_usable") or e["time"])
         elif kind == Event.FAILED:

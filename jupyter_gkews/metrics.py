@@ -19,7 +19,8 @@ PAUSES = Counter("gkews_pauses", "Pauses that finished, by who asked (user, idle
 RESUMES = Counter("gkews_resumes", "Notebooks resumed, by verdict (live-verified, restored-from-checkpoint, "
                   "partially-restored, failed); a notebook deleted while paused is not resumed.", ["verdict"])
 CHECKPOINT_SECONDS = Gauge("gkews_last_checkpoint_seconds", "Seconds the last pause took to checkpoint its "
-                           "notebooks (pause requested to checkpoints done).")
+                           "notebooks (pause requested to checkpoints done); 0 until a pause this server (or the "
+                           "one before it, when restarted while paused) saw finish its checkpoints.")
 CHECKPOINT_BYTES = Gauge("gkews_last_checkpoint_bytes", "Bytes of the checkpoints the paused state holds "
                          "(the last pause's, and those of notebooks an earlier pause left paused).")
 GPU_HOURS_RELEASED = Counter("gkews_gpu_hours_released", "GPU hours released: from the environment stopping "
@@ -98,6 +99,11 @@ class MetricsRecorder:
             CHECKPOINT_BYTES.set(kept_bytes(state))
             if t.get("checkpoint_done") and t.get("pause_requested"):
                 CHECKPOINT_SECONDS.set(t["checkpoint_done"] - t["pause_requested"])
+        elif event == Event.RECOVERED_INTERRUPTED_PAUSE:  # a pause a stopped server began, ended at this start
+            paused = state["state"] == State.PAUSED
+            PAUSES.labels(cycle["reason"] or "user", "paused" if paused else "failed").inc()
+            if paused:  # (how long its checkpoints took was not seen: the seconds stay as they were)
+                CHECKPOINT_BYTES.set(kept_bytes(state))
         elif event == Event.RESUME_REQUESTED:
             self._resuming = set(record.get("notebooks") or [])
         elif event in (Event.RESTORING, Event.RESTORED_DETECTED, Event.RESUMED):

@@ -143,6 +143,7 @@ def deleted_while_paused(events: list[dict]) -> dict[int, list[str]]:
 #: `/`, maybe in brackets or quotes (`the file /c/blobs/1a2b.pkl`, `(/c/blobs/1a2b.pkl)`, `'/c/x.pkl'`); not a
 #: `/` inside a word (`</script>`, `a/b`, `1/2`, `http://`)
 _PATH = re.compile(r""" ?(\()?(['"]?)(?<![^\s(\['"])/[^\s'"()<>\[\]]+\2(?(1)\))""")
+_AFTER_PREPOSITION = re.compile(r"""\b(in|at|under|from|into|to) /[^\s'"()<>\[\]]+""")
 
 
 def _cause(reason: str) -> str:
@@ -150,6 +151,8 @@ def _cause(reason: str) -> str:
     the file /x/blobs/1a2b….pkl was …`), so that the same cause groups as one."""
     reason = re.sub(r"\bblob [0-9a-f]{6,}", "a blob", reason)
     reason = re.sub(rf"(\bcheckpoint )?'?{CHECKPOINT_ID.pattern}'?", "a checkpoint", reason)  # each cycle's own
+    # a path a preposition needs stays as "…" (`no checkpoint in …`); elsewhere it goes with its space
+    reason = _AFTER_PREPOSITION.sub(r"\1 …", reason)
     return _PATH.sub("", reason).strip().rstrip(":").rstrip()
 
 
@@ -194,12 +197,14 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
     resumed = sum(verdicts.values())
     ready = [r["ready_seconds"] for r in users if r["ready_seconds"] is not None]
     first = [r["first_cell_seconds"] for r in users if r["first_cell_seconds"] is not None]
-    idle = [r["idle_seconds"] for r in users if r["idle_seconds"] is not None]
+    paused = [r for r in rows if r["result"] in ("paused", "resumed")]
+    idle = [r["idle_seconds"] for r in users if r["idle_seconds"] is not None and r in paused]
     totals = {
         "cycles": len(rows),
-        "paused": sum(1 for r in rows if r["result"] in ("paused", "resumed")),
-        "by_idle_policy": sum(1 for r in rows if r["reason"] == PauseReason.IDLE_POLICY),
-        "by_resume_test": sum(1 for r in rows if r["reason"] == PauseReason.RESUME_TEST),
+        "paused": len(paused),
+        # of those pauses (a failed attempt paused nothing, and its idle time is counted by the pause after it)
+        "by_idle_policy": sum(1 for r in paused if r["reason"] == PauseReason.IDLE_POLICY),
+        "by_resume_test": sum(1 for r in paused if r["reason"] == PauseReason.RESUME_TEST),
         "idle_hours_before_pause": round(sum(idle) / 3600, 4),
         "released_hours": round(sum(r["released_hours"] for r in rows), 4),
         "gpu_hours_released": round(sum(r["gpu_hours_released"] for r in rows), 4),

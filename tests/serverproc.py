@@ -6,10 +6,12 @@ adds what only a test on the same machine can do: write notebooks and run cells 
 """
 from __future__ import annotations
 
+import urllib.request
 from pathlib import Path
 
 import nbformat
 from jupyter_client import BlockingKernelClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from jupyter_gkews.localserver import LocalServer
 
@@ -59,6 +61,15 @@ class Server(LocalServer):
             client.stop_channels()
         assert reply["content"]["status"] == "ok", f"cell failed: {''.join(out)}"
         return "".join(out)
+
+    def metrics(self) -> dict:
+        """{(sample name, sorted labels): value} of the gkews metrics on /metrics, as Prometheus reads them."""
+        req = urllib.request.Request(self.url + "metrics", headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(req, timeout=self.request_timeout) as r:
+            body = r.read().decode()
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(body) for s in family.samples
+                if s.name.startswith("gkews_")}
 
     def pid_of(self, kernel_id: str) -> int:
         return int(self.run_cell(kernel_id, "print(__import__('os').getpid())").strip())  # binds no name

@@ -143,6 +143,12 @@ def test_killed_during_pause_finishes_on_restart(tmp_path):
         listed = server.get("gkews/checkpoints")["checkpoints"]
         assert first_checkpoint in [c["id"] for c in listed if c["notebook"] == SMALL]
         assert [c["id"] for c in listed if c["notebook"] == BIG] == on_disk
+        # the pause this server finished counts as a pause (it counted in neither process, and the resume after
+        # it counted resumes of no pause)
+        metrics = server.metrics()
+        assert metrics[("gkews_pauses_total", (("reason", "user"), ("result", "paused")))] == 1, metrics
+        assert metrics[("gkews_last_checkpoint_bytes", ())] == sum(nb.get("bytes") or 0 for nb in s["notebooks"]
+                                                                   if nb["status"] == "released")
 
         code, r = server.post("gkews/resume")
         assert code == 202 and r["state"] == "resuming", (code, r)

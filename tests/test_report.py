@@ -110,7 +110,8 @@ def test_a_week_of_a_workstation_used_40_of_168_hours(tmp_path):
     assert t["checkpoint_bytes"] == 6 * 100 * MIB and t["snapshot_bytes"] == 6 * 2048 * MIB
     assert t["verdicts"] == {"live-verified": 3, "restored-from-checkpoint": 1, "failed": 1}
     assert t["success_rate"] == 0.8
-    assert (t["ready_seconds_p50"], t["ready_seconds_p95"]) == (70, 630)  # 30 s for capacity + ready
+    # 30 s for capacity + ready; Thursday's failed resume made no kernel usable: no sample (it counted 80 s)
+    assert (t["ready_seconds_p50"], t["ready_seconds_p95"]) == (60, 630)
     assert (t["first_cell_seconds_p50"], t["first_cell_seconds_p95"]) == (100, 670)  # none for the failed one
     assert t["fallbacks"] == {"a new process: the live state did not survive": 1}
     assert t["failures"] == {"kernel_state failed in train.ipynb: CheckpointNotFound: no checkpoint": 1}
@@ -129,7 +130,7 @@ def test_a_week_of_a_workstation_used_40_of_168_hours(tmp_path):
     text = report_of(tmp_path, [], "--until=2026-11-29").stdout
     assert "released: 135.00 h, 270.00 GPU hours" in text
     assert "success 80% (1 failed, 3 live-verified, 1 restored-from-checkpoint)" in text
-    assert "p50 70.0 s, p95 630.0 s" in text
+    assert "p50 60.0 s, p95 630.0 s" in text
     assert "1 x a new process: the live state did not survive" in text
     assert "week from 2026-11-23: 168.0 h observed, 40.0 h allocated, 128.0 h released" in text
     r = report_of(tmp_path, [], f"--html={tmp_path / 'no' / 'such' / 'x.html'}")
@@ -161,6 +162,30 @@ def test_one_cause_of_failure_is_one_group_whatever_checkpoint_it_names():
     failures = build_report(events, until=NEXT_MONDAY)["totals"]["failures"]
     assert failures == {"kernel_state failed in train.ipynb: CheckpointNotFound: a checkpoint does not exist for "
                         "notebook 'train.ipynb'": 2}, failures
+
+
+def test_failed_attempts_are_not_pauses_nor_ready_kernels():
+    """The idle policy's pause that failed (a busy kernel) counted as one of its pauses, with its idle time; a
+    resume whose every notebook failed counted as a kernel ready in 0.02 s. Neither happened."""
+    first = MONDAY + 17 * H
+    events = [ev(first - 60, "pause-requested", 1, "pausing", "checkpointing", notebooks=["train.ipynb"],
+                 interrupt=False, reason="idle policy", last_activity=first - H, gpus=2, snapshot=False),
+              ev(first, "failed", 1, "failed", reason="the kernel of train.ipynb is running a cell")]
+    events += pause_events(2, first + H, last_activity=first - H)
+    failed, retried = first + 10 * H, first + 10 * H + 600
+    events += resume_events(2, failed, 0.02, "failed", "it has no checkpoint in /home/u/ckpt (deleted since, or "
+                                                       "another store)")
+    events += [e for e in resume_events(2, retried, 20, "restored-from-checkpoint", "a new process")
+               if e["event"] != "restoring"]  # the GPUs came back at the first resume
+    t = build_report(events, until=NEXT_MONDAY)["totals"]
+    assert (t["cycles"], t["paused"], t["by_idle_policy"]) == (2, 1, 1)
+    assert t["idle_hours_before_pause"] == pytest.approx((2 * H - 60) / 3600, abs=1e-3)
+    assert t["verdicts"] == {"failed": 1, "restored-from-checkpoint": 1}
+    # the store's path goes from the cause, but the sentence keeps its shape
+    assert t["failures"] == {"it has no checkpoint in … (deleted since, or another store)": 1}
+    # from the first request to the end of the resume that brought the kernel back
+    assert t["ready_seconds_p50"] == pytest.approx(retried + 20 - (failed - 30))
+    assert "1 by the idle policy" in report_text(build_report(events, until=NEXT_MONDAY))
 
 
 def test_a_report_piped_into_head_ends_without_a_traceback(tmp_path):
