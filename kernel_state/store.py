@@ -756,7 +756,9 @@ class Store:
         # store, marker, lock file and mode 0700, under a dry run); one holding other files is refused
         if not os.path.isdir(self.root) or (not self._refuse_unless_ours() and not os.listdir(self.root)):
             return {"deleted": {}, "bytes_freed": 0, "blobs_kept": None}
-        with self.lock(reading=True) if dry_run else self.lock(exclusive=True):
+        # a dry run waits for the saves under way, as the cleanup does, but writes nothing: run alongside one, it
+        # counted the save's temp files and its blobs not named by a manifest yet as bytes to free
+        with self.lock(exclusive=True, reading=dry_run):
             deleted, dropped = {}, set()
             for notebook in notebooks:
                 doomed = self._expired(notebook, keep, budget, max_age, auto)

@@ -66,6 +66,27 @@ def test_dry_run_then_cleanup_by_keep_last(tmp_path):
         assert ns["step"] == 2  # the newest still restores
 
 
+def test_a_dry_run_during_a_save_says_what_the_cleanup_would_free(tmp_path):
+    """A dry run beside a save under way counted the save's temp files as bytes it would free (8 MB of a save's
+    temp files); the cleanup waits for the save, and then they are blobs of a checkpoint. So does the dry run."""
+    from concurrent.futures import ThreadPoolExecutor, TimeoutError as Pending
+    root = tmp_path / "ckpt"
+    fill(root, saves=1)
+    store = Store(str(root))
+    temp = os.path.join(store.tmp_dir, "0123456789abcdef0123456789abcdef.safetensors.tmp")
+    with ThreadPoolExecutor(1) as pool:
+        with store.lock():  # a save under way, its blob still a temp file
+            with open(temp, "wb") as f:
+                f.write(b"\0" * 8_000_000)
+            dry = pool.submit(store.enforce_retention, [A, B], keep_last=1, dry_run=True)
+            try:
+                dry.result(timeout=2)  # (it used not to wait: then it is done, and counted the temp file)
+            except Pending:
+                pass
+            os.remove(temp)  # the save is committed: its blob is named by its manifest
+        assert dry.result(timeout=60)["bytes_freed"] == 0
+
+
 def test_the_newest_complete_checkpoint_survives_every_limit(tmp_path):
     root = tmp_path / "ckpt"
     ids = fill(root)
