@@ -67,7 +67,7 @@ class GkewsHandler(APIHandler):
     def body(self) -> dict:
         raw = self.request.body
         try:
-            data = json.loads(raw) if raw and raw.strip() else {}
+            data = json.loads(raw, object_pairs_hook=_no_repeated_keys) if raw and raw.strip() else {}
         except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
             raise BadRequest(f"the request body is not valid JSON ({exc}); send e.g. "
                              f"{EXAMPLES[self.request_schema]}") from None
@@ -78,6 +78,17 @@ class GkewsHandler(APIHandler):
     def reply(self, status: int, payload) -> None:
         self.set_status(status)
         self.finish(json.dumps(payload))
+
+
+def _no_repeated_keys(pairs: list) -> dict:
+    """A key given twice (`{"notebooks": ["a.ipynb"], "notebooks": []}`) is a mistake: json keeps the last one
+    silently, and a pause of every notebook would go ahead for a body that named one."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"the key {key!r} is given twice")
+        out[key] = value
+    return out
 
 
 def answers_errors(method):

@@ -101,6 +101,9 @@ BAD_INPUT = [
      ["not valid JSON", 'send e.g. {"notebook": "path/to/notebook.ipynb"}']),
     ("rewind-malformed-json", "POST", ("gkews", "checkpoints", "rewind"), "{", None, 400,
      ["not valid JSON", 'send e.g. {"notebook": "path/to/notebook.ipynb", "cell": 12}']),
+    # json keeps the last of a key given twice, silently: which one the client meant is not known
+    ("pause-repeated-key", "POST", ("gkews", "pause"), '{"notebooks": ["work/a.ipynb"], "notebooks": []}', None,
+     400, ["not valid JSON", "the key 'notebooks' is given twice"]),
     ("pause-body-is-list", "POST", ("gkews", "pause"), '["work/a.ipynb"]', None, 400,
      ["must be a JSON object", '{"notebooks": [...]}']),
     ("resume-body-is-list", "POST", ("gkews", "resume"), "[]", None, 400, ["must be a JSON object"]),
