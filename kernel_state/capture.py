@@ -571,7 +571,7 @@ class Capture:
             rv = module_objects.reduce_logger(obj) or self._reduce_masked(obj) or self._reduce_subclass(obj) or \
                 torch_modules.reduction(obj) or weak_containers.reduction(obj) or obj.__reduce_ex__(PROTOCOL)
             if not isinstance(rv, str):
-                rv = tuple(rv)
+                rv = _without_lazy_dict(t, tuple(rv))
                 rv = rv[:3] + tuple(None if items is None else list(items) for items in rv[3:5]) + rv[5:]
             self._reductions[id(obj)] = (obj, rv)
         else:
@@ -1088,6 +1088,16 @@ class Capture:
     def _progress_bytes(self, n: int) -> None:
         if self.progress:
             self.progress(bytes_done=n)
+
+
+def _without_lazy_dict(t: type, rv: tuple) -> tuple:
+    """io.BytesIO, io.StringIO and functools.partial make their __dict__ the first time anyone reads it
+    (`vars(buf)`, a debugger, IPython's `?`), and their state then ends in {} where it ended in None: verify
+    called an unchanged buffer "changed". An empty one is no attribute at all: None, as before it was made."""
+    if t.__module__ in ("_io", "functools") and len(rv) > 2 and isinstance(rv[2], tuple) and rv[2] \
+            and isinstance(rv[2][-1], dict) and not rv[2][-1]:
+        return rv[:2] + (rv[2][:-1] + (None,),) + rv[3:]
+    return rv
 
 
 def _hook_name(hook) -> str:

@@ -437,3 +437,22 @@ def test_a_variable_bound_to_the_namespace_itself_reads_unchanged(tmp_path):
     with Kernel(tmp_path) as fresh:
         fresh.run("%gkews_checkpoint restore")
         assert fresh.value("ns is globals()")
+
+
+def test_reading_a_buffers_attributes_changes_nothing(tmp_path):
+    """io.BytesIO, io.StringIO and functools.partial make their __dict__ when it is first read (`vars(buf)`, a
+    debugger, IPython's `buf?`): verify called them changed after a look. Set attributes still count."""
+    with Kernel(tmp_path) as k:
+        k.run("import io, functools\nraw = io.BytesIO(b'abc'); raw.seek(2)\ntext = io.StringIO('line')\n"
+              "call = functools.partial(print, 1)\nnamed = io.BytesIO(b'x'); named.tag = 'kept'")
+        k.run("%gkews_checkpoint save")
+        k.run("vars(raw), vars(text), vars(call), vars(named)")
+        assert _all_match(k.value(VERIFY)) == []
+        k.run("raw.note = 'set'")
+        assert k.value(VERIFY)["raw"] == "changed"
+        k.run("%gkews_checkpoint save")
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        back = "[raw.getvalue().decode(), raw.tell(), raw.note, named.tag, text.getvalue(), call.args]"
+        assert fresh.value(back) == ["abc", 2, "set", "kept", "line", [1]]
+        assert _all_match(fresh.value(VERIFY)) == []
