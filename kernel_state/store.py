@@ -683,7 +683,11 @@ class Store:
             raise CorruptManifest(f"manifest {name} has format version {manifest.get('version')}; this "
                                   f"kernel_state reads version {MANIFEST_VERSION}: upgrade jupyter-gkews")
         checksum = manifest.get("checksum")
-        known = checksum is not None and _VERIFIED.get(digest) == checksum  # these very bytes, verified
+        if checksum is None:  # written before manifests had one (development builds of 2026-11-29)
+            raise CorruptManifest(f"manifest {name} has no checksum: a development build before manifests carried "
+                                  f"one wrote it, and a damaged offset in it could not be told; "
+                                  f"{_delete_advice(name[:-5])}")
+        known = _VERIFIED.get(digest) == checksum  # these very bytes, verified
         if not known and checksum != manifest_checksum(manifest):
             # a flipped digit in an offset, a shape or a name would otherwise restore a wrong value silently
             raise CorruptManifest(f"manifest {name} does not match its checksum: it was modified or damaged; "

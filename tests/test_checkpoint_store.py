@@ -127,6 +127,18 @@ def test_a_training_step_beside_small_arrays_writes_the_changed_tensors_only(tmp
     assert kernel_state.save(fresh, notebook=NB, root=tmp_path)["bytes_written"] < 100_000
 
 
+def test_a_manifest_without_a_checksum_says_so(tmp_path):
+    """A development build before manifests carried a checksum wrote none: it was called "modified or damaged"."""
+    kernel_state.save({"w": torch.arange(10.0)}, notebook=NB, root=tmp_path)
+    path = _manifests(tmp_path)[0]
+    manifest = json.loads(path.read_text())
+    del manifest["checksum"]
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(kernel_state.CorruptManifest, match="has no checksum: a development build before") as caught:
+        kernel_state.restore({}, notebook=NB, root=tmp_path)
+    assert "modified or damaged" not in str(caught.value) and "%gkews_checkpoint delete" in str(caught.value)
+
+
 def test_a_manifest_damaged_after_this_process_read_it_is_still_refused(tmp_path):
     """A save writes its manifest and reads it back (retention, the collection); the checksum it verified then
     is remembered by the manifest's bytes, so the same bytes are not verified again, and other bytes are."""
