@@ -88,18 +88,22 @@ class StagingStore(Store):
 
     def put_tensors(self, entries, progress=None, position=None, digest=None) -> tuple[str, int, bool]:
         """position: where these bytes live in the process (a storage, a chunk of an array), so the
-        writer can store them as a delta of what it last wrote from there. digest: the blob's name when
-        the caller hashed the bytes already (a numpy buffer or chunk); a single torch storage without
-        one gets a placeholder the writer replaces (pending_names.py); anything else is hashed here."""
+        writer can store them as a delta of what it last wrote from there. digest: the name the caller's
+        hash of the live bytes gave (a numpy buffer or chunk, hashed to find what changed); the copy is
+        hashed as it is made all the same, and named by that. A single torch storage without one gets a
+        placeholder the writer replaces (pending_names.py)."""
         header = build_header([(n, d, s, mv.nbytes) for n, d, s, mv in entries])
         size = len(header) + sum(mv.nbytes for *_, mv in entries)
         if digest is not None and self._present(self.blob_path(digest, "safetensors")):
             return digest, size, False
         hasher = None
-        if digest is None and (position is None or len(entries) != 1):
+        if digest is not None or position is None or len(entries) != 1:
             hasher = new_hasher()
             hasher.update(header)
-        # when hashed here, the copy is, not the live bytes: the name is that of what will be written
+        # The name is that of the copy, which is what will be written: a thread of the notebook (a data
+        # loader) may write the array between the caller's hash and this copy, and a copy filed under the
+        # older hash failed every restore, and was taken for those bytes by every later checkpoint of them.
+        # The callers take the name returned (Capture._write_buffer, _write_chunks).
         copies = [(n, d, s, _staged_copy(mv, hasher)) for n, d, s, mv in entries]
         if hasher is not None:
             digest = hasher.hexdigest()

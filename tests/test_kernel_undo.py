@@ -413,6 +413,36 @@ def test_only_written_chunks_are_hashed_and_every_checkpoint_is_still_exact(stor
             assert k.value("digest()") == expected, source
 
 
+def test_an_array_written_between_the_cells_hash_and_its_copy_is_named_by_the_copy(store):
+    """A thread (a data loader) writes an array after the checkpoint hashed it and before it copied it. The copy
+    was filed under the older hash: a rewind to that cell failed ("does not match its hash"), and so did one to a
+    later cell that left the array with those older bytes, which found them "written" already."""
+    with Kernel(store) as k:
+        k.run("%gkews_checkpoint auto on")
+        k.run("import numpy as np, hashlib\na = np.zeros(1_000_000)  # one blob\nb = np.zeros(6_000_000)  # chunks\n"
+              "digest = lambda: hashlib.sha256(a.tobytes() + b.tobytes()).hexdigest()")
+        settle(k)
+        silently(k, "import kernel_state.auto as _auto\n_copy = _auto._staged_copy\n"
+                    "def _racing(mv, hasher=None):\n"
+                    "    m = memoryview(mv).cast('B')\n"
+                    "    m[0] = (m[0] + 1) % 256  # the thread's write: after the cell's hash, before the copy\n"
+                    "    return _copy(mv, hasher)\n"
+                    "_auto._staged_copy = _racing")
+        k.run("a[:] = 3.0; b[:] = 3.0  # raced")
+        settle(k)
+        raced = k.value("digest()")
+        silently(k, "_auto._staged_copy = _copy")
+        k.run("a[:] = 0.0; b[:] = 0.0")
+        k.run("a[:] = 3.0; b[:] = 3.0  # clean")
+        settle(k)
+        clean = k.value("digest()")
+        rows = checkpoints_by_source(k)
+        for source, expected in (("a[:] = 3.0; b[:] = 3.0  # clean", clean), ("a[:] = 3.0; b[:] = 3.0  # raced", raced)):
+            out = k.run(f"%gkews_checkpoint rewind {rows[source]['label']['cell']}")
+            assert "could not" not in out, out
+            assert k.value("digest()") == expected, source
+
+
 def test_tensors_named_by_the_writer_while_later_cells_refer_to_them(store):
     """A changed torch storage is staged under a placeholder and named by the writer thread. Cells that
     end while it is still unnamed (the writer held), one that leaves it unchanged and one that changes it
