@@ -437,10 +437,10 @@ def test_an_array_written_between_the_cells_hash_and_its_copy_is_named_by_the_co
         settle(k)
         clean = k.value("digest()")
         rows = checkpoints_by_source(k)
-        for source, expected in (("a[:] = 3.0; b[:] = 3.0  # clean", clean), ("a[:] = 3.0; b[:] = 3.0  # raced", raced)):
-            out = k.run(f"%gkews_checkpoint rewind {rows[source]['label']['cell']}")
+        for note, expected in (("clean", clean), ("raced", raced)):
+            out = k.run(f"%gkews_checkpoint rewind {rows[f'a[:] = 3.0; b[:] = 3.0  # {note}']['label']['cell']}")
             assert "could not" not in out, out
-            assert k.value("digest()") == expected, source
+            assert k.value("digest()") == expected, note
 
 
 def test_tensors_named_by_the_writer_while_later_cells_refer_to_them(store):
