@@ -29,6 +29,7 @@ import threading
 import time
 
 from . import checkpoint, config, counter, encoded_blob, pending_names
+from .compare import held_through
 from .dirty_pages import TRACKER
 from .errors import CheckpointError, CheckpointNotFound, CheckpointWriteError
 from .fsutil import write_json_durable
@@ -756,6 +757,10 @@ def rewind(cell: int | None, namespace=None, *, notebook: str | None = None, roo
             unchanged.append(name)
         else:
             changed.append(name)
+    # a variable holding another's objects (`history = log`) reads as the same reference: it changed with it
+    held = held_through([before["variables"], target["variables"]], set(changed) | set(came_back) | set(removed))
+    changed += [n for n in unchanged if n in held]
+    unchanged = [n for n in unchanged if n not in held]
     came_back.extend(ipython_own)
     gone = sorted(unsaved & set(result["restored"]))
     if gone:

@@ -312,6 +312,7 @@ class Capture:
         for kind in picklers:
             self._var_storages, self._var_refs, self._var_memo, self._var_raw = {}, [], False, False
             self._var_names = set()  # the other variables whose objects this one's pickle refers to
+            self._var_holds = set()  # of those, the ones it holds whole (`history = log`, `{"log": log}`)
             self._attrs_sent, self._extras_sent, self._extras = set(), set(), {}
             self._nested = int(kind == "dill")
             buf = io.BytesIO()
@@ -344,6 +345,8 @@ class Capture:
                       "storages": list(self._var_storages)}
             if self._var_names:
                 record["refers_to"] = sorted(self._var_names)
+            if self._var_holds:
+                record["holds"] = sorted(self._var_holds)
             record.update(_describe(value))
             try:
                 views = self._views()
@@ -454,6 +457,7 @@ class Capture:
         if name is not None and name != self._current:
             if name in self.saved_vars:
                 self._var_names.add(name)
+                self._var_holds.add(name)
                 return ("var", name)
             if self._nested and self.defer_forward:
                 raise Deferred(name)

@@ -14,7 +14,7 @@ import types
 
 from . import byvalue, config, counter, module_objects, randomstate, readback, settings
 from .capture import Capture, Deferred, VariableSkipped, defined_interactively
-from .compare import dtype_key, value_digest as compare_value_digest
+from .compare import dtype_key, held_through, value_digest as compare_value_digest
 from .errors import CheckpointError, CheckpointWriteError, DamagedProbes
 from .fingerprint import cpu_fingerprint, memory_view, storage_fingerprint
 from .fsutil import remove_quietly, write_json_durable
@@ -407,6 +407,12 @@ def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict
         else:
             why = _memmap_copies(name, ns[name], manifest, saved, dry, live) or "its value or structure differs"
             variables[name] = {"verdict": "changed", "detail": why}
+    # a variable holding a changed one's objects (`history = log`) reads as the same reference: it changed with it
+    moved = {n for n, v in variables.items() if v["verdict"] != "match"}
+    for name, other in held_through([manifest["variables"], dry.variables], moved).items():
+        if variables.get(name, {}).get("verdict") == "match":
+            what = "changed" if variables[other]["verdict"] == "changed" else "is missing"
+            variables[name] = {"verdict": "changed", "detail": f"it holds {other}'s objects, and {other} {what}"}
     for alias, module in manifest["modules"].items():
         live = ns.get(alias)
         ok = isinstance(live, types.ModuleType) and live.__name__ == module

@@ -26,7 +26,7 @@ with what makes two values equal:
   enum's own tables their sizes, not the caches `_value2member_map_` and `_unhashable_values_`);
 - any other object: the reduction its pickler used (callable, arguments, state, items), recursively;
 - TorchScript modules: each method's code, attributes and submodules (not the torch.jit.save archive);
-- another saved variable: its name.
+- another saved variable: its name (so verify calls a variable changed when one it refers to changed: held_through).
 
 Shared objects and cycles are walked once; a second meeting records only that it is the same object.
 Tuples and frozensets of only immutable constants are walked by value each time: whether equal constants
@@ -446,3 +446,27 @@ def _raw_bytes(np, arr):
     """An array's bytes in C order, of any dtype: a memoryview of datetime64 or timedelta64 refuses them
     (no buffer format), so verify compared such a variable's pickle, which differs after a restore."""
     return np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data if arr.nbytes else b""
+
+
+def held_through(records: list[dict], moved: set[str]) -> dict[str, str]:
+    """The variables that hold another variable whole (`history = log`, `cfg = {"log": log}`: their pickles
+    refer to log, and their digests name it, not its contents) whose value moved with that one: each with the
+    moved variable it holds, through any chain of such references. records: the manifests' (or a live
+    capture's) variable records, whose `holds` name those others. (An object inside another variable, such as
+    a model's weight an optimizer refers to, is not the whole of it: a change elsewhere in it is not one here.)"""
+    refers: dict[str, set] = {}
+    for variables in records:
+        for name, record in variables.items():
+            refers.setdefault(name, set()).update(record.get("holds", ()))
+    held: dict[str, str] = {}
+    grew = True
+    while grew:
+        grew = False
+        for name, others in refers.items():
+            if name in moved or name in held:
+                continue
+            through = sorted(o for o in others if o in moved or o in held)
+            if through:
+                held[name] = held.get(through[0], through[0])
+                grew = True
+    return held

@@ -69,9 +69,9 @@ def test_verify_matches_after_restore_in_fresh_processes_and_finds_one_change(tm
                 fresh.run("frame.columns['a'][42] = -1.0")
                 fresh.run("adder = make_adder(8)")
                 verdicts = fresh.value(VERIFY)
-                # nested holds tags as the variable `tags`, and opt holds the model's weights
+                # nested holds the variable `tags` whole (changed with it), and opt holds the model's weights
                 assert sorted(n for n, v in verdicts.items() if v != "match") == \
-                    ["adder", "frame", "halves", "model", "opt", "tags"]
+                    ["adder", "frame", "halves", "model", "nested", "opt", "tags"]
                 out = fresh.run("%gkews_checkpoint verify")
                 assert "model: changed (1 of 8 tensors/arrays differ)" in out
 
@@ -456,3 +456,16 @@ def test_reading_a_buffers_attributes_changes_nothing(tmp_path):
         back = "[raw.getvalue().decode(), raw.tell(), raw.note, named.tag, text.getvalue(), call.args]"
         assert fresh.value(back) == ["abc", 2, "set", "kept", "line", [1]]
         assert _all_match(fresh.value(VERIFY)) == []
+
+
+def test_a_variable_holding_a_changed_ones_objects_changed_with_it(tmp_path):
+    """`history = log` and `cfg = {"log": log}` are saved as references to log's objects: after `log.append(2)`
+    verify called them bit-identical (their values went from [1] to [1, 2])."""
+    with Kernel(tmp_path) as k:
+        k.run("log = [1]; history = log; cfg = {'log': log}; other = [1]")
+        k.run("%gkews_checkpoint save")
+        k.run("log.append(2)")
+        result = k.value("{n: v for n, v in __import__('kernel_state').verify()['variables'].items()}")
+        assert {n: v["verdict"] for n, v in result.items()} == {
+            "log": "changed", "history": "changed", "cfg": "changed", "other": "match"}
+        assert result["cfg"]["detail"] == "it holds log's objects, and log changed"

@@ -443,6 +443,21 @@ def test_an_array_written_between_the_cells_hash_and_its_copy_is_named_by_the_co
             assert k.value("digest()") == expected, note
 
 
+def test_a_rewind_names_the_variables_holding_a_changed_ones_objects(store):
+    """`history = log`, `cfg = {"log": log}`: a rewind over `log.append(2)` brought all three back, and said that
+    history and cfg were unchanged (their pickles name log's objects, not their contents)."""
+    with Kernel(store) as k:
+        k.run("%gkews_checkpoint auto on")
+        k.run("log = [1]; history = log; cfg = {'log': log}; other = [1]")
+        settle(k)
+        k.run("log.append(2)")
+        settle(k)
+        cell = checkpoints_by_source(k)["log = [1]; history = log; cfg = {'log': log}; other = [1]"]["label"]["cell"]
+        out = k.run(f"%gkews_checkpoint rewind {cell}")
+        assert "changed: log, history, cfg\n" in out and "1 unchanged" in out, out
+        assert k.value("[log, history, cfg, history is log]") == [[1], [1], {"log": [1]}, True]
+
+
 def test_tensors_named_by_the_writer_while_later_cells_refer_to_them(store):
     """A changed torch storage is staged under a placeholder and named by the writer thread. Cells that
     end while it is still unnamed (the writer held), one that leaves it unchanged and one that changes it
