@@ -22,6 +22,7 @@ async def open_notebook(jp_fetch, root_dir, path: str, kernel_name: str = "pytho
 
 async def run_cell(serverapp, kernel_id: str, code: str, timeout: float = 120) -> str:
     """Execute code the way a user's cell runs; return its stdout. Raises on an error."""
+    await server_watching(serverapp, kernel_id)
     client = own_client(serverapp.kernel_manager.get_kernel(kernel_id))
     client.start_channels()
     out = []
@@ -88,6 +89,15 @@ async def wait_kernel_state(serverapp, kernel_id: str, state: str, timeout: floa
         return
     await wait_until(lambda: serverapp.kernel_manager.get_kernel(kernel_id).execution_state == state,
                      f"kernel {kernel_id} to be {state}", timeout)
+
+
+async def server_watching(serverapp, kernel_id: str) -> None:
+    """A kernel just started: until the server's activity tracker has seen it. The tracker reads IOPub on a
+    socket of its own that connects once the kernel listens, and a status published before that is lost: a
+    cell sent at once (a test's first) ran while the server still said "starting", and a wait for it to say
+    "busy" never ended (a CI run under load). A held kernel, or one the server has seen, is not waited for."""
+    if serverapp.kernel_manager.get_kernel(kernel_id).execution_state == "starting":
+        await server_sees_idle(serverapp, kernel_id)
 
 
 async def server_sees_idle(serverapp, kernel_id: str, timeout: float = 30) -> None:

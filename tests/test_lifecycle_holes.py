@@ -19,7 +19,7 @@ import pytest
 
 from kernel_state.pins import pinned
 from serverkit import (SLOW_SAVE, events, open_notebook, post, run_cell, saving_started, status, wait_for,
-                       wait_kernel_state, wait_until)
+                       server_watching, wait_kernel_state, wait_until)
 
 from jupyter_gkews.cleanup import clean_checkpoints
 
@@ -47,7 +47,9 @@ def gate(tmp_path) -> Path:
 
 
 async def start_cell(serverapp, kernel_id: str, code: str):
-    """Send a cell as a second client would, without waiting for the kernel (it may be held)."""
+    """Send a cell as a second client would, without waiting for the kernel (it may be held); a kernel just
+    started only until the server watches it (serverkit.server_watching)."""
+    await server_watching(serverapp, kernel_id)
     client = serverapp.kernel_manager.get_kernel(kernel_id).client()
     client.start_channels()
     return client, client.execute(code)

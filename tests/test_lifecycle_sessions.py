@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from serverkit import gkews_server_config, open_notebook, post, run_cell, wait_for, wait_kernel_state
+from serverkit import gkews_server_config, open_notebook, post, run_cell, server_watching, wait_for, wait_kernel_state
 
 
 @pytest.fixture
@@ -212,7 +212,8 @@ async def test_a_pause_from_paused_that_checkpoints_nothing_leaves_the_others_pa
     gate = tmp_path / "gate"
     client = jp_serverapp.kernel_manager.get_kernel(b).client()
     client.start_channels()
-    await client.wait_for_ready(timeout=60)  # a cell sent to a kernel still starting may never show it busy
+    await client.wait_for_ready(timeout=60)
+    await server_watching(jp_serverapp, b)  # a cell sent to a kernel still starting may never show it busy
     client.execute(f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\ny = 1")
     try:
         await wait_kernel_state(jp_serverapp, b, "busy")

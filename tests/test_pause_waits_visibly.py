@@ -5,7 +5,8 @@ import asyncio
 
 import pytest
 
-from serverkit import gkews_server_config, open_notebook, post, run_cell, status, wait_for, wait_kernel_state
+from serverkit import (gkews_server_config, open_notebook, post, run_cell, server_watching, status, wait_for,
+                       wait_kernel_state)
 
 
 @pytest.fixture
@@ -25,6 +26,7 @@ async def test_the_status_names_the_cell_a_pause_waits_for(jp_fetch, jp_serverap
     client.start_channels()
     try:
         await client.wait_for_ready(timeout=60)
+        await server_watching(jp_serverapp, busy)  # else the server may never see this cell make it busy
         client.execute("x = 1\nimport time\ntime.sleep(600)")
         await wait_kernel_state(jp_serverapp, busy, "busy")
         assert (await post(jp_fetch, "pause")).code == 202
