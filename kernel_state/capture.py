@@ -87,6 +87,8 @@ _edges: dict[tuple, tuple[bytes, bytes]] = {}  # kernel undo: a tracked storage'
 _digests: dict[tuple, tuple[str, str]] = {}
 # a tracked numpy buffer -> its chunks' digests at the last scan of its pages (Capture._chunk_digests)
 _chunks_known: dict[tuple, list[str]] = {}
+# and of a whole buffer of 1 MiB or more below CHUNKED: ((dtype, shape), digest) (Capture._buffer_digest)
+_buffers_known: dict[tuple, tuple] = {}
 # an optimizer's hooks, which torch's Optimizer.__getstate__ leaves out (Capture._optimizer_state)
 OPTIMIZER_HOOKS = ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks", "_optimizer_state_dict_pre_hooks",
                    "_optimizer_state_dict_post_hooks", "_optimizer_load_state_dict_pre_hooks",
@@ -897,8 +899,7 @@ class Capture:
             if not self.dry:
                 self._write_chunks(record, pieces, ident)
         else:
-            record["fingerprint"] = {"algorithm": "xxh3-128", "value": cpu_fingerprint(dtype, shape, data)}
-            self.hashed += root.nbytes
+            record["fingerprint"] = {"algorithm": "xxh3-128", "value": self._buffer_digest(ident, dtype, shape, data)}
             if not self.dry:
                 self._write_buffer(skey, record, data, root, ident)
         self._storage_keys[ident] = skey
@@ -952,6 +953,28 @@ class Capture:
             _chunks_known[ident] = digests
         return digests
 
+    def _buffer_digest(self, ident: tuple, dtype: str, shape: list, data) -> str:
+        """A numpy buffer's digest. After a cell, kernel undo keeps that of a buffer of 1 MiB or more that no
+        write reached since its last look (dirty_pages.py), as _chunk_digests does per chunk of a larger one:
+        a namespace of many such arrays was hashed whole after every cell (800 arrays of 4 MB: 160 ms a cell)."""
+        tracked = self.reuse_digests and len(data) >= PACK_LIMIT
+        if tracked:
+            _, address, nbytes = ident
+            known = _buffers_known.pop(ident, None)  # popped: a save cut short leaves nothing stale behind
+            written = TRACKER.written(ident, address, nbytes, nbytes) if known else None
+            if written == set() and known[0] == (dtype, shape):
+                _buffers_known[ident] = known
+                return known[1]
+            if written is None:
+                TRACKER.track(ident, address, nbytes)  # before hashing: a write meanwhile shows next time
+        value = cpu_fingerprint(dtype, shape, data)
+        self.hashed += len(data)
+        if tracked and TRACKER.tracking(ident):
+            if len(_buffers_known) > 65536:  # freed arrays' leftovers: forgetting one costs a hash, never a wrong name
+                _buffers_known.clear()
+            _buffers_known[ident] = ((dtype, shape), value)
+        return value
+
     def _write_buffer(self, skey, record, data, root, ident) -> None:
         dtype, shape, value = record["dtype"], record["shape"], record["fingerprint"]["value"]
         if root.nbytes >= PACK_LIMIT:
@@ -964,7 +987,9 @@ class Capture:
                                                            position=ident, digest=value)
                 self._account(digest, size, new)
                 record.update(blob=digest, name="t")
-                record["fingerprint"]["value"] = digest  # another thread may have written it after the hash
+                if digest != value:  # another thread wrote it after the hash: the copy is what was named
+                    record["fingerprint"]["value"] = digest
+                    _buffers_known.pop(ident, None)
         else:
             record["name"] = value[:32]
             self._pack_or_reuse(record, (skey, dtype, shape, data, root))
