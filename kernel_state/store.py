@@ -131,6 +131,12 @@ def new_checkpoint_id(after: str | None = None) -> str:
     return f"{stamp}-{millis % 1000:03d}-{secrets.token_hex(2)}"
 
 
+def id_seconds(checkpoint_id: str) -> float:
+    """When a checkpoint's save began (its id's time, to the millisecond; a manifest's `created` has whole
+    seconds), in seconds since the epoch."""
+    return _id_millis(checkpoint_id) / 1000
+
+
 def _id_millis(checkpoint_id: str) -> int:
     """The time in an id, in milliseconds since the epoch (UTC)."""
     day, clock, millis = checkpoint_id.split("-")[:3]

@@ -390,3 +390,47 @@ def test_a_server_asked_to_stop_during_a_pause_lets_its_checkpoints_finish(tmp_p
     finally:
         gate.touch()
         server.kill()
+
+
+def test_a_checkpoint_taken_just_before_the_pause_is_not_taken_for_the_pauses(tmp_path):
+    """A server killed while the pause saved a.ipynb, before b.ipynb: b's "checkpoint now" taken just before the
+    pause, in the same second, was taken for the pause's (whole seconds compared), and the resume brought back
+    its older values as "restored-from-checkpoint". The pause committed nothing, and says so."""
+    server = Server(tmp_path)
+    gate = tmp_path / "gate"
+    pids: list[int] = []
+    try:
+        server.start()
+        a = server.open_notebook("a.ipynb")["kernel"]["id"]
+        b = server.open_notebook("b.ipynb")["kernel"]["id"]
+        pids = [server.pid_of(a), server.pid_of(b)]
+        # a's checkpoint waits for the gate, which never opens: the server is killed while it saves a
+        server.run_cell(a, f"import os, time\nclass Slow:\n    def __reduce__(self):\n"
+                           f"        while not os.path.exists({str(gate)!r}):\n            time.sleep(0.05)\n"
+                           f"        return (int, (0,))\nslow = Slow()")
+        server.run_cell(b, "v = 'old'")
+        code, before = server.post("gkews/checkpoints/now", {"notebook": "b.ipynb"})
+        assert code == 201, before
+        server.run_cell(b, "v = 'new'")
+        code, _ = server.post("gkews/pause")
+        assert code == 202
+        while (server.status().get("progress") or {}).get("notebook") != "a.ipynb":
+            time.sleep(0.02)
+        server.signal(signal.SIGKILL)
+        kill_pids(pids)
+        # the same second as that checkpoint, a moment after it (what a quick click gives, made certain here)
+        state = json.loads((tmp_path / "state" / "state.json").read_text())
+        from kernel_state.store import id_seconds
+        state["timeline"]["pause_requested"] = id_seconds(before["id"]) + 0.0005
+        (tmp_path / "state" / "state.json").write_text(json.dumps(state))
+
+        server.start()
+        s = server.status()
+        a_nb, b_nb = s["notebooks"]
+        assert b_nb["status"] == "lost" and b_nb.get("checkpoint") != before["id"], b_nb
+        # nothing of the pause was committed: it failed, and says how to get that checkpoint back by hand
+        assert s["state"] == "failed" and "before any checkpoint was written" in s["message"], s["message"]
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.signal(signal.SIGKILL)
+        kill_pids(pids)

@@ -3,7 +3,6 @@
 again); states.RECOVERIES lists them."""
 from __future__ import annotations
 
-from kernel_state.timestamps import utc_epoch
 
 from ..backends.base import LIVE_STATUSES
 from ..state import now
@@ -85,7 +84,7 @@ class Recovery:
 
     def _finish_interrupted_pause(self) -> None:
         """Roll the pause forward: the old kernels are out of reach, every checkpoint they committed counts."""
-        from kernel_state.store import Store  # reading manifests only; the server never unpickles
+        from kernel_state.store import Store, id_seconds  # reading manifests only; the server never unpickles
         store = Store(self.checkpoint_root)
         requested = self.state["timeline"].get("pause_requested", 0)
         for nb in self.state["notebooks"]:
@@ -94,8 +93,9 @@ class Recovery:
                 continue
             if awaiting_resume(nb):  # carried over from an earlier resume (or suspended): as it was
                 continue
-            fresh = [r for r in store.list(nb["path"])
-                     if "error" not in r and int(utc_epoch(r["created"])) >= int(requested)]
+            # the pause's own: begun after it was requested, to the millisecond (a "checkpoint now" taken earlier
+            # in the same second, compared by whole seconds, was resumed as the pause's, older values and all)
+            fresh = [r for r in store.list(nb["path"]) if "error" not in r and id_seconds(r["id"]) >= requested]
             if fresh:
                 nb.update(status=NotebookStatus.RELEASED, checkpoint=fresh[0]["id"], bytes=fresh[0]["bytes"])
             else:
