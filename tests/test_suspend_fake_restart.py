@@ -223,3 +223,24 @@ def test_a_server_killed_while_it_resumes_suspended_kernels_says_they_come_back_
     assert [nb["verdict"] for nb in s["notebooks"]] == ["live-verified"] * 2, s["notebooks"]
     for kid, pid in zip(kids, (a_pid, b_pid)):
         assert json.loads(server.run_cell(kid, CHECK)) == [332833500, "live", pid]
+
+
+def test_a_restart_while_the_pause_releases_the_kernel_is_refused(suspending):
+    """Restart Kernel while the pause released the kernels: answered 500, or 200 with a new process running
+    cells under "paused 1 notebook(s)", or the pause failed (InvalidStateError). 409 now, saying what to do."""
+    server, gpu_file = suspending.server, suspending.gpu_file
+    server.start()
+    kid = suspending.open_on_gpu("a.ipynb")
+    with open(gpu_file + ".lock", "a") as lock:  # the driver's calls wait on it: the release takes long
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        code, _ = server.post("gkews/pause")
+        assert code == 202
+        while server.status()["phase"] != "releasing":
+            time.sleep(0.02)
+        code, refused = server.post(f"api/kernels/{kid}/restart")
+    assert code == 409 and "'a.ipynb' is being paused: its checkpoint is written" in refused["message"], refused
+    s = server.wait_for(("paused", "failed"))
+    assert s["state"] == "paused" and s["notebooks"][0]["status"] == "suspended", s
+    code, _ = server.post("gkews/resume")
+    assert code == 202 and server.wait_for(("active", "failed"))["state"] == "active"
+    assert json.loads(server.run_cell(kid, CHECK)) == [332833500, "live", suspending.pids[0]]

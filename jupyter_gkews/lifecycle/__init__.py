@@ -22,7 +22,7 @@ from ..claim import Claim
 # LifecycleError and NotFound: re-exported for callers that still import them from here
 from ..errors import Conflict, LifecycleError, NotFound  # noqa: F401
 from ..state import StateStore, initial_state
-from ..states import Event, NotebookStatus, State, awaiting_resume
+from ..states import Event, NotebookStatus, Phase, State, awaiting_resume
 from .holds import Holds
 from .paths import clean_notebook_paths, moved_path, one_line, under  # noqa: F401  (notebook_actions, handlers)
 from .paths import session_path
@@ -201,6 +201,14 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
     def refuse_kernel_action(self, kernel_id: str, action: str) -> None:
         """POST api/kernels/<id>/restart or interrupt on a kernel a pause released: jupyter_server answered 500
         ("Exception restarting kernel") or 404. Conflict, saying that the notebook is paused and what to do."""
+        if self.state["state"] == State.PAUSING and self.state.get("phase") == Phase.RELEASING:
+            for nb in self.state["notebooks"]:
+                if nb["kernel_id"] == kernel_id and nb.get("status") == NotebookStatus.CHECKPOINTED:
+                    # the release shuts it down (or suspends it) now: a restart raced with that, and left a
+                    # new process running cells under "paused", or failed the pause
+                    raise Conflict(f"{nb['path']!r} is being paused: its checkpoint is written and its kernel is "
+                                   f"being released; wait for the pause to finish, then resume it (GPU session: "
+                                   f"Resume) to {action} it")
         resuming = [nb for nb in self.state["notebooks"] if nb["kernel_id"] == kernel_id and id(nb) in self._in_resume]
         if kernel_id in self.serverapp.kernel_manager and not resuming:
             held = [nb for nb in self.state["notebooks"] if nb["kernel_id"] == kernel_id and

@@ -171,6 +171,10 @@ class Pause:
                 nb["process"] = kernel_identity(self.serverapp.kernel_manager, nb["kernel_id"])
             await self._enter(State.PAUSING, Phase.RELEASING, "releasing the kernels", Event.RELEASING,
                               snapshot=snapshot)
+            # from here a restart is refused (refuse_kernel_action); one under way ends first: a shutdown of a
+            # kernel mid-restart failed the pause (InvalidStateError) or left the new process running, "paused"
+            if self.kernel_changes is not None:
+                await self.kernel_changes.settled([nb["kernel_id"] for nb in done])
             await self._renew_broken_holds(done, interrupt)  # the snapshot took a while: look once more
             left += [nb for nb in done if nb["status"] != NotebookStatus.CHECKPOINTED]
             done = [nb for nb in done if nb["status"] == NotebookStatus.CHECKPOINTED]
