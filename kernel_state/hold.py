@@ -119,7 +119,12 @@ def _hold(hold_file: str, seconds: float) -> None:
     # Held while the file is the one we signed: a pause that follows a resume at once makes a new one under
     # the same name between two of our looks, and that new hold is not this one.
     detached, held, last = False, 0.0, time.monotonic()
+    server = os.getppid()
     while _signed_by(hold_file, me) and (detached or held < seconds):
+        if not detached and os.getppid() != server:
+            # the server died: end as ipykernel's parent poller ends a kernel whose server is gone (a start hold
+            # comes before that poller runs, and a kernel held there lived on for the whole bound)
+            os._exit(1)
         if os.path.exists(hold_file + DETACH_SUFFIX):  # asked while held: no shell request can reach us now
             parent = detach_from_parent()
             detached = True

@@ -434,3 +434,38 @@ def test_a_checkpoint_taken_just_before_the_pause_is_not_taken_for_the_pauses(tm
         if server.proc is not None and server.proc.poll() is None:
             server.signal(signal.SIGKILL)
         kill_pids(pids)
+
+
+def test_a_kernel_the_killed_server_was_restoring_ends_with_it(tmp_path):
+    """A server killed while it restored a kernel it had just started: the kernel waits in its start hold,
+    which comes before ipykernel watches its parent, and lived on for the hold's whole bound (10 minutes),
+    holding the restored memory while the restarted server said "paused". It ends with its server now."""
+    from jupyter_gkews.bridge import hold_file
+    server = Server(tmp_path)
+    gate = tmp_path / "gate"
+    pids: list[int] = []
+    try:
+        server.start()
+        kid = server.open_notebook("a.ipynb")["kernel"]["id"]
+        pids.append(server.pid_of(kid))
+        # a value whose restore waits for the gate: the resume stays in the kernel's start hold
+        server.run_cell(kid, f"import os, time\ndef back(v):\n    while not os.path.exists({str(gate)!r}):\n"
+                             f"        time.sleep(0.05)\n    return v\nclass Slow:\n    def __reduce__(self):\n"
+                             f"        return (back, (7,))\nslow = Slow()")
+        code, _ = server.post("gkews/pause")
+        assert code == 202 and server.wait_for(("paused", "failed"))["state"] == "paused"
+        code, _ = server.post("gkews/resume")
+        assert code == 202
+        held = Path(hold_file(str(server.runtime), kid))
+        while not (held.exists() and held.read_text().strip().isdigit()):  # signed: the new kernel holds
+            time.sleep(0.02)
+        pids.append(int(held.read_text()))
+        while server.status()["phase"] != "restoring":
+            time.sleep(0.02)
+        server.signal(signal.SIGKILL)
+        gate.touch()  # the restore call ends; the hold goes on, and its server is gone
+        assert wait_gone(pids[1:], 30), "the kernel in its start hold outlived its server"
+    finally:
+        if server.proc is not None and server.proc.poll() is None:
+            server.signal(signal.SIGKILL)
+        kill_pids(pids)
