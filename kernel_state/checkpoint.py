@@ -56,20 +56,26 @@ def select_variables(ns: dict, shell, names=None, exclude=()) -> tuple[list, dic
             raise ValueError(f"no variable named {', '.join(map(repr, missing))} in this namespace; "
                              f"%who lists the variables")
     hidden = getattr(shell, "user_ns_hidden", {}) if shell is not None else {}
-    chosen, modules = [], {}
+    chosen, modules, refused = [], {}, []
     for name, value in ns.items():
         if (names and name not in names) or name in exclude:
             continue
-        # IPython's own names (_, _i3, _oh, In...) and dunders never, unless asked for by name; a user's
-        # private `_df` or `import numpy as _np` is the user's (a pause that dropped them lost them). A
-        # user's own `Out` or `exit` is saved: only IPython's own object under such a name is left out
-        if (not names and IPYTHON_HISTORY.fullmatch(name)) or (name in hidden and hidden[name] is value) or \
-                (name in IPYTHON_NAMES and _ipython_object(value)):
+        # IPython's own names (_, _i3, _oh, In...) and dunders never, unless asked for by name (IPython hides
+        # its history names, so the hidden ones are its own too); a user's private `_df` or `import numpy as
+        # _np` is the user's (a pause that dropped them lost them). A user's own `Out` or `exit` is saved:
+        # only IPython's own object under such a name is left out, named or not (it is the shell itself)
+        if name in IPYTHON_NAMES and _ipython_object(value):
+            refused.append(name)
+            continue
+        if not names and (IPYTHON_HISTORY.fullmatch(name) or (name in hidden and hidden[name] is value)):
             continue
         if isinstance(value, types.ModuleType):
             modules[name] = value.__name__  # saved by reference, re-imported on restore
             continue
         chosen.append((name, value))
+    if names and refused:  # asked for by name: a save that quietly held nothing of it would look like success
+        raise ValueError(f"{', '.join(map(repr, refused))} {'is' if len(refused) == 1 else 'are'} IPython's own, "
+                         f"not a variable of this notebook: nothing of it can be saved; name your variables")
     rank = {"class": 0, "function": 1}
     chosen.sort(key=lambda item: rank.get(
         "class" if isinstance(item[1], type) else "function" if isinstance(item[1], types.FunctionType) else "", 2))

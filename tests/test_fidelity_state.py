@@ -662,6 +662,24 @@ def test_user_variables_under_ipythons_names_are_saved(tmp_path):
         assert not {"In", "Out", "exit", "quit", "get_ipython"} & set(saved)
 
 
+def test_ipythons_history_names_are_saved_when_named(tmp_path):
+    """`%gkews_checkpoint save _2 _i2` keeps an output and its input, as the README says (IPython hides its
+    history names, and the save used to leave the hidden ones out even when named: "0 variables", no word);
+    IPython's own get_ipython, named, is refused in words."""
+    with Kernel(tmp_path) as first:
+        first.run("y = 2")
+        first.run("10 * y")
+        out = first.run("%gkews_checkpoint save _2 _i2 --exclude y")
+        assert "2 variables" in out, out
+        saved = first.call({"op": "list"})["result"][0]["id"]
+        assert sorted(first.call({"op": "save", "names": ["_", "_oh"]})["result"]["saved"]) == ["_", "_oh"]
+        out = first.run("%gkews_checkpoint save get_ipython", allow_error=True)
+        assert "'get_ipython' is IPython's own" in out, out
+    with Kernel(tmp_path) as fresh:
+        fresh.run(f"%gkews_checkpoint restore --checkpoint {saved}")
+        assert fresh.value("[_2, _i2.strip()]") == [20, "10 * y"]
+
+
 SPARSE = """
 import torch
 torch.manual_seed(0)
