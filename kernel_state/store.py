@@ -939,3 +939,22 @@ def summary(manifest: dict) -> dict:
         "auto": bool(manifest.get("auto")),
         "label": manifest.get("label"),
     }
+
+
+def variable_blobs(manifest: dict, name: str) -> set[str]:
+    """The blobs a variable's restore reads in this checkpoint: its pickle, and the blobs (a whole one, a pack,
+    or chunks) of its storages and of the storages those are views of."""
+    record = manifest["variables"].get(name) or {}
+    found = {record["pickle"]} if record.get("pickle") else set()
+    storages, todo, seen = manifest.get("storages") or {}, list(record.get("storages") or []), set()
+    while todo:
+        skey = todo.pop()
+        if skey in seen or not isinstance(storages.get(skey), dict):
+            continue
+        seen.add(skey)
+        storage = storages[skey]
+        found.update([storage["blob"]] if storage.get("blob") else [])
+        found.update(chunk[0] for chunk in storage.get("chunks") or [])
+        if isinstance(storage.get("view_of"), dict):
+            todo.append(storage["view_of"].get("storage"))
+    return found

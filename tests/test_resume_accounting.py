@@ -194,6 +194,32 @@ def test_variables_lost_to_different_blobs_group_as_one_cause():
         "variable not restored (a blob does not match its hash: the file was modified or damaged)": 2}
 
 
+def test_earlier_checkpoints_naming_the_same_damaged_blob_are_not_offered(tmp_path):
+    """Checkpoints share a blob whose bytes did not change: the resume's advice ("restore small --checkpoint ID,
+    ID one of ...") named five earlier checkpoints that all held the same damaged file, and each failed the same
+    way. Offered (and kept) are only those holding the variable in other bytes."""
+    import numpy as np
+    import kernel_state
+    from jupyter_gkews.lifecycle.resume import checkpoints_holding
+    root, nb = str(tmp_path), "work/same.ipynb"
+    ns = {"small": "hello", "big": np.arange(600_000.0), "t": {"w": list(range(100))}}
+    ids = [kernel_state.save(ns, notebook=nb, root=root)["id"]]  # older bytes of big and t; the same small
+    ns["big"], ns["t"] = ns["big"] + 1, {"w": list(range(200))}
+    ids += [kernel_state.save(ns, notebook=nb, root=root)["id"] for _ in range(3)]  # the last: the pause's
+    last = Store(root).load_manifest(nb, ids[-1])
+    big = last["storages"][last["variables"]["big"]["storages"][0]]
+    for digest in (last["variables"]["small"]["pickle"], big["blob"]):
+        blob = next((tmp_path / "blobs").glob(f"{digest}.*"))
+        data = bytearray(blob.read_bytes())
+        data[-3] ^= 0x04
+        blob.write_bytes(bytes(data))
+    failed = kernel_state.restore({}, notebook=nb, root=root)["failed"]
+    assert set(failed) == {"small", "big"}, failed
+    assert checkpoints_holding(root, nb, failed, ids[-1]) == [ids[0]]  # big's older bytes
+    assert checkpoints_holding(root, nb, {"small": failed["small"]}, ids[-1]) == []
+    assert checkpoints_holding(root, nb, {"t": "cannot import name 'Gone'"}, ids[-1]) == ids[-2::-1]
+
+
 def _metric_over(events: list[dict], gpus: int) -> float:
     """gkews_gpu_hours_released_total's growth as a server writing these events would count it."""
     recorder, before, timeline = MetricsRecorder(gpus), REGISTRY.get_sample_value("gkews_gpu_hours_released_total"), {}

@@ -3,10 +3,11 @@ restored from its checkpoint; also the resume a process takes when it wakes up i
 from __future__ import annotations
 
 import asyncio
+import re
 
 from jupyter_core.utils import ensure_async
 from kernel_state.errors import CheckpointError
-from kernel_state.store import Store
+from kernel_state.store import Store, variable_blobs
 
 from ..bridge import ignores_our_activity
 from ..claim import Claim
@@ -259,7 +260,7 @@ class Resume:
         the notebook without them and retention would otherwise let those older checkpoints go."""
         names = sorted(failed)
         holders = await asyncio.to_thread(checkpoints_holding, self.checkpoint_root,
-                                          nb.get("saved_as") or nb["path"], names, nb["checkpoint"])
+                                          nb.get("saved_as") or nb["path"], failed, nb["checkpoint"])
         if not all(_damaged(why) for why in failed.values()):
             # its own checkpoint holds them too, and is the one to restore them from once the cause is fixed (a
             # helper module put back on sys.path): left unpinned, the next saves' retention deleted it
@@ -353,18 +354,31 @@ def _damaged(why: str) -> bool:
     return why.startswith(("blob ", "storage "))
 
 
-def checkpoints_holding(root: str, notebook: str, names: list[str], exclude: str) -> list[str]:
-    """The notebook's checkpoints but `exclude`, newest first, whose manifest lists one of names (reads
-    manifests only, as the server may)."""
+_DAMAGED_BLOB = re.compile(r"blob ([0-9a-f]{12})")  # how kernel_state's CorruptBlob begins
+
+
+def checkpoints_holding(root: str, notebook: str, failed: dict[str, str], exclude: str) -> list[str]:
+    """The notebook's checkpoints but `exclude`, newest first, that hold one of the failed variables in bytes
+    other than the damaged blob it failed on (reads manifests only, as the server may). Checkpoints share a
+    blob whose bytes did not change: an earlier one naming the same damaged blob fails the same way."""
+    damaged = {name: _DAMAGED_BLOB.match(why) for name, why in failed.items()}
     store, found = Store(root), []
     for cid in store.checkpoint_ids(notebook):
         try:
             manifest = store.load_manifest(notebook, cid)
         except CheckpointError:  # a damaged (or meanwhile deleted) manifest: nothing can be restored from it
             continue
-        if cid != exclude and set(names) & (set(manifest["variables"]) | set(manifest["modules"])):
+        if cid != exclude and any(_holds(manifest, name, damaged[name]) for name in failed):
             found.append(cid)
     return found
+
+
+def _holds(manifest: dict, name: str, damaged) -> bool:
+    if name in manifest["modules"]:
+        return True
+    if name not in manifest["variables"]:
+        return False
+    return damaged is None or not any(b.startswith(damaged.group(1)) for b in variable_blobs(manifest, name))
 
 
 def mark_lost(nb: dict, why: str) -> None:
