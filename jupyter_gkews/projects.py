@@ -9,20 +9,12 @@ moved them. Each folder gets its own directory instead:
 """
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 
 from jupyter_core.paths import jupyter_data_dir
+from kernel_state.config import project_dir
 
-
-def project_dir(contents_root: str, data_dir: str | None = None) -> str:
-    """The directory of the project folder `contents_root`: the same for every spelling of that folder (a
-    link to it, a trailing slash, `~`), readable by name in a listing."""
-    real = os.path.realpath(os.path.expanduser(contents_root))
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", os.path.basename(real)).strip("._") or "root"
-    digest = hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:12]
-    return os.path.join(data_dir or jupyter_data_dir(), "gkews", "projects", f"{name[:40]}-{digest}")
+__all__ = ["project_dir", "shared_dirs"]
 
 
 def shared_dirs(data_dir: str | None = None) -> list[str]:

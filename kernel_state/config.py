@@ -1,6 +1,7 @@
 """Where checkpoints live and which notebook a process belongs to."""
 import hashlib
 import os
+import re
 import time
 
 DEFAULT_KEEP_LAST = 5
@@ -22,18 +23,46 @@ def _anchor_relative_root() -> None:
 _anchor_relative_root()
 
 
+def _started_in() -> str:
+    try:
+        return os.getcwd()
+    except OSError:  # started in a folder deleted since
+        return os.path.expanduser("~")
+
+
+#: the folder this process started in: a kernel no server started keeps its checkpoints with that project
+#: folder's (a later %cd does not move the store)
+STARTED_IN = _started_in()
+
+
+def _jupyter_data_dir() -> str:
+    try:
+        from jupyter_core.paths import jupyter_data_dir
+        return jupyter_data_dir()
+    except ImportError:  # a plain Python process without Jupyter
+        return os.path.join(os.path.expanduser("~"), ".local", "share", "jupyter")
+
+
+def project_dir(contents_root: str, data_dir: str | None = None) -> str:
+    """Where a project folder's state and checkpoints live unless told: <jupyter data dir>/gkews/projects/
+    <folder name>-<12 hex digits of its real path>, the same for every spelling of the folder (a link to it,
+    a trailing slash, `~`), readable by name in a listing. Notebooks are named by their path in the folder,
+    so two folders' `train.ipynb` are one name: each folder has its own directory."""
+    real = os.path.realpath(os.path.expanduser(contents_root))
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", os.path.basename(real)).strip("._") or "root"
+    digest = hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    return os.path.join(data_dir or _jupyter_data_dir(), "gkews", "projects", f"{name[:40]}-{digest}")
+
+
 def checkpoint_root(root: str | None = None) -> str:
+    """The store: given, else $GKEWS_CHECKPOINT_ROOT (what the server gives the kernels it starts), else the
+    project folder's own: the server's contents root, or the folder this process started in."""
     if root:
         return os.path.abspath(os.path.expanduser(root))
     env = os.environ.get("GKEWS_CHECKPOINT_ROOT")
     if env:
         return os.path.abspath(os.path.expanduser(env))
-    try:
-        from jupyter_core.paths import jupyter_data_dir
-        base = jupyter_data_dir()
-    except ImportError:  # a plain Python process without Jupyter
-        base = os.path.join(os.path.expanduser("~"), ".local", "share", "jupyter")
-    return os.path.join(base, "gkews", "checkpoints")
+    return os.path.join(project_dir(os.environ.get(CONTENTS_ROOT_ENV) or STARTED_IN), "checkpoints")
 
 
 def notebook_name(notebook: str | None = None) -> str:

@@ -150,7 +150,8 @@ class CheckpointMagics(Magics):
         --no-random-state is given.
 
         Tensors and arrays are stored as safetensors, everything else with pickle/dill, under
-        $GKEWS_CHECKPOINT_ROOT (default: the Jupyter data dir).
+        $GKEWS_CHECKPOINT_ROOT (default: the project folder's own, <jupyter data dir>/gkews/projects/<folder>-<hash>/
+        checkpoints; %gkews_checkpoint status says where).
         """
         stripped = line.strip()
         if not stripped:  # argparse would say "required: action, names", though names are optional

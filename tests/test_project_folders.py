@@ -73,3 +73,28 @@ def test_a_server_says_where_an_earlier_version_kept_every_folders_state(tmp_pat
         assert f"c.GkewsApp.state_dir = '{shared}'" in log
     finally:
         server.stop()
+
+
+def test_a_kernel_no_server_started_keeps_its_checkpoints_with_its_project_folder(tmp_path):
+    """A plain kernel (`jupyter console`, a script's KernelManager) wrote to <data>/gkews/checkpoints, the store
+    earlier versions shared: every later server start then warned of "what an earlier version kept there", and
+    advised pointing the server at it. It takes the folder it started in as its project folder now, as the
+    server does, and a %cd does not move its store."""
+    from kernels import Kernel
+    from jupyter_gkews.projects import project_dir
+    server = project(tmp_path, "proj")
+    server.root.mkdir(parents=True, exist_ok=True)
+    env = {"JUPYTER_DATA_DIR": str(server.data_dir), "GKEWS_CHECKPOINT_ROOT": "", "GKEWS_CONTENTS_ROOT": ""}
+    with Kernel(tmp_path / "unused", extra_env=env, cwd=server.root) as kernel:
+        kernel.run("x = 42\nimport os\nos.chdir('/')")
+        kernel.run("%gkews_checkpoint save")
+        root = kernel.call({"op": "status"})["result"]["root"]
+    assert root == str(tmp_path / "jupyter-data" / "gkews" / "projects" / project_dir(server.root).split("/")[-1]
+                       / "checkpoints"), root
+    assert not (server.data_dir / "gkews" / "checkpoints").exists()
+    server.start()
+    try:
+        assert "earlier version" not in server.log_tail(20000)
+        assert len(server.get("gkews/checkpoints")["checkpoints"]) == 1  # the project's store: the server's too
+    finally:
+        server.stop()
