@@ -26,6 +26,8 @@ def in_range(proposal, low: float, *, strict: bool = False, zero: str = ""):
     if math.isfinite(value) and (value > low if strict else value >= low):
         return value
     rule = f"0 ({zero}) or positive" if zero else f"more than {low:g}" if strict else f"at least {low:g}"
+    if not math.isfinite(value):  # "at least 0, not inf" read as if inf were too small
+        rule = f"a finite number, {rule}"
     raise TraitError(f"c.{trait.this_class.__name__}.{trait.name} must be {rule}, not {value!r}")
 
 
