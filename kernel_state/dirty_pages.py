@@ -59,6 +59,15 @@ UFFDIO_WRITEPROTECT = _iowr(UFFD_API, 0x06, 24)
 PAGEMAP_SCAN = _iowr(ord("f"), 16, SCAN_ARG.size)
 
 
+def _refused_before_trying() -> str | None:
+    """Why tracking is off without trying it: switched off, or no userfaultfd on this machine."""
+    if os.environ.get(ENV_SWITCH, "1").strip().lower() in ("0", "false", "off", "no"):
+        return f"turned off by {ENV_SWITCH}=0"
+    if SYS_USERFAULTFD is None:
+        return f"no userfaultfd on {os.uname().machine}"
+    return None
+
+
 class _Region(ctypes.Structure):
     _fields_ = [("start", ctypes.c_uint64), ("end", ctypes.c_uint64), ("categories", ctypes.c_uint64)]
 
@@ -88,10 +97,9 @@ class DirtyPages:
 
     def _open(self) -> str | None:
         """None when tracking works here, else why not (said in the automatic checkpoints' status)."""
-        if os.environ.get(ENV_SWITCH, "1").strip().lower() in ("0", "false", "off", "no"):
-            return f"turned off by {ENV_SWITCH}=0"
-        if SYS_USERFAULTFD is None:
-            return f"no userfaultfd on {os.uname().machine}"
+        refused = _refused_before_trying()
+        if refused:
+            return refused
         libc = ctypes.CDLL(None, use_errno=True)
         libc.syscall.restype = ctypes.c_long
         fd = libc.syscall(SYS_USERFAULTFD, os.O_CLOEXEC | os.O_NONBLOCK | UFFD_USER_MODE_ONLY)
@@ -201,8 +209,9 @@ class DirtyPages:
                 self._unregister(*span)
 
     def status(self) -> dict:
-        with self._lock:
-            return {"tracked": len(self._tracked), "off": self.unavailable}
+        with self._lock:  # before the first array to track: what is known without opening userfaultfd
+            off = self.unavailable if self._uffd is not None or self.unavailable else _refused_before_trying()
+            return {"tracked": len(self._tracked), "off": off}
 
     def _scan(self, start: int, end: int) -> list[tuple[int, int]] | None:
         """PAGEMAP_SCAN over [start, end): written or not present pages, protected again at once."""

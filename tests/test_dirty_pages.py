@@ -153,6 +153,8 @@ def test_neighbours_sharing_a_page_both_see_a_write_to_it(tracker):
 def test_turned_off_by_the_environment(monkeypatch):
     monkeypatch.setenv("GKEWS_AUTO_DIRTY_PAGES", "0")
     tracker = DirtyPages()
+    # said before any array is large enough to track (`auto status` showed it as on until then)
+    assert tracker.status() == {"tracked": 0, "off": "turned off by GKEWS_AUTO_DIRTY_PAGES=0"}
     arr = np.ones(N, np.uint8)
     assert not tracker.track(("numpy", arr.ctypes.data, N), arr.ctypes.data, N)
     assert "GKEWS_AUTO_DIRTY_PAGES=0" in tracker.unavailable
