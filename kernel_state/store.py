@@ -296,9 +296,11 @@ class Store:
         if not CHECKPOINT_ID.fullmatch(checkpoint_id):
             return None
         dirs = self._manifest_dirs(notebook)
-        for d in dirs + ([d for d in self._forwarded_manifest_dirs(notebook) if d not in dirs] if forwarded else []):
+        later = self._forwarded_manifest_dirs(notebook) if forwarded else {}
+        for d in dirs + [d for d in later if d not in dirs]:
             path = os.path.join(d, checkpoint_id + ".json")
-            if self._readable_dir(os.path.dirname(d)) and self._readable_dir(d) and os.path.isfile(path):
+            if self._readable_dir(os.path.dirname(d)) and self._readable_dir(d) and os.path.isfile(path) and \
+                    (d in dirs or _saved_under(path, later[d])):
                 return path
         return None
 
@@ -331,16 +333,19 @@ class Store:
             info.pop("renamed_from", None)
         return info
 
-    def _forwarded_manifest_dirs(self, notebook: str) -> list[str]:
+    def _forwarded_manifest_dirs(self, notebook: str) -> dict[str, list[str]]:
         """The manifest directories of the notebooks that were called `notebook` before a rename (their
-        notebook.json lists it in renamed_from): where a checkpoint id saved under that name is now."""
+        notebook.json lists it in renamed_from): where a checkpoint id saved under that name is now. Each with
+        the names it had up to that one: a checkpoint saved there under a later name (after the rename) is
+        another notebook's to a new notebook at the old path, not one to restore into it."""
         base = os.path.join(self.root, "notebooks")
-        names = {config.canonical_notebook(notebook)}
-        out = []
+        name = config.canonical_notebook(notebook)
+        out = {}
         for key in sorted(os.listdir(base)) if self._readable_dir(base) else []:
-            if KEY_NAME.fullmatch(key) and names & set(self._notebook_info(os.path.join(base, key)).get(
-                    "renamed_from", [])):
-                out.append(os.path.join(base, key, "manifests"))
+            earlier = self._notebook_info(os.path.join(base, key)).get("renamed_from", []) if \
+                KEY_NAME.fullmatch(key) else []
+            if name in earlier:
+                out[os.path.join(base, key, "manifests")] = earlier[:earlier.index(name) + 1]
         return out
 
     def blob_path(self, digest: str, ext: str) -> str:
@@ -860,6 +865,16 @@ class Store:
         name them: a later checkpoint that found a blob unchanged names that blob alone)."""
         from .encoded_blob import base_of
         return {b for b in (base_of(os.path.join(self.blob_dir, n)) for n in encoded_names) if b}
+
+
+def _saved_under(path: str, names: list[str]) -> bool:
+    """Whether a manifest was saved under one of names (a damaged one is let through: its reader names the damage)."""
+    try:
+        with open(path, "rb") as f:
+            saved_as = json.loads(f.read()).get("notebook")
+    except (OSError, ValueError, AttributeError):
+        return True
+    return not isinstance(saved_as, str) or config.canonical_notebook(saved_as) in names
 
 
 def _manifest_token(path: str) -> str | None:

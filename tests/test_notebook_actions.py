@@ -134,6 +134,29 @@ async def test_restoring_another_notebooks_checkpoint_names_whose_it_is(jp_fetch
     assert "1" in await run_cell(jp_serverapp, a["kernel"]["id"], "print(x)")  # nothing was changed
 
 
+async def test_a_checkpoint_saved_after_a_rename_is_not_the_old_paths_to_restore(jp_fetch, jp_serverapp, jp_root_dir):
+    """x.ipynb renamed to y.ipynb takes its checkpoints along, and an id saved as x still counts for x. One y saved
+    after the rename was taken for x's too: restored with 200 into a new notebook at x, it overwrote its variables."""
+    old = await open_notebook(jp_fetch, jp_root_dir, "r/x.ipynb")
+    await run_cell(jp_serverapp, old["kernel"]["id"], "v = 'from x'")
+    before = json.loads((await post(jp_fetch, "checkpoints/now", {"notebook": "r/x.ipynb"})).body)["id"]
+    r = await jp_fetch("api", "contents", "r", "x.ipynb", method="PATCH", body=json.dumps({"path": "r/y.ipynb"}))
+    assert r.code == 200
+    await run_cell(jp_serverapp, old["kernel"]["id"], "v = 'from y'")
+    after = json.loads((await post(jp_fetch, "checkpoints/now", {"notebook": "r/y.ipynb"})).body)["id"]
+    new = await open_notebook(jp_fetch, jp_root_dir, "r/x.ipynb")
+    await run_cell(jp_serverapp, new["kernel"]["id"], "v = 'new x'")
+    r = await post(jp_fetch, f"checkpoints/{after}/restore", {"notebook": "r/x.ipynb"})
+    assert r.code == 404, r.body
+    assert f"checkpoint {after} is one of 'r/y.ipynb''s checkpoints, not 'r/x.ipynb''s" in json.loads(r.body)["message"]
+    assert (await run_cell(jp_serverapp, new["kernel"]["id"], "print(v)")).strip() == "new x"
+    with pytest.raises(AssertionError, match="does not exist for notebook 'r/x.ipynb'"):  # the magic says the same
+        await run_cell(jp_serverapp, new["kernel"]["id"], f"%gkews_checkpoint restore --checkpoint {after}")
+    r = await post(jp_fetch, f"checkpoints/{before}/restore", {"notebook": "r/x.ipynb"})  # saved as x: still x's
+    assert r.code == 200 and json.loads(r.body)["restored"] == ["v"], r.body
+    assert (await run_cell(jp_serverapp, new["kernel"]["id"], "print(v)")).strip() == "from x"
+
+
 @pytest.mark.parametrize("action", ["checkpoints/now", "checkpoints/20260101-000000-000-abcd/restore"])
 async def test_actions_need_credentials(jp_fetch, jp_root_dir, action):
     r = await post(jp_fetch, action, {"notebook": "a.ipynb"}, headers={"Authorization": "token not-the-token"})
