@@ -278,6 +278,8 @@ async def test_a_kernel_dying_during_its_checkpoint_fails_the_pause_within_secon
         assert "stopped answering its heartbeat" in failed["message"], failed["message"]
     else:
         assert "died" in failed["message"] or "restarted" in failed["message"], failed["message"]
+        # not "every kernel is still running": what it held died with its process
+        assert "the kernel of a.ipynb restarted during the pause" in failed["error"]["next_step"], failed["error"]
 
 
 async def test_a_kernel_shut_down_during_its_checkpoint_is_named_gone_not_interrupted(
@@ -305,6 +307,23 @@ async def test_a_kernel_shut_down_during_its_checkpoint_is_named_gone_not_interr
     assert "a.ipynb: its kernel was shut down during its checkpoint" in failed["message"], failed["message"]
     assert "the kernel of a.ipynb is gone" in failed["message"], failed["message"]
     assert "KeyboardInterrupt" not in failed["message"] and "every kernel is still running" not in failed["message"]
+
+
+async def test_a_notebook_whose_kernel_was_shut_down_during_its_checkpoint_is_not_called_still_running(
+        jp_fetch, jp_serverapp, jp_root_dir, gate):
+    """The pause of a.ipynb went on; b.ipynb's kernel was shut down (its session closed) during b's checkpoint,
+    and the message said "paused 1 notebook(s); still running, not paused: b.ipynb (its kernel was shut down...)"."""
+    a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    b = await open_notebook(jp_fetch, jp_root_dir, "b.ipynb")
+    await run_cell(jp_serverapp, a, "x = 1")
+    await run_cell(jp_serverapp, b["kernel"]["id"], SLOW_SAVE.format(gate=str(gate)))
+    assert (await post(jp_fetch, "pause")).code == 202
+    await wait_until(lambda: saving_started(gate), "b's save to start")
+    await jp_fetch("api", "sessions", b["id"], method="DELETE")
+    paused = await wait_for(jp_fetch, ("paused", "failed"), timeout=60)
+    assert paused["state"] == "paused", paused["message"]
+    assert "not paused, its kernel gone: b.ipynb (" in paused["message"], paused["message"]
+    assert "still running" not in paused["message"], paused["message"]
 
 
 async def test_a_kernel_that_restarted_while_the_pause_waited_is_not_checkpointed_empty(

@@ -114,12 +114,23 @@ class Pause:
 
     def _still_running(self, notebooks: list[dict]) -> str:
         """What a failed pause left running, said truthfully (a kernel may have died meanwhile)."""
-        km = self.serverapp.kernel_manager
-        gone = [nb["path"] for nb in notebooks if kernel_leaving(km, nb["kernel_id"])]
-        if not gone:
+        gone = [nb["path"] for nb in notebooks if self._kernel_gone(nb)]
+        restarted = [nb["path"] for nb in notebooks if nb["path"] not in gone and self._kernel_restarted(nb)]
+        if not gone and not restarted:
             return "every kernel is still running"
-        return (f"the kernel of {', '.join(gone)} is gone (open the notebook again and re-run its cells)"
-                + ("; the others are still running" if len(gone) < len(notebooks) else ""))
+        said = ([f"the kernel of {', '.join(gone)} is gone (open the notebook again and re-run its cells)"] if gone
+                else []) + ([f"the kernel of {', '.join(restarted)} restarted during the pause (its process died: "
+                             f"re-run its cells)"] if restarted else [])
+        return "; ".join(said) + ("; the others are still running" if len(gone) + len(restarted) < len(notebooks)
+                                  else "")
+
+    def _kernel_gone(self, nb: dict) -> bool:
+        return kernel_leaving(self.serverapp.kernel_manager, nb["kernel_id"])
+
+    def _kernel_restarted(self, nb: dict) -> bool:
+        """Another process than the one the pause began with (its cell crashed it, a restart)."""
+        km, asked = self.serverapp.kernel_manager, getattr(self, "_paused_processes", {}).get(nb["kernel_id"])
+        return asked is not None and nb["kernel_id"] in km and kernel_process(km.get_kernel(nb["kernel_id"])) != asked
 
     async def _pause(self, interrupt: bool) -> None:
         try:
@@ -197,9 +208,12 @@ class Pause:
                            "kernels from their application checkpoints"
             if any(nb["status"] in LIVE_STATUSES for nb in done):
                 message += "; " + "; ".join(f"{nb['path']}: {nb['message']}" for nb in done)
-            if left:
-                message += "; still running, not paused: " + "; ".join(
-                    dict.fromkeys(f"{nb['path']} ({_reason(nb)})" for nb in left))
+            gone = [nb for nb in left if self._kernel_gone(nb)]  # shut down during the pause: not "still running"
+            for clause, which in (("still running, not paused", [nb for nb in left if nb not in gone]),
+                                  ("not paused, its kernel gone", gone)):
+                if which:
+                    said = dict.fromkeys(f"{nb['path']} ({_reason(nb)})" for nb in which)
+                    message += f"; {clause}: " + "; ".join(said)
             strays = await self._kernels_without_a_session()
             if strays:
                 message += f"; still running, not paused: {len(strays)} kernel(s) no session shows " \
@@ -269,8 +283,7 @@ class Pause:
             return
         if not await self._wait_idle(nb, interrupt):
             return
-        km, asked = self.serverapp.kernel_manager, getattr(self, "_paused_processes", {}).get(nb["kernel_id"])
-        if asked is not None and nb["kernel_id"] in km and kernel_process(km.get_kernel(nb["kernel_id"])) != asked:
+        if self._kernel_restarted(nb):
             # it died (its cell crashed it) or was restarted since Pause: checkpointing the new process
             # would report an empty state as the notebook's and pin it in place of the user's own. One
             # that restarted after its checkpoint keeps that checkpoint.
@@ -293,7 +306,7 @@ class Pause:
             result, hold = await self.bridge.save_and_hold(nb["kernel_id"], request, self._hold_file(nb["kernel_id"]),
                                                            label=nb["path"], on_progress=progress)
         except (KernelCallError, OSError) as exc:
-            if isinstance(exc, KernelCallError) and kernel_leaving(km, nb["kernel_id"]):
+            if isinstance(exc, KernelCallError) and self._kernel_gone(nb):
                 # its answer is the interrupt that comes before a shutdown, not a fault of the save
                 exc = "its kernel was shut down during its checkpoint, so nothing of it was saved"
             nb.update(status=NotebookStatus.NOT_CHECKPOINTED, error=str(exc))
