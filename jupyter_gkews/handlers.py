@@ -219,7 +219,8 @@ class EventsHandler(GkewsHandler):
             since = float(self.get_argument("since", "0"))
         except ValueError:
             since = math.nan
-        if math.isnan(since):  # nan compares false with every time: an empty answer that looks like "none"
+        # nan compares false with every time, inf is after all of them: an empty answer that looks like "none"
+        if not math.isfinite(since):
             raise BadRequest("since must be a number: seconds since the epoch, as in an event's time")
         events = await asyncio.to_thread(self.lifecycle.store.events, since)
         self.reply(200, {"events": events})

@@ -37,10 +37,12 @@ _EPOCH = {"type": ["number", "null"], "description": "seconds since the epoch"}
 # -- requests -------------------------------------------------------------------------------------------
 # a request names at most MAX_NAMED notebooks: its checks are linear, yet they run on the event loop
 MAX_NAMED = 10_000
-_NOTEBOOKS = {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": MAX_NAMED,
+MAX_PATH = 4096  # Linux's PATH_MAX: no file's path is longer (a 5 MB one was echoed whole in the 400's message)
+_NOTEBOOKS = {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": MAX_PATH},
+              "maxItems": MAX_NAMED,
               "x-message": _NOTEBOOKS_MESSAGE, "x-too-many": 'leave "notebooks" out to act on every notebook',
               "description": "paths relative to the contents root, as in /api/sessions"}
-_NOTEBOOK = {"type": "string", "minLength": 1, "x-message": _NOTEBOOK_MESSAGE}
+_NOTEBOOK = {"type": "string", "minLength": 1, "maxLength": MAX_PATH, "x-message": _NOTEBOOK_MESSAGE}
 
 REQUESTS: dict[str, dict] = {
     "pause": _obj({"notebooks": _NOTEBOOKS,
@@ -84,6 +86,11 @@ def validate_request(request: str, body) -> dict:
         if isinstance(value, list) and len(value) > rule.get("maxItems", len(value)):
             raise BadRequest(f'"{field}" has {len(value)} items; at most {rule["maxItems"]} are accepted'
                              + (f"; {rule['x-too-many']}" if "x-too-many" in rule else ""))
+        longest = rule.get("maxLength") or rule.get("items", {}).get("maxLength")
+        for item in (value if isinstance(value, list) else [value]) if longest else ():
+            if isinstance(item, str) and len(item) > longest:  # named by its start: the message stays short
+                raise BadRequest(f'"{field}" holds a path of {len(item)} characters ({item[:40]!r}...); no file '
+                                 f"path is longer than {longest}")
     unknown = set(body) - set(schema["properties"])
     if unknown:
         raise BadRequest(f"unknown field(s) {', '.join(sorted(unknown))}; accepted: "

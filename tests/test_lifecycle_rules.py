@@ -151,6 +151,13 @@ BAD_INPUT = [
      ["since must be a number", "seconds since the epoch"]),
     ("events-since-nan", "GET", ("gkews", "events"), None, {"since": "nan"}, 400,  # was 200 with no events
      ["since must be a number", "seconds since the epoch"]),
+    ("events-since-inf", "GET", ("gkews", "events"), None, {"since": "1e400"}, 400,  # was 200 with no events
+     ["since must be a number", "seconds since the epoch"]),
+    # a path no file can have: named by its start (the whole 5 MB path came back in the message)
+    ("pause-path-too-long", "POST", ("gkews", "pause"), json.dumps({"notebooks": ["a" * 5_000_000]}), None, 400,
+     ['"notebooks" holds a path of 5000000 characters (\'aaaa', "no file path is longer than 4096"]),
+    ("restore-path-too-long", "POST", ("gkews", "checkpoints", CHECKPOINT_ID, "restore"),
+     json.dumps({"notebook": "b" * 5000}), None, 400, ['"notebook" holds a path of 5000 characters']),
 ]
 
 
@@ -163,6 +170,7 @@ async def test_bad_input_is_refused_and_changes_nothing(jp_fetch, jp_serverapp, 
     message = json.loads(r.body)["message"]
     for word in words:
         assert word in message, f"{word!r} not in {message!r}"
+    assert len(message) < 1000, message[:2000]  # a message names the problem; it does not echo the request
     assert await snapshot(jp_fetch) == before
     assert before[0]["state"] == "active"
 
