@@ -241,6 +241,7 @@ class FakeGke:
         self.upload_steps = 2
         self.upload_hold = threading.Event()
         self._uploading: dict[tuple, int] = {}  # (namespace, snapshot) -> steps left
+        self._restore_when_ready: dict[tuple, bool] = {}  # restore_on="trigger": restored once Ready
         self.addon_hold = threading.Event()  # while set, the add-on does not create its trigger
         self.addon_intercepts = 0  # pauses the add-on's webhook held
         self.leaked_storage: list[str] = []  # snapshots finalized after their policy was gone: GCS files left
@@ -541,6 +542,8 @@ class FakeGke:
                 if self._uploading[ns, name] <= 0:
                     del self._uploading[ns, name]
                     obj.patch({"status": {"conditions": [_cond(*c) for c in READY_SNAPSHOT]}})
+                    if self._restore_when_ready.pop((ns, name), False):
+                        self._make_pod(restored_from=name)
             elif res == WORKSPACES:
                 self._addon_reconcile(ns, name, raw)
                 self._react_workspace(ns, name, self._obj(WORKSPACES, ns, name))
@@ -608,6 +611,8 @@ class FakeGke:
             self.emu.objects[PODS, ns, pod["metadata"]["name"]].patch(
                 {"status": {"phase": "Succeeded", "conditions": [_cond("Ready", "False", "PodCompleted")]}})
             self.pod_stopped = True
+        elif self.restore_on == "trigger" and (ns, snap) in self._uploading:
+            self._restore_when_ready[ns, snap] = True  # GKE restores only from a Ready snapshot
         elif self.restore_on == "trigger":
             self._make_pod(restored_from=snap)
 

@@ -480,3 +480,26 @@ def test_a_failed_pause_says_why_in_the_text_and_the_page():
     assert f"pauses that failed:\n  1 x {why}" in out, out
     from jupyter_gkews.report_html import page
     assert html.escape(why) in page(report)
+
+
+def test_a_pod_restored_from_its_snapshot_ends_the_cycle_its_first_life_paused():
+    """On a cluster the restored copy wakes up inside the snapshot wait of the pause (its memory is from then),
+    while the home volume holds what the first life wrote after the snapshot: releasing, paused. Its own
+    events then follow "paused" with a timeline that lacks environment_stopped. The report counts one cycle,
+    resumed, its GPU hours from the first life's release to the restore, and its ready time from the restore."""
+    restored_at = MONDAY + 14 * H
+    memory = {"last_activity": MONDAY - H, "pause_requested": MONDAY - 60, "checkpoint_done": MONDAY - 40,
+              "resume_requested": restored_at, "capacity_obtained": restored_at}
+    events = pause_events(1, MONDAY, last_activity=MONDAY - H) + [
+        ev(restored_at, "restored-detected", 1, "resuming", "restoring", evidence={}, timeline=memory),
+        ev(restored_at + 2, "verifying", 1, "resuming", "verifying"),
+        ev(restored_at + 4, "notebook-resumed", 1, "resuming", "verifying", path="train.ipynb",
+           verdict="live-verified", why=None),
+        ev(restored_at + 5, "resumed", 1, "active", verdicts={"live-verified": 1},
+           timeline={**memory, "restore_done": restored_at + 5})]
+    report = build_report(events, until=restored_at + H)
+    [cycle] = report["cycles"]
+    assert cycle["result"] == "resumed" and cycle["verdicts"] == {"live-verified": 1}
+    assert cycle["timeline"]["environment_stopped"] == MONDAY and cycle["released_hours"] == 14.0
+    assert cycle["gpu_hours_released"] == 14.0 * 2 and cycle["ready_seconds"] == 5.0
+    assert report["totals"]["success_rate"] == 1.0
