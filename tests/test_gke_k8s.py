@@ -229,6 +229,29 @@ def test_a_policy_made_with_other_settings_is_used_and_named(fake, tmp_path):
     assert "Delete it (`jupyter gkews cleanup` removes it once its snapshots are gone)" in snapshot["warning"]
 
 
+@pytest.mark.timeout(120)
+def test_a_gvisor_checkpoint_file_that_does_not_answer_holds_up_nothing(fake, tmp_path):
+    """c.GkeBackend.gvisor_checkpoint_file is read as restore evidence, and its read blocks until a checkpoint
+    completes: where no workload wrote `1` (a manual trigger) it never returned, inside the snapshot wait, so the
+    pause hung past snapshot_timeout. It is read in a thread of its own; its answer counts once it comes."""
+    import os
+    fifo = tmp_path / "checkpoint"
+    os.mkfifo(fifo)  # opening it for reading blocks until someone writes: as the gVisor file does
+    gke = backend(fake, tmp_path, gvisor_checkpoint_file=str(fifo))
+    loop = asyncio.new_event_loop()
+    try:
+        assert loop.run_until_complete(gke.snapshot([]))["status"] == "ready"
+        assert loop.run_until_complete(gke.restored()) is None
+        with open(fifo, "w") as f:  # what gVisor answers in the restored copy
+            f.write("restore\n")
+        deadline = time.monotonic() + 60
+        while (found := loop.run_until_complete(gke.restored())) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert found is not None and found["reason"] == "the gVisor checkpoint file answered 'restore'", found
+    finally:
+        loop.close()
+
+
 def test_identity_from_the_downward_api_and_the_pod_label(fake, tmp_path, monkeypatch):
     monkeypatch.setenv("POD_NAME", fake.pod)
     monkeypatch.setenv("POD_NAMESPACE", "team-a")

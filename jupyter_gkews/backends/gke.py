@@ -31,7 +31,7 @@ from ..k8s import cleanup as cleanup_plan
 from ..k8s.api import Kube
 from ..k8s.client import KubeError
 from ..k8s.identity import PodIdentity, own_namespace_and_pod, workspace_of
-from ..k8s.restore import Baseline, baseline, evidence, read_checkpoint_file
+from ..k8s.restore import Baseline, CheckpointFileReader, baseline, evidence
 from ..k8s.snapshots import (SnapshotError, is_ready, policy_body, policy_name, snapshot_created, snapshot_progress,
                              trigger_body, trigger_progress)
 from ..k8s.workspace import PauseInProgress, addon_enabled, set_paused
@@ -97,6 +97,7 @@ class GkeBackend(LocalBackend):
     _identity: PodIdentity | None = None
     _baseline: Baseline | None = None
     _made: dict | None = None  # this pause's trigger and snapshot, until the Workspace is paused
+    _checkpoint_file: CheckpointFileReader | None = None
 
     # -- plumbing -----------------------------------------------------------------------------------
     async def _io(self, fn, *args):
@@ -265,14 +266,16 @@ class GkeBackend(LocalBackend):
             if getattr(exc, "status", None) != 404:  # 404: the Pod is being replaced; ask again later
                 self.log.warning("gkews: cannot read this Pod to tell whether it was restored: %s", exc)
             pod_name, pod = self._baseline.pod, None
-        answer = await self._io(read_checkpoint_file, self.gvisor_checkpoint_file)
-        return evidence(self._baseline, pod_name, pod, answer)
+        if self._checkpoint_file is None or self._checkpoint_file.path != self.gvisor_checkpoint_file:
+            self._checkpoint_file = CheckpointFileReader(self.gvisor_checkpoint_file)
+        return evidence(self._baseline, pod_name, pod, self._checkpoint_file.answer())
 
     async def restored(self) -> dict | None:
         why = await self._detect()
         if not why:
             return None
         self._baseline = self._made = None  # one restore, one resume
+        self._checkpoint_file = None  # its answer is this restore's: the next checkpoint answers anew
         self._retire_used_snapshots()
         return {"reason": why, "pod": self._identity.pod if self._identity else None}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from dataclasses import dataclass, field
 
 from . import condition
@@ -50,10 +51,8 @@ def evidence(before: Baseline, pod_name: str, pod: dict | None, checkpoint_answe
 
 
 def read_checkpoint_file(path: str) -> str | None:
-    """The gVisor checkpoint file's last answer, if the runtime offers a non-blocking one here.
-
-    Reading it can block until a checkpoint completes, so it is read only when configured
-    (c.GkeBackend.gvisor_checkpoint_file, for Pods whose workload wrote `1` to it); otherwise None."""
+    """The gVisor checkpoint file's answer (`resume`, `restore` or `error`); None where there is none. The read
+    blocks until a checkpoint completes: CheckpointFileReader reads it off the caller's way."""
     if not path or not os.path.exists(path):
         return None
     try:
@@ -61,3 +60,24 @@ def read_checkpoint_file(path: str) -> str | None:
             return f.read().strip() or None
     except OSError:
         return None
+
+
+class CheckpointFileReader:
+    """Reads the gVisor checkpoint file once, in a daemon thread of its own, for the restore check to look at
+    without waiting: a read blocked until a checkpoint completes (for ever, if the workload never wrote `1`)
+    held the snapshot wait past its deadline, and a pool thread blocked in it would hold up the server's exit."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._answer: str | None = None
+        self._thread: threading.Thread | None = None
+
+    def answer(self) -> str | None:
+        """What the file answered so far: None until its read returns."""
+        if self._thread is None and self.path and os.path.exists(self.path):
+            self._thread = threading.Thread(target=self._read, name="gkews-gvisor-checkpoint", daemon=True)
+            self._thread.start()
+        return self._answer
+
+    def _read(self) -> None:
+        self._answer = read_checkpoint_file(self.path)
