@@ -100,6 +100,53 @@ def test_cleanup_retires_the_policy_only_after_its_snapshots_are_finalized(fake,
     assert fake.get(POLICIES, policy_name(WS)) is None and fake.leaked_storage == []
 
 
+def test_cleanup_keeps_the_policy_a_hand_made_snapshot_still_needs(fake, tmp_path):
+    """Deleting a PodSnapshot deletes its storage through its policy. A snapshot a person took of this Pod with a
+    trigger of their own goes through our policy too: the cleanup retired the policy once our own snapshots were
+    gone, and that snapshot's files stayed in GCS when it was deleted."""
+    kube = Kube("team-a", fake.kubeconfig(tmp_path / "kc"))
+    [ours] = take_snapshots(fake, kube, 1)
+    theirs_trigger = {**trigger_body(WS, fake.pod), "metadata": {"name": "by-hand"}}
+    kube.create("podsnapshotmanualtriggers", theirs_trigger)
+    for _ in range(200):
+        if snapshot_created(fake.get(TRIGGERS, "by-hand") or {}):
+            break
+        time.sleep(0.05)
+    theirs = snapshot_created(fake.get(TRIGGERS, "by-hand"))
+    assert fake.get(SNAPSHOTS, theirs)["spec"]["policyName"] == policy_name(WS)
+    b = backend(fake, tmp_path, {"state": "active"}, keep_snapshots=0)
+    assert [(i["kind"], i["name"]) for i in asyncio.run(b.cleanup())][0] == ("PodSnapshot", ours)
+    for _ in range(100):
+        if fake.get(SNAPSHOTS, ours) is None:
+            break
+        time.sleep(0.05)
+    assert asyncio.run(b.cleanup()) == []  # not the policy: their snapshot is deleted through it
+    kube.delete("podsnapshots", theirs)  # the person deletes theirs
+    for _ in range(100):
+        if fake.get(SNAPSHOTS, theirs) is None:
+            break
+        time.sleep(0.05)
+    assert fake.leaked_storage == []
+    assert [i["kind"] for i in asyncio.run(b.cleanup())] == ["PodSnapshotPolicy"]
+
+
+def test_a_trigger_gke_is_still_working_on_is_not_spent(fake, tmp_path):
+    """Triggered False with a reason other than Failed or Error is progress (the pause waits on it), and a
+    trigger whose snapshot is not listed yet is what a pause is reading: the cleanup during a pause took either
+    as spent and deleted it."""
+    kube = Kube("team-a", fake.kubeconfig(tmp_path / "kc"))
+    fake.hold.set()  # GKE picks up no trigger: the test sets what it says
+    says = {("False", "Pending"): {}, ("True", "Complete"): {"snapshotCreated": {"name": "not-listed-yet"}}}
+    for (status, reason), more in says.items():
+        body = trigger_body(WS, fake.pod)
+        kube.create("podsnapshotmanualtriggers", body)
+        fake.emu.objects[TRIGGERS, "team-a", body["metadata"]["name"]].patch({"status": {"conditions": [
+            {"type": "Triggered", "status": status, "reason": reason, "message": "",
+             "lastTransitionTime": "2026-12-06T09:00:00Z"}], **more}})
+    b = backend(fake, tmp_path, {"state": "pausing"}, keep_snapshots=0)
+    assert asyncio.run(b.cleanup(dry_run=True)) == []
+
+
 def test_like_gke_the_fixture_lets_no_client_write_a_pod_snapshot(fake, tmp_path):
     """GKE's admission policy: only its controller creates or modifies PodSnapshots; a client may read and
     delete them. A change that labels or annotates one (an ownerReference, say) fails here as on GKE."""
