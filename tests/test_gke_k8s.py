@@ -263,6 +263,24 @@ def test_a_policy_left_with_postcheckpoint_stop_is_named(fake, tmp_path):
     assert fake.all(TRIGGERS) == []
 
 
+def test_a_policy_the_addon_left_behind_is_named_before_any_trigger(fake, tmp_path):
+    """The add-on's ws-<workspace>-policy (postCheckpoint: stop) stays once the add-on is off for the Workspace:
+    beside ours it selects the Pod, and GKE could stop the Pod right after our snapshot."""
+    kube = Kube("team-a", fake.kubeconfig(tmp_path / "kc"))
+    left = policy_body(f"ws-{WS}-policy", WS, "kubeflow-pod-snapshot-storage-config", "7d")
+    left["spec"]["triggerConfig"]["postCheckpoint"] = "stop"
+    kube.create("podsnapshotpolicies", left)
+    said = f"the PodSnapshotPolicy ws-{WS}-policy, which the GKE Workspaces snapshot add-on made .* still selects " \
+        "this Pod with postCheckpoint: stop"
+    with pytest.raises(SnapshotFailed, match=said):
+        asyncio.run(backend(fake, tmp_path).snapshot([]))
+    assert fake.all(TRIGGERS) == []
+    left["spec"]["selector"]["matchLabels"] = {"notebooks.kubeflow.org/workspace-name": "another-one"}
+    kube.delete("podsnapshotpolicies", left["metadata"]["name"])
+    kube.create("podsnapshotpolicies", left)  # another Workspace's: not in the way
+    assert asyncio.run(backend(fake, tmp_path).snapshot([]))["status"] == "ready"
+
+
 def test_a_policy_made_with_other_settings_is_used_and_named(fake, tmp_path):
     """A policy made before c.GkeBackend.storage_config or retention changed was reused as it was: the snapshots
     went to the old bucket and nobody was told. The pause still takes its snapshot with it (the server may not

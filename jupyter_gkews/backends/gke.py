@@ -26,7 +26,7 @@ import time
 
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode, validate
 
-from ..k8s import GVISOR_RUNTIME_CLASS, POLICIES, SNAPSHOTS, TRIGGERED_BY_LABEL, TRIGGERS
+from ..k8s import GVISOR_RUNTIME_CLASS, POLICIES, SNAPSHOTS, TRIGGERED_BY_LABEL, TRIGGERS, addon_policy_name, labels
 from ..k8s import cleanup as cleanup_plan
 from ..k8s.api import Kube
 from ..k8s.client import KubeError
@@ -143,6 +143,22 @@ class GkeBackend(LocalBackend):
                 raise SnapshotFailed(f"{exc}; {await self._withdraw()}") from None
             raise SnapshotFailed(str(exc)) from None
 
+    async def _refuse_a_stopping_policy(self, kube: Kube, name: str, pod: dict) -> None:
+        """The add-on's policy outlives its time on this Workspace (it is not deleted when the add-on is turned
+        off): selecting this Pod with postCheckpoint: stop beside ours, it could have GKE stop the Pod right after
+        our snapshot, mid-pause, and the Workspace would never be paused (its GPU kept)."""
+        found = await self._io(kube.find, POLICIES, name)
+        spec = (found or {}).get("spec") or {}
+        wanted = (spec.get("selector") or {}).get("matchLabels") or {}
+        if found is None or (spec.get("triggerConfig") or {}).get("postCheckpoint", "resume") != "stop" or \
+                any(labels(pod).get(k) != v for k, v in wanted.items()):
+            return
+        raise SnapshotError(
+            f"the PodSnapshotPolicy {name}, which the GKE Workspaces snapshot add-on made when it was on for this "
+            "Workspace, still selects this Pod with postCheckpoint: stop, so GKE could stop the Pod right after our "
+            f"snapshot; delete it (kubectl delete podsnapshotpolicy {name}) and pause again, or turn the add-on on "
+            "again for this Workspace (snapshot_mode auto then lets it snapshot)")
+
     async def _snapshot(self) -> dict:
         kube, me = await self.connect()
         pod = await self._io(kube.get_pod, me.pod)
@@ -158,6 +174,7 @@ class GkeBackend(LocalBackend):
                 "after our snapshot, and the add-on holds the pause to take a snapshot of its own. Set "
                 "c.GkeBackend.snapshot_mode = 'auto' (the add-on snapshots when the Workspace pauses), or turn the "
                 "add-on off for this Workspace")
+        await self._refuse_a_stopping_policy(kube, addon_policy_name(me.workspace), pod)
         runtime = (pod.get("spec") or {}).get("runtimeClassName")
         if runtime != GVISOR_RUNTIME_CLASS:
             raise SnapshotError(

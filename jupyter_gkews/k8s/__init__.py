@@ -43,6 +43,11 @@ def addon_trigger_name(workspace: str) -> str:
     return f"ws-{workspace}-trigger"
 
 
+def addon_policy_name(workspace: str) -> str:
+    """The add-on's PodSnapshotPolicy (postCheckpoint: stop), which it leaves in place once made."""
+    return f"ws-{workspace}-policy"
+
+
 def labels(obj: dict) -> dict:
     return (obj.get("metadata") or {}).get("labels") or {}
 
