@@ -114,8 +114,9 @@ def test_a_pause_without_the_addon_is_refused_unless_the_kernels_state_may_be_di
     assert p.stderr.startswith(LOST) and d["reason"] in p.stderr
     assert "Nothing was changed. Pause from inside the session instead (the Pause button, or POST gkews/pause), " \
            "which checkpoints every kernel first" in d["reason"]
-    assert 'or enable the add-on for this Workspace (annotation podsnapshot.gke.kubeflow.org/enabled: "true")' \
-        in d["reason"] and d["reason"].endswith("pass --discard-kernel-state")
+    assert 'or enable the add-on for this Workspace (annotation podsnapshot.gke.kubeflow.org/enabled: "true") ' \
+           "while it is paused: its next Pod runs in gVisor" in d["reason"]
+    assert d["reason"].endswith("pass --discard-kernel-state")
     assert fake.get(WORKSPACES, "gpu-notebook")["spec"]["paused"] is False
 
     p = gkews("pause", "--workspace", "gpu-notebook", "--discard-kernel-state", "--json")
@@ -127,6 +128,22 @@ def test_a_pause_without_the_addon_is_refused_unless_the_kernels_state_may_be_di
     wait_status(gkews, "paused")
     p = gkews("pause", "--workspace", "gpu-notebook", "--json")  # nothing to lose any more: no refusal
     assert json.loads(p.stdout)["changed"] is False and p.stderr == ""
+
+
+@pytest.mark.parametrize("cluster_options", [{"sandbox_admission": False}])  # nothing set gVisor on its Pod
+def test_a_pause_the_addon_would_hold_for_ever_is_refused(fake, gkews):
+    """The add-on turned on while the Pod ran: it sets gVisor only on Pods it creates, so it would take this pause
+    and wait for a snapshot GKE cannot take, the Workspace holding its GPU. Refused, --discard-kernel-state too."""
+    from jupyter_gkews.k8s import ADDON_ENABLED_ANNOTATION
+    fake.emu.objects[WORKSPACES, "team-a", "gpu-notebook"].patch(
+        {"metadata": {"annotations": {ADDON_ENABLED_ANNOTATION: "true"}}})
+    for extra in ((), ("--discard-kernel-state",)):
+        p = gkews("pause", "--workspace", "gpu-notebook", "--json", *extra, code=3)
+        d = json.loads(p.stdout)
+        assert d["refused"] is True and d["changed"] is False, d
+        assert f"snapshot add-on is on for this Workspace, but the Pod {fake.pod} was created before it was" \
+            in d["reason"] and d["reason"].endswith("Nothing was changed")
+    assert fake.get(WORKSPACES, "gpu-notebook")["spec"]["paused"] is False
 
 
 def test_restoring_is_shown_while_the_pod_is_not_ready(fake, gkews):

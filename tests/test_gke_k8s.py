@@ -253,6 +253,24 @@ def test_trigger_mode_refuses_a_pod_outside_gvisor_by_name(tmp_path):
         fake.stop()
 
 
+def test_the_addon_turned_on_for_a_running_pod_outside_gvisor_releases_nothing(tmp_path):
+    """The add-on decides by the Workspace's annotation now, but sets gVisor only on Pods it creates: annotated
+    while its Pod ran, the Workspace went to workspace mode, and the add-on would hold its pause (and GPU) for a
+    snapshot GKE cannot take. The pause is refused, to release nothing (abort), naming the fix."""
+    from gke_controller import WORKSPACES
+    from jupyter_gkews.k8s import ADDON_ENABLED_ANNOTATION
+    fake = FakeGke(sandbox_admission=False).start()
+    try:
+        annotated = {"metadata": {"annotations": {ADDON_ENABLED_ANNOTATION: "true"}}}
+        fake.emu.objects[WORKSPACES, "team-a", WS].patch(annotated)
+        said = f"snapshot add-on is on for this Workspace, but the Pod {fake.pod} was created before it was"
+        with pytest.raises(SnapshotFailed, match=said) as refused:
+            asyncio.run(backend(fake, tmp_path).snapshot([]))
+        assert refused.value.abort and "set it back to \"true\" and start it" in str(refused.value)
+    finally:
+        fake.stop()
+
+
 def test_a_policy_left_with_postcheckpoint_stop_is_named(fake, tmp_path):
     kube = Kube("team-a", fake.kubeconfig(tmp_path / "kc"))
     old = policy_body(policy_name(WS), WS, "gkews-snapshots", "7d")

@@ -33,7 +33,12 @@ def in_range(proposal, low: float, *, strict: bool = False, zero: str = ""):
 
 class SnapshotFailed(Exception):
     """The backend could not take its snapshot; the message names the cause (the pause then completes on the
-    application checkpoint unless the backend's abort_on_snapshot_failure says otherwise)."""
+    application checkpoint unless the backend's abort_on_snapshot_failure says otherwise, or `abort`: the release
+    itself could not end, so nothing may be released)."""
+
+    def __init__(self, message: str, abort: bool = False):
+        super().__init__(message)
+        self.abort = abort
 
 
 class Backend(LoggingConfigurable):

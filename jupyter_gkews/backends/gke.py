@@ -34,12 +34,16 @@ from ..k8s.identity import PodIdentity, own_namespace_and_pod, workspace_of
 from ..k8s.restore import Baseline, CheckpointFileReader, baseline, evidence
 from ..k8s.snapshots import (SnapshotError, is_ready, policy_body, policy_name, snapshot_created, snapshot_progress,
                              trigger_body, trigger_progress)
-from ..k8s.workspace import PauseInProgress, addon_enabled, set_paused
+from ..k8s.workspace import PauseInProgress, addon_cannot_snapshot, addon_enabled, set_paused
 from ..lifecycle.paths import one_line
 from ..state import StateStore
 from ..states import Phase, State
 from .base import SnapshotFailed, in_range
 from .local import LocalBackend
+
+
+class AddonCannotSnapshot(SnapshotError):
+    """The add-on would take the pause and never end it: the pause must release nothing."""
 
 
 class GkeBackend(LocalBackend):
@@ -141,7 +145,7 @@ class GkeBackend(LocalBackend):
             # later Pod start would restore.
             if self._made:
                 raise SnapshotFailed(f"{exc}; {await self._withdraw()}") from None
-            raise SnapshotFailed(str(exc)) from None
+            raise SnapshotFailed(str(exc), abort=isinstance(exc, AddonCannotSnapshot)) from None
 
     async def _refuse_a_stopping_policy(self, kube: Kube, name: str, pod: dict) -> None:
         """The add-on's policy outlives its time on this Workspace (it is not deleted when the add-on is turned
@@ -165,6 +169,9 @@ class GkeBackend(LocalBackend):
         self._baseline = baseline(pod)  # what "not restored" looks like, from before the request
         mode = await self.mode(pod)
         if mode == "workspace":
+            cannot = addon_cannot_snapshot(pod, me.pod)
+            if cannot:
+                raise AddonCannotSnapshot(cannot + ", then pause again")
             return {"mode": "workspace", "status": "on-pause", "workspace": me.workspace,
                     "message": "the GKE Workspaces snapshot add-on snapshots the Pod when the Workspace pauses"}
         if self.snapshot_mode == "trigger" and addon_enabled(await self._io(kube.workspace, me.workspace), pod):

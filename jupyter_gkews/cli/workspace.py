@@ -109,7 +109,7 @@ class PauseCommand(WorkspaceCommand):
 
     def run(self) -> None:
         from ..k8s import WORKSPACE_LABEL
-        from ..k8s.workspace import PauseInProgress, addon_enabled, current_pod, set_paused
+        from ..k8s.workspace import PauseInProgress, addon_cannot_snapshot, addon_enabled, current_pod, set_paused
         kube = self.kube()
         ws = kube.workspace(self.workspace)
         pod = current_pod(ws, kube.list_pods(WORKSPACE_LABEL, self.workspace))
@@ -118,14 +118,21 @@ class PauseCommand(WorkspaceCommand):
         # as Kubeflow's Stop: the running Pod goes with its kernels, and nothing saved them
         loses = running and not snapshotted and not (ws.get("spec") or {}).get("paused")
         payload = {"workspace": self.workspace, "snapshot_on_pause": snapshotted, "warning": None}
+        cannot = addon_cannot_snapshot(pod, pod["metadata"]["name"]) if snapshotted else None
+        if cannot:  # --discard-kernel-state too: the add-on would take that pause and hold it
+            reason = f"{cannot}. Nothing was changed"
+            if self.json:
+                self.show({**payload, "paused": False, "changed": False, "refused": True, "reason": reason}, "")
+            self.fail(reason, EXIT_REFUSED)
         if loses and not self.discard_kernel_state:
             reason = (f"the GKE Workspaces snapshot add-on is not enabled for the Workspace {kube.namespace}/"
                       f"{self.workspace}, so a pause from here takes no Pod snapshot and no checkpoint: what its "
                       "kernels hold in memory (variables, models on the GPU) would be lost when the Pod stops. "
                       "Nothing was changed. Pause from inside the session instead (the Pause button, or POST "
                       "gkews/pause), which checkpoints every kernel first; or enable the add-on for this Workspace "
-                      f'(annotation {ADDON_ENABLED_ANNOTATION}: "true"), then restart it; or, to stop it as '
-                      "Kubeflow's Stop does and lose that memory, pass --discard-kernel-state")
+                      f'(annotation {ADDON_ENABLED_ANNOTATION}: "true") while it is paused: its next Pod runs in '
+                      "gVisor, which the add-on's snapshots need; or, to stop it as Kubeflow's Stop does and lose "
+                      "that memory, pass --discard-kernel-state")
             if self.json:
                 self.show({**payload, "paused": False, "changed": False, "refused": True, "reason": reason}, "")
             self.fail(reason, EXIT_REFUSED)

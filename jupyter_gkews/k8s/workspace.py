@@ -7,8 +7,8 @@ import time
 from kernel_state.timestamps import utc_epoch
 
 from . import (ADDON_ENABLED_ANNOTATION, ADDON_LAST_ANNOTATION, ADDON_READINESS_GATE, ADDON_STARTED_ANNOTATION,
-               ADDON_STATE_ANNOTATION, MIGRATION_ENABLED_ANNOTATION, SNAPSHOTS, TPU_RESOURCE, WORKSPACE_LABEL,
-               WORKSPACES, annotations, condition, name_of)
+               ADDON_STATE_ANNOTATION, GVISOR_RUNTIME_CLASS, MIGRATION_ENABLED_ANNOTATION, SNAPSHOTS, TPU_RESOURCE,
+               WORKSPACE_LABEL, WORKSPACES, annotations, condition, name_of)
 from .api import Kube
 from .client import KubeError
 from .snapshots import is_ready, of_workspace
@@ -83,6 +83,21 @@ def addon_enabled(workspace: dict, pod: dict) -> bool:
         return True
     gates = (pod.get("spec") or {}).get("readinessGates") or []
     return any(g.get("conditionType") == ADDON_READINESS_GATE for g in gates)
+
+
+def addon_cannot_snapshot(pod: dict, pod_name: str) -> str | None:
+    """Why the add-on, on for the Workspace, cannot snapshot this Pod (None when it can): its Pod webhook sets
+    gVisor on the Pods created while it is on, and a Pod from before runs without it. The add-on would still take
+    the Workspace's pause and hold it, with its GPU, for a snapshot GKE cannot take."""
+    runtime = (pod.get("spec") or {}).get("runtimeClassName")
+    if runtime == GVISOR_RUNTIME_CLASS:
+        return None
+    return (f"the GKE Workspaces snapshot add-on is on for this Workspace, but the Pod {pod_name} was created before "
+            f"it was (spec.runtimeClassName is {runtime or 'not set'}, not {GVISOR_RUNTIME_CLASS}, which its Pod "
+            "webhook sets on new Pods): GKE cannot snapshot it, and the add-on would hold the Workspace's pause, with "
+            "its GPU, waiting for a snapshot that never comes. Set the Workspace's annotation "
+            f'{ADDON_ENABLED_ANNOTATION} to "false", pause it, set it back to "true" and start it: its new Pod runs '
+            "in gVisor")
 
 
 def age(timestamp: str | None, now: float | None = None) -> str:

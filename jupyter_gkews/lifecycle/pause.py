@@ -166,7 +166,7 @@ class Pause:
                 try:
                     snapshot = await self.backend.snapshot(done)
                 except SnapshotFailed as exc:
-                    if self.backend.abort_on_snapshot_failure:
+                    if self.backend.abort_on_snapshot_failure or exc.abort:
                         await self._fail(f"The snapshot failed: {exc}.", "Nothing was released: every kernel is "
                                          "still running and the checkpoints are kept. Fix the cause and pause again.")
                         return
