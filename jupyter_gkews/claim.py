@@ -28,7 +28,9 @@ class Claim:
         if self.holder._busy:  # named by the claim that runs: the state may not show it yet (starting)
             running = getattr(self.holder, "_claimed_for", None) or f"{state['state']} transition"
             step = f"phase {state['phase']}" if state["phase"] else "it has just begun"  # no phase is shown yet
-            raise Conflict(f"cannot {self.action}: a {running} is running ({step}); wait for it to finish")
+            refused = Conflict(f"cannot {self.action}: a {running} is running ({step}); wait for it to finish")
+            refused.starting = not state["phase"]  # its first state is being written: the answer waits for it
+            raise refused
         if state["state"] not in self.allowed:
             raise Conflict(f"cannot {self.action} while the session is {state['state']}")
         self.holder._busy = True

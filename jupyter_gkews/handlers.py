@@ -106,7 +106,8 @@ def answers_errors(method):
             code = status_code(exc)
             payload = {"message": str(exc), "reason": type(exc).__name__}
             if code == 409:
-                payload["status"] = self.lifecycle.status()
+                starting = getattr(exc, "starting", False)
+                payload["status"] = await self.lifecycle.shown() if starting else self.lifecycle.status()
             self.reply(code, payload)
     return wrapper
 

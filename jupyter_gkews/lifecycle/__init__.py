@@ -64,6 +64,16 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
                 nb["message"] = gone
         return out
 
+    async def shown(self, seconds: float = 5.0) -> dict:
+        """The status once a transition that has just taken its claim shows its first state (written to disk
+        first, then shown): a 409 for a click in that instant carried the state before, and a second tab's page
+        said "Pause failed" where the pause was under way. Bounded: a slow disk answers with what is shown."""
+        before, loop = (self.state["state"], self.state["phase"]), asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while self._busy and (self.state["state"], self.state["phase"]) == before and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        return self.status()
+
     @property
     def busy(self) -> bool:
         """A transition is running: no other may start (the idle policy waits for it too)."""
