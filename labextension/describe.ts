@@ -437,11 +437,10 @@ export function timelineRows(timeline: Record<string, number | null>): ITimeline
     }
     const resumeStep = TIMELINE.findIndex(t => t[0] === key) >= 5;
     const origin = resumeStep ? timeline.resume_requested : timeline.pause_requested;
-    rows.push({
-      label,
-      time,
-      offset: typeof origin === 'number' && key !== 'last_activity' ? time - origin : null
-    });
+    // a step before its request is an earlier attempt's (a cell run after a resume that left a notebook behind,
+    // before its retry): its time stands, a negative delay would say nothing true
+    const measured = typeof origin === 'number' && key !== 'last_activity' && time >= origin;
+    rows.push({ label, time, offset: measured ? time - origin : null });
   }
   return rows;
 }

@@ -43,14 +43,19 @@ BAD = {  # (class, setting): a value it refuses, and words its 503 message says
     ("LocalBackend", "start_hold_wait"): (-5, "c.LocalBackend.start_hold_wait must be at least 0, not -5"),
 }
 NOT_FINITE = {  # numbers that are not numbers: nan passes every comparison's `not`, inf never ends
-    ("GkewsApp", "kernel_call_timeout"): (math.nan, "c.GkewsApp.kernel_call_timeout must be a finite number, more than 0, not nan"),
-    ("GkewsApp", "idle_check_interval"): (math.inf, "c.GkewsApp.idle_check_interval must be a finite number, more than 0, not inf"),
-    ("LocalBackend", "capacity_timeout"): (math.inf, "c.LocalBackend.capacity_timeout must be a finite number, at least 0, not inf"),
-    ("LocalBackend", "start_hold_wait"): (math.nan, "c.LocalBackend.start_hold_wait must be a finite number, at least 0, not nan"),
+    ("GkewsApp", "kernel_call_timeout"): (
+        math.nan, "c.GkewsApp.kernel_call_timeout must be a finite number, more than 0, not nan"),
+    ("GkewsApp", "idle_check_interval"): (
+        math.inf, "c.GkewsApp.idle_check_interval must be a finite number, more than 0, not inf"),
+    ("LocalBackend", "capacity_timeout"): (
+        math.inf, "c.LocalBackend.capacity_timeout must be a finite number, at least 0, not inf"),
+    ("LocalBackend", "start_hold_wait"): (
+        math.nan, "c.LocalBackend.start_hold_wait must be a finite number, at least 0, not nan"),
 }
 GKE = {  # the GKE backend's own, with the backend chosen in the same configuration
     ("GkeBackend", "snapshot_timeout"): (0, "c.GkeBackend.snapshot_timeout must be more than 0, not 0"),
-    ("GkeBackend", "poll_interval"): (math.nan, "c.GkeBackend.poll_interval must be a finite number, more than 0, not nan"),
+    ("GkeBackend", "poll_interval"): (
+        math.nan, "c.GkeBackend.poll_interval must be a finite number, more than 0, not nan"),
     ("GkeBackend", "keep_snapshots"): (-1, "c.GkeBackend.keep_snapshots must be at least 0, not -1"),
 }
 CASES = [pytest.param({cls: {name: value}}, words, id=f"{cls}.{name}={value!r}")

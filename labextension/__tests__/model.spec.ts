@@ -580,6 +580,16 @@ describe('display and timeline', () => {
     ]);
   });
 
+  it('gives no delay to a step an earlier attempt of the resume timed', () => {
+    const rows = timelineRows({ pause_requested: 100, resume_requested: 300, kernel_usable: 250, restore_done: 310 });
+    expect(rows.map(r => [r.label, r.offset])).toEqual([
+      ['pause requested', 0],
+      ['resume requested', 0],
+      ['restored and verified', 10],
+      ['first cell ran (kernel usable)', null]
+    ]);
+  });
+
   it('is offline without a status', () => {
     expect(display(null, true)).toBe('offline');
   });
