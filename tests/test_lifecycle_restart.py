@@ -414,7 +414,9 @@ def test_a_checkpoint_taken_just_before_the_pause_is_not_taken_for_the_pauses(tm
         server.run_cell(b, "v = 'new'")
         code, _ = server.post("gkews/pause")
         assert code == 202
-        while (server.status().get("progress") or {}).get("notebook") != "a.ipynb":
+        deadline = time.monotonic() + 120
+        while (server.status().get("progress") or {}).get("notebook") != "a.ipynb":  # a's save is held at the gate
+            assert time.monotonic() < deadline, server.status()
             time.sleep(0.02)
         server.signal(signal.SIGKILL)
         kill_pids(pids)
@@ -460,7 +462,11 @@ def test_a_kernel_the_killed_server_was_restoring_ends_with_it(tmp_path):
         while not (held.exists() and held.read_text().strip().isdigit()):  # signed: the new kernel holds
             time.sleep(0.02)
         pids.append(int(held.read_text()))
-        while server.status()["phase"] != "restoring":
+        # the restore call handed to the held kernel (waiting for "restoring" missed that short phase on a fast
+        # run: the resume was verifying by the next look, and the loop waited for ever)
+        call, deadline = Path(f"{held}.call"), time.monotonic() + 120
+        while not call.exists():
+            assert time.monotonic() < deadline, f"no restore call reached the held kernel: {server.status()}"
             time.sleep(0.02)
         server.signal(signal.SIGKILL)
         gate.touch()  # the restore call ends; the hold goes on, and its server is gone
