@@ -235,7 +235,9 @@ def test_a_restart_while_the_pause_releases_the_kernel_is_refused(suspending):
         fcntl.flock(lock, fcntl.LOCK_EX)
         code, _ = server.post("gkews/pause")
         assert code == 202
-        while server.status()["phase"] != "releasing":
+        deadline = time.monotonic() + 120
+        while server.status()["phase"] != "releasing":  # and stays there: the driver waits on the lock
+            assert time.monotonic() < deadline, server.status()
             time.sleep(0.02)
         code, refused = server.post(f"api/kernels/{kid}/restart")
     assert code == 409 and "'a.ipynb' is being paused: its checkpoint is written" in refused["message"], refused
