@@ -968,7 +968,8 @@ def variable_blobs(manifest: dict, name: str) -> set[str]:
             continue
         seen.add(skey)
         storage = storages[skey]
-        found.update([storage["blob"]] if storage.get("blob") else [])
+        if storage.get("blob"):
+            found.add(storage["blob"])
         found.update(chunk[0] for chunk in storage.get("chunks") or [])
         if isinstance(storage.get("view_of"), dict):
             todo.append(storage["view_of"].get("storage"))

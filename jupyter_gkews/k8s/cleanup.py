@@ -17,22 +17,22 @@ def plan(kube: Kube, workspace: str, keep: int, needed: set[str], *, pausing: bo
     snaps = of_workspace(every, workspace, ours_only=True)
     # a snapshot another trigger took through our policy (a hand-made trigger on this Pod) needs it as well
     through_policy = [s for s in every if (s.get("spec") or {}).get("policyName") == policy_name(workspace)]
+    listed = {name_of(s) for s in snaps}
     ready = [name_of(s) for s in snaps if is_ready(s)]  # newest first
-    kept = set(ready[:max(keep, 0)]) | (needed & {name_of(s) for s in snaps})
+    kept = set(ready[:max(keep, 0)]) | (needed & listed)
     if pausing:
         kept |= {name_of(s) for s in snaps if not is_ready(s)}
     out = [{"kind": "PodSnapshot", "name": name_of(s), "bytes": 0,
             "why": "older than the newest kept" if is_ready(s) else "never became Ready"}
            for s in snaps if name_of(s) not in kept]
-    remaining = {name_of(s) for s in snaps} - {o["name"] for o in out}
+    remaining = listed - {o["name"] for o in out}
     for t in kube.list(TRIGGERS):
         if not is_our_trigger(name_of(t), workspace) or labels(t).get(WORKSPACE_LABEL, workspace) != workspace:
             continue
         # spent: GKE took its snapshot, or refused it for good; Triggered False with another reason is progress
         triggered = condition(t, "Triggered") or {}
         spent = triggered.get("status") == "True" or triggered.get("reason") in FAILED_REASONS
-        if spent and pausing and triggered.get("status") == "True" and snapshot_created(t) not in \
-                {name_of(s) for s in snaps}:
+        if spent and pausing and triggered.get("status") == "True" and snapshot_created(t) not in listed:
             continue  # its snapshot is not listed yet: the pause waiting for it reads it through the trigger
         if spent and snapshot_created(t) not in remaining:
             out.append({"kind": "PodSnapshotManualTrigger", "name": name_of(t), "bytes": 0, "why": "spent"})

@@ -246,10 +246,9 @@ class Pause:
         km = self.serverapp.kernel_manager
         deadline = time.monotonic() + self.busy_timeout
         message = self.state["message"]
-        asked = getattr(self, "_paused_processes", {}).get(nb["kernel_id"])
         try:
             while nb["kernel_id"] in km and km.get_kernel(nb["kernel_id"]).execution_state == "busy":
-                if asked is not None and kernel_process(km.get_kernel(nb["kernel_id"])) != asked:
+                if self._kernel_restarted(nb):
                     # its cell crashed it and the restarter started another process, whose first status the
                     # server's tracker may never see ("busy" stays, from the dead one): no cell of the user's
                     # runs; _checkpoint says the kernel restarted (it said "still running a cell after 8 s")
