@@ -426,6 +426,8 @@ def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict
     probes = [_compare_probe(ns, p) for p in manifest.get("probes", [])]
     # the next draws are part of an experiment's state: a restore puts the generators back, so verify reads them
     generators = randomstate.compare(manifest.get("random_state"))
+    # so do the settings later cells compute with (threads, precision, the working directory)
+    changed_settings = settings.differences(manifest.get("settings"))
     same = manifest["identity"].get("token") == TOKEN
     # what a "verified" does not speak of: variables made since the checkpoint, or left out of its save
     known = set(manifest["variables"]) | set(manifest["modules"]) | set(manifest["skipped"])
@@ -434,7 +436,8 @@ def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict
     return {"checkpoint": manifest["id"], "same_process": same, "identity": identity(),
             "saved_identity": manifest["identity"], "variables": variables, "probes": probes,
             "skipped_at_save": manifest["skipped"], "not_in_checkpoint": uncovered, "random_state": generators,
-            "verified": same and all(v["verdict"] == "match" for v in variables.values())
+            "settings": changed_settings,
+            "verified": same and not changed_settings and all(v["verdict"] == "match" for v in variables.values())
             and all(p["verdict"] == "match" for p in probes)
             and all(v == "match" for v in (generators or {}).values())}
 

@@ -78,6 +78,9 @@ def _verify_conclusion(result: dict) -> str:
     if drawn:
         reasons.append(f"the random state differs ({', '.join(drawn)}): numbers were drawn since the checkpoint, "
                        "so the next draws are not the checkpoint's (a restore puts it back)")
+    if result.get("settings"):
+        reasons.append(f"settings later cells compute with differ ({'; '.join(result['settings'])}): a full "
+                       "restore sets them back")
     return "Not verified: " + "; ".join(reasons) + "." + outside
 
 

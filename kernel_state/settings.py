@@ -3,9 +3,12 @@
 No variable holds them, yet they decide what the next cell computes: `torch.set_default_dtype(torch.float64)`
 makes every new tensor float64, `torch.set_grad_enabled(False)` stops autograd, `torch.use_deterministic_algorithms`
 picks other kernels, `np.seterr(all="raise")` turns a warning into an error, `decimal.getcontext().prec` the digits
-of every Decimal, `%cd` where relative paths lead. A restore into a fresh kernel left them at the defaults, and
-said nothing. Each is recorded as JSON; a full restore sets back those that differ and names them. Only modules
-the kernel has imported are read, and a setting the restoring kernel cannot take is named, never fatal.
+of every Decimal, `%cd` where relative paths lead. torch's thread count, denormal flushing and its cuDNN/CUDA
+reduced-precision switches decide the last bits of a sum or a matmul: a restored model trained on with 2 threads
+where it had 1, and its gradients differed in the last bits. A restore into a fresh kernel left them at the
+defaults, and said nothing. Each is recorded as JSON; a full restore sets back those that differ and names them,
+and verify names those that differ now. Only modules the kernel has imported are read, and a setting the restoring
+kernel cannot take is named, never fatal.
 """
 from __future__ import annotations
 
@@ -29,8 +32,52 @@ def capture() -> dict:
                         "grad_enabled": torch.is_grad_enabled(),
                         "deterministic": torch.are_deterministic_algorithms_enabled(),
                         "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
-                        "float32_matmul_precision": torch.get_float32_matmul_precision()}
+                        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+                        "num_threads": torch.get_num_threads(), "cpus": _cpus(),
+                        "flush_denormal": _flushes_denormals(torch)}
+        for key, (get, _set, _label) in _TORCH_SWITCHES.items():
+            try:
+                out["torch"][key] = bool(get(torch))
+            except Exception:  # a torch without the switch: not recorded, so never set back
+                pass
     return out
+
+
+# the switches with a getter and a setter of their own: key -> (get, set, how a restore names it)
+_TORCH_SWITCHES = {
+    "cudnn_deterministic": (lambda t: t.backends.cudnn.deterministic,
+                            lambda t, v: setattr(t.backends.cudnn, "deterministic", v), "torch cuDNN deterministic"),
+    "cudnn_benchmark": (lambda t: t.backends.cudnn.benchmark,
+                        lambda t, v: setattr(t.backends.cudnn, "benchmark", v), "torch cuDNN benchmark"),
+    "cudnn_allow_tf32": (lambda t: t.backends.cudnn.allow_tf32,
+                         lambda t, v: setattr(t.backends.cudnn, "allow_tf32", v), "torch cuDNN TF32"),
+    "matmul_fp16_reduced": (lambda t: t.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+                            lambda t, v: setattr(t.backends.cuda.matmul, "allow_fp16_reduced_precision_reduction", v),
+                            "torch fp16 reduced-precision matmul reductions"),
+    "matmul_bf16_reduced": (lambda t: t.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+                            lambda t, v: setattr(t.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction", v),
+                            "torch bf16 reduced-precision matmul reductions"),
+}
+
+
+_TORCH_NAMES = {"num_threads": "threads", "grad_enabled": "grad", "deterministic": "deterministic algorithms",
+                "deterministic_warn_only": "deterministic algorithms warn only"}
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def _flushes_denormals(torch) -> bool | None:
+    """torch.set_flush_denormal has no getter: a product that must be a float32 denormal tells (on this thread,
+    the one cells run on)."""
+    try:
+        return bool((torch.tensor([1e-30], dtype=torch.float32, device="cpu") * 1e-10).item() == 0.0)
+    except Exception:  # a mode that intercepts tensors (a fake or meta mode): not recorded
+        return None
 
 
 def apply(saved: dict) -> tuple[list[str], list[str]]:
@@ -53,7 +100,7 @@ def apply(saved: dict) -> tuple[list[str], list[str]]:
     if errors and now.get("numpy_errors") != errors:
         import numpy as np
         step(f"numpy errors {_shown(errors, now.get('numpy_errors', {}))}", lambda: np.seterr(**errors))
-    _torch(saved.get("torch") or {}, now.get("torch") or {}, step)
+    _torch(saved.get("torch") or {}, now.get("torch") or {}, step, warnings.append)
     cwd = saved.get("cwd")
     if cwd and cwd != now["cwd"]:
         if os.path.isdir(cwd):
@@ -64,7 +111,7 @@ def apply(saved: dict) -> tuple[list[str], list[str]]:
     return done, warnings
 
 
-def _torch(saved: dict, now: dict, step) -> None:
+def _torch(saved: dict, now: dict, step, warn) -> None:
     if not saved or saved == now:
         return
     import torch
@@ -81,6 +128,50 @@ def _torch(saved: dict, now: dict, step) -> None:
     precision = saved.get("float32_matmul_precision")
     if precision and precision != now.get("float32_matmul_precision"):
         step(f"torch float32 matmul precision {precision}", lambda: torch.set_float32_matmul_precision(precision))
+    threads = saved.get("num_threads")
+    if threads and threads != now.get("num_threads"):
+        if threads <= now["cpus"]:
+            step(f"torch threads {threads}", lambda: torch.set_num_threads(threads))
+        else:  # more threads than cores would slow every cell: said, with the call that matches the bits
+            warn(f"torch used {threads} threads and this kernel has {now['cpus']} CPUs: it keeps "
+                 f"{now['num_threads']}, so CPU sums and matmuls may differ in their last bits "
+                 f"(torch.set_num_threads({threads}) matches them, slower)")
+    flush = saved.get("flush_denormal")
+    if flush is not None and flush != now.get("flush_denormal"):
+        step(f"torch flush denormal {'on' if flush else 'off'}", lambda: _set_flush_denormal(torch, flush))
+    for key, (_get, set_it, label) in _TORCH_SWITCHES.items():
+        if saved.get(key) is not None and saved[key] != now.get(key):
+            step(f"{label} {'on' if saved[key] else 'off'}", lambda k=key, s=set_it: s(torch, saved[k]))
+
+
+def _set_flush_denormal(torch, flush: bool) -> None:
+    if not torch.set_flush_denormal(flush):
+        raise RuntimeError("this CPU has no denormal flushing")
+
+
+def differences(saved: dict | None) -> list[str]:
+    """The recorded settings that differ now, each as "what: now X, saved Y" (verify names them: a restore would
+    set them back, and later cells compute with them)."""
+    if not saved:
+        return []
+    now, out = capture(), []
+
+    def differ(label, was, is_now):
+        if was is not None and was != is_now:
+            out.append(f"{label}: {is_now}, saved {was}")
+
+    differ("working directory", saved.get("cwd"), now["cwd"])
+    for name, value in (saved.get("decimal") or {}).items():
+        differ(f"decimal {name}", value, (now.get("decimal") or {}).get(name))
+    for name, value in (saved.get("numpy_errors") or {}).items():
+        differ(f"numpy errors {name}", value, (now.get("numpy_errors") or {}).get(name))
+    torch_now = now.get("torch") or {}
+    labels = {key: label for key, (_get, _set, label) in _TORCH_SWITCHES.items()}
+    for key, value in (saved.get("torch") or {}).items():
+        if key != "cpus":  # the machine's, not a setting
+            differ(labels.get(key) or f"torch {_TORCH_NAMES.get(key, key.replace('_', ' '))}", value,
+                   torch_now.get(key))
+    return out
 
 
 def _shown(saved: dict, now: dict) -> str:

@@ -100,6 +100,39 @@ def test_settings_later_cells_compute_with_are_set_back_by_a_full_restore(tmp_pa
         assert other.value("[os.getcwd() == before, str(torch.tensor([0.1]).dtype)]") == [True, "torch.float32"]
 
 
+TRAIN_STEP = ("torch.manual_seed(0)\n"
+              "m = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.BatchNorm1d(64), torch.nn.ReLU(), "
+              "torch.nn.Linear(64, 4))\n"
+              "data = torch.randn(512, 16)")
+STEP_GRADS = ("(m.zero_grad(), m(data).pow(2).mean().backward(), "
+              "[p.grad.reshape(-1).view(torch.int32).tolist() for p in m.parameters()], (tiny * 1e-10).item())[2:]")
+
+
+def test_threads_and_precision_switches_come_back_so_training_goes_on_bit_for_bit(tmp_path):
+    """torch.set_num_threads(1) and set_flush_denormal(True) came back at a fresh kernel's defaults: the
+    restored model's next gradients differed in their last bits (a sum over 2 threads, not 1) and a denormal was
+    no longer flushed, while nothing said so. They are set back and named, and verify names them when they
+    differ."""
+    if len(__import__("os").sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: a fresh kernel runs torch on 1 thread already")
+    with Kernel(tmp_path) as first:
+        first.run("import torch\ntorch.set_num_threads(1); torch.set_flush_denormal(True)\n"
+                  "torch.backends.cudnn.deterministic = True\ntiny = torch.tensor([1e-30])\n" + TRAIN_STEP)
+        first.run("%gkews_checkpoint save")
+        assert first.run("%gkews_checkpoint verify").strip().endswith("the checkpointed state.")
+        first.run("torch.set_num_threads(2)")
+        out = first.run("%gkews_checkpoint verify")
+        assert "Not verified: settings later cells compute with differ (torch threads: 2, saved 1)" in out, out
+        first.run("torch.set_num_threads(1)")
+        expected = first.value(STEP_GRADS)
+    assert expected[1] == 0.0
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "torch threads 1; torch flush denormal on; torch cuDNN deterministic on" in out, out
+        assert fresh.value(STEP_GRADS) == expected
+        assert "settings" not in fresh.run("%gkews_checkpoint verify")
+
+
 def test_verify_reads_the_random_state_a_restore_would_put_back(tmp_path):
     """A draw after the checkpoint changes the next numbers of the experiment, and a restore rewinds them:
     verify said "Verified" all the same. It names the generators that moved, and says when it cannot."""
