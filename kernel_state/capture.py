@@ -27,6 +27,7 @@ import copyreg
 import functools
 import io
 import json
+import math
 import os
 import pickle
 import sys
@@ -129,6 +130,19 @@ def _grad(t):
     """A tensor's gradient: a leaf's, or the one a non-leaf retains (`h.retain_grad()`); reading a non-leaf's
     `.grad` otherwise only warns."""
     return t.grad if t.is_leaf or t.retains_grad else None
+
+
+# NaN equals nothing, so `np.nan in values` and `lookup[np.nan]` hold only through identity, which a pickled
+# float loses: math.nan (torch.nan is it) and numpy.nan go by name, and come back as the restoring kernel's own
+NAMED_NANS = {("math", "nan"), ("numpy", "nan")}
+
+
+def named_nan(obj):
+    """("constant", module, "nan") when obj is math.nan or numpy.nan itself, else None."""
+    if obj is math.nan:
+        return ("constant", "math", "nan")
+    np = sys.modules.get("numpy")
+    return ("constant", "numpy", "nan") if np is not None and obj is getattr(np, "nan", None) else None
 
 
 def type_name(value) -> str:
@@ -454,7 +468,7 @@ class Capture:
     # -- the pickler hooks --------------------------------------------------------------------------
     def reference(self, obj):
         if isinstance(obj, _PLAIN):
-            return None
+            return named_nan(obj) if type(obj) is float and obj != obj else None
         name = self.var_ids.get(id(obj))
         if name is not None and name != self._current:
             if name in self.saved_vars:

@@ -18,6 +18,7 @@ import dill
 from . import byvalue, cuda_io, packed, pandas_cow
 from . import settings as process_settings
 from .alignment import address, aligned_copy, is_aligned, private_memory
+from .capture import NAMED_NANS
 from .dtype_json import array_dtype
 from .errors import CheckpointError, CorruptBlob
 from .fingerprint import cpu_fingerprint
@@ -226,6 +227,8 @@ class Restorer:
             return tensor
         if kind == "array":
             return self._array(pid[1])
+        if kind == "constant" and tuple(pid[1:]) in NAMED_NANS:
+            return getattr(importlib.import_module(pid[1]), pid[2])
         if kind == "storage":
             import torch
             ust = self._storage(pid[1])

@@ -133,6 +133,24 @@ def test_threads_and_precision_switches_come_back_so_training_goes_on_bit_for_bi
         assert "settings" not in fresh.run("%gkews_checkpoint verify")
 
 
+def test_lookups_by_np_nan_still_find_it_after_a_restore(tmp_path):
+    """NaN equals nothing: `np.nan in values` and `lookup[np.nan]` hold only because the object is np.nan itself.
+    A restored list held another NaN object, so `np.nan in vals` turned False and `lookup[np.nan]` a KeyError,
+    while verify called both bit-identical."""
+    seen = ("[np.nan in vals, math.nan in vals, lookup.get(np.nan), np.nan in group, math.nan in group, "
+            "pair[0] is pair[1], struct.pack('<d', payload[0]).hex()]")
+    with Kernel(tmp_path) as first:
+        first.run("import math, struct, numpy as np\nvals = [1.0, np.nan, math.nan]\nlookup = {np.nan: 'missing'}\n"
+                  "group = {np.nan, math.nan}\npair = (np.nan, np.nan)\n"
+                  "payload = [struct.unpack('<d', struct.pack('<Q', 0x7ff8000000000001))[0]]")
+        first.run("%gkews_checkpoint save")
+        expected = first.value(seen)
+    assert expected[:6] == [True, True, "missing", True, True, True], expected
+    with Kernel(tmp_path) as fresh:
+        fresh.run("import math, struct, numpy as np\n%gkews_checkpoint restore")
+        assert fresh.value(seen) == expected
+
+
 def test_verify_reads_the_random_state_a_restore_would_put_back(tmp_path):
     """A draw after the checkpoint changes the next numbers of the experiment, and a restore rewinds them:
     verify said "Verified" all the same. It names the generators that moved, and says when it cannot."""
