@@ -7,7 +7,8 @@ with what makes two values equal:
 
 - None, bool, int, str, bytes: type and value (huge ints in hex); float and complex: type and exact bits
   (float.hex; a NaN by its bits);
-- list, tuple, dict: type, length, items in order (dict insertion order is part of the value);
+- list, tuple, dict: type, length, items in order (dict insertion order is part of the value,
+  except in an optimizer's param groups: load_state_dict rebuilds them with "params" last);
 - set, frozenset, weakref.WeakSet: type and the sorted digests of the elements (independent of iteration
   order); a subclass also its class and instance __dict__;
 - numpy arrays pickled inline: dtype (a structured one with its fields), shape and the bytes in C order;
@@ -410,7 +411,8 @@ class _Digest:
 
 
 def _without_caches(obj, rv: tuple) -> tuple:
-    """A reduction without what merely reading the value fills in, so that showing a value is no change:
+    """A reduction without what merely reading the value fills in, so that showing a value is no change (and
+    an optimizer's groups with their keys in order: reloading its own state_dict is no change either):
     pandas' memo of derived values (`_cache`: displaying a DatetimeIndex fills its array's), a masked
     array's unset fill value that displaying it or filled() sets to the default, and the empty __dict__
     that reading a functools.partial's vars() creates."""
@@ -422,6 +424,13 @@ def _without_caches(obj, rv: tuple) -> tuple:
             rest = {k: v for k, v in state[-1].items() if k != "_cache"}  # NDArrayBacked: (dtype, data, dict)
             state = state[:-1] + ((rest,) if rest else ())
         return rv[:2] + (state,) + rv[3:]
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.optim.Optimizer) and isinstance(state, dict) and \
+            isinstance(state.get("param_groups"), list):
+        # load_state_dict (resuming a training run) rebuilds each group with "params" last: the order of a
+        # group's keys is torch's bookkeeping, not a hyperparameter
+        groups = [dict(sorted(g.items())) if type(g) is dict else g for g in state["param_groups"]]
+        return rv[:2] + ({**state, "param_groups": groups},) + rv[3:]
     if isinstance(obj, functools.partial) and isinstance(state, tuple) and len(state) == 4 and state[3] == {}:
         return rv[:2] + (state[:3] + (None,),) + rv[3:]
     np = sys.modules.get("numpy")

@@ -458,6 +458,21 @@ def test_reading_a_buffers_attributes_changes_nothing(tmp_path):
         assert _all_match(fresh.value(VERIFY)) == []
 
 
+def test_an_optimizer_reloading_its_own_state_dict_changes_nothing(tmp_path):
+    """`opt.load_state_dict(opt.state_dict())` (how a training run resumes) rebuilds each param group with
+    "params" as its last key: verify called every such optimizer changed. A changed learning rate still is."""
+    with Kernel(tmp_path) as k:
+        k.run("import torch\nm = torch.nn.Linear(3, 2)\nadam = torch.optim.AdamW(m.parameters(), lr=0.1)\n"
+              "sgd = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)\n"
+              "m(torch.ones(1, 3)).sum().backward(); adam.step(); sgd.step()")
+        k.run("%gkews_checkpoint save")
+        k.run("adam.load_state_dict(adam.state_dict()); sgd.load_state_dict(sgd.state_dict())")
+        assert k.value("list(adam.param_groups[0])[-1]") == "params"  # what torch does
+        assert _all_match(k.value(VERIFY)) == []
+        k.run("sgd.param_groups[0]['lr'] = 0.05")
+        assert k.value(VERIFY)["sgd"] == "changed"
+
+
 def test_a_variable_holding_a_changed_ones_objects_changed_with_it(tmp_path):
     """`history = log` and `cfg = {"log": log}` are saved as references to log's objects: after `log.append(2)`
     verify called them bit-identical (their values went from [1] to [1, 2])."""
