@@ -591,7 +591,7 @@ class Capture:
             rv = module_objects.reduce_logger(obj) or self._reduce_masked(obj) or self._reduce_subclass(obj) or \
                 torch_modules.reduction(obj) or weak_containers.reduction(obj) or obj.__reduce_ex__(PROTOCOL)
             if not isinstance(rv, str):
-                rv = _without_lazy_dict(t, tuple(rv))
+                rv = _state_set_directly(t, _without_lazy_dict(t, tuple(rv)))
                 rv = rv[:3] + tuple(None if items is None else list(items) for items in rv[3:5]) + rv[5:]
             self._reductions[id(obj)] = (obj, rv)
         else:
@@ -1141,6 +1141,35 @@ def _without_lazy_dict(t: type, rv: tuple) -> tuple:
             and isinstance(rv[2][-1], dict) and not rv[2][-1]:
         return rv[:2] + (rv[2][:-1] + (None,),) + rv[3:]
     return rv
+
+
+def _state_set_directly(t: type, rv: tuple) -> tuple:
+    """A class with a __getattr__ (a proxy: `return getattr(self.inner, name)`) and no __setstate__: unpickling
+    looks for __setstate__ on the object before its attributes are set, so __getattr__ ran, read self.inner,
+    which ran __getattr__ again: a RecursionError lost the variable at restore, after a save that said nothing.
+    Its state goes in through set_plain_state (pickle's sixth element), which looks nothing up on the object."""
+    if len(rv) < 3 or rv[2] is None or len(rv) > 5 and rv[5] is not None or rv[0] is not copyreg.__newobj__:
+        return rv
+    if getattr(t, "__setstate__", None) is not None or not any("__getattr__" in vars(c) for c in t.__mro__[:-1]):
+        return rv
+    state = rv[2]
+    if not (isinstance(state, dict) or isinstance(state, tuple) and len(state) == 2):
+        return rv
+    return rv[:5] + (None,) * (5 - len(rv)) + (set_plain_state,)
+
+
+def set_plain_state(obj, state) -> None:
+    """What pickle does with a default state ({attributes} or ({attributes}, {slots})), minus the look-up of
+    __setstate__ on the object."""
+    slots = None
+    if isinstance(state, tuple):
+        state, slots = state
+    if state:
+        attributes = object.__getattribute__(obj, "__dict__")
+        for key, value in state.items():
+            attributes[sys.intern(key) if type(key) is str else key] = value
+    for key, value in (slots or {}).items():
+        object.__setattr__(obj, key, value)
 
 
 def _hook_name(hook) -> str:
