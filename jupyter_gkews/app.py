@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import zlib
 
 from jupyter_server.extension.application import ExtensionApp
 from tornado.ioloop import PeriodicCallback
@@ -33,6 +34,10 @@ CHECKPOINT_ROOT_ENV = "GKEWS_CHECKPOINT_ROOT"
 CONTENTS_ROOT_ENV = "GKEWS_CONTENTS_ROOT"
 #: ... and the name their checkpoints go under: their session's path (kernel_state.config.notebook_name)
 NOTEBOOK_ENV = "GKEWS_NOTEBOOK"
+#: Python salts str and bytes hashes per process, so a fresh kernel iterates a set of strings in another order
+#: than the one that was paused (a vocabulary numbered from a set came out numbered otherwise): the kernels a
+#: server starts share one seed per project folder, unless the server's environment sets one.
+HASH_SEED_ENV = "PYTHONHASHSEED"
 
 #: The contents service's events (jupyter_server): a rename moves a notebook's checkpoints, kernel and pause state.
 CONTENTS_EVENTS = "https://events.jupyter.org/jupyter_server/contents_service/v1"
@@ -42,6 +47,12 @@ SETTINGS_FIX = "fix it in jupyter_server_config.py (or on the command line) and 
 #: traitlets' words for a trait ("The 'keep_last' trait of a GkewsApp instance", "... of <x.GkewsApp object at
 #: 0x..> instance") as a person writes the setting: c.GkewsApp.keep_last
 _TRAIT_OF = re.compile(r"The '(\w+)' trait of (?:an? (\w+)|<[\w.]*?(\w+) object at 0x[0-9a-f]+>) instance")
+
+
+def project_hash_seed(root: str) -> str:
+    """PYTHONHASHSEED for the kernels of a project folder: the same for every server started on it (1 to 2**32-1;
+    0 would turn the salting off)."""
+    return str(zlib.crc32(os.path.realpath(root).encode()) or 1)
 
 
 def bad_setting(exc: Exception) -> str:
@@ -351,11 +362,13 @@ class GkewsApp(ExtensionApp):
         load, whose checkpoints then mixed with each other's. kernel_state reads NOTEBOOK_ENV first."""
         sm = self.serverapp.session_manager
         plain = sm.get_kernel_env
+        seed = project_hash_seed(os.environ[CONTENTS_ROOT_ENV])
 
         def get_kernel_env(path, name=None):
             env = plain(path, name)
             if path:
                 env[NOTEBOOK_ENV] = session_path(path)  # `/a.ipynb`, `a//./a.ipynb`: a.ipynb
+            env.setdefault(HASH_SEED_ENV, seed)  # a kernel the resume starts hashes as the paused one did
             return env
         sm.get_kernel_env = get_kernel_env
 

@@ -539,8 +539,14 @@ def _import_fix(manifest: dict, module: str) -> str:
                for alias, folder in manifest.get("module_folders", {}).items()}
     top = module.split(".")[0]
     folder = folders.get(module) or next((f for m, f in folders.items() if m.split(".")[0] == top), None)
-    fix = (f"it was imported from {folder}, not installed: put {folder} on sys.path (or start the kernel "
-           f"there)" if folder else f"install {top}")
+    gone = process_settings.missing_import_folders(manifest.get("settings"))
+    if folder:
+        fix = f"it was imported from {folder}, not installed: put {folder} on sys.path (or start the kernel there)"
+    elif gone:  # a helper module of a folder the notebook had added to sys.path
+        fix = f"the saving kernel also imported from {', '.join(gone)}, which is not here: put {top} back there, " \
+              f"or install {top},"
+    else:
+        fix = f"install {top}"
     return fix + " and restore again"
 
 
@@ -558,6 +564,7 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
     same_process = manifest["identity"].get("token") == TOKEN
     byvalue.register_sources(manifest.get("sources"))  # the cells of the definitions saved by value
     restorer = Restorer(store, manifest, device)
+    folders = process_settings.extend_sys_path(manifest.get("settings"))  # before anything imports from them
     wanted = list(names) if names else None
     restored, failed = [], {}
     before: dict = {}  # each name the restore sets: what the namespace held (_ABSENT: nothing)
@@ -626,9 +633,10 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
             restorer.warnings.extend(notes)
         except Exception as exc:
             restorer.warnings.append(f"the random state was not restored: {exc}")
-    put_back = []
+    put_back = [f"import folder {folder} on sys.path" for folder in folders]
     if manifest.get("settings") and not wanted and settings:  # a full restore: what the next cell computes with
-        put_back, notes = process_settings.apply(manifest["settings"])
+        done, notes = process_settings.apply(manifest["settings"])
+        put_back += done
         restorer.warnings.extend(notes)
     skipped = {n: s for n, s in manifest["skipped"].items() if not wanted or n in wanted}
     return {"checkpoint": manifest["id"], "created": manifest.get("created"), "restored": restored,

@@ -18,7 +18,7 @@ import sys
 
 def capture() -> dict:
     """{setting: value}, JSON."""
-    out = {"cwd": os.getcwd()}
+    out = {"cwd": os.getcwd(), "sys_path": added_import_folders(), "hash_seed": os.environ.get("PYTHONHASHSEED")}
     decimal = sys.modules.get("decimal")
     if decimal is not None:
         context = decimal.getcontext()
@@ -80,6 +80,42 @@ def _flushes_denormals(torch) -> bool | None:
         return None
 
 
+def added_import_folders() -> list[str]:
+    """The folders on sys.path that neither Python nor its environment put there: those a notebook added
+    (`sys.path.append("lib")`) or a .pth of an editable install did. Relative entries follow the working
+    directory, which is a setting of its own."""
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    out = []
+    for entry in sys.path:
+        if not isinstance(entry, str) or not os.path.isabs(entry):
+            continue
+        real = os.path.realpath(entry)
+        if any(real == p or real.startswith(p + os.sep) for p in prefixes) or \
+                os.path.basename(real) in ("site-packages", "dist-packages"):
+            continue
+        out.append(entry)
+    return out
+
+
+def extend_sys_path(saved: dict | None) -> list[str]:
+    """Put the saving kernel's added import folders that exist here at the end of sys.path, before anything
+    is unpickled: a class of `lib/mylib.py` (`sys.path.append("lib")`) failed to load with "No module named
+    'mylib'". Never removes one, never goes before the environment's. Returns those added."""
+    added = [entry for entry in (saved or {}).get("sys_path") or []
+             if isinstance(entry, str) and entry not in sys.path and os.path.isdir(entry)]
+    if added:
+        sys.path.extend(added)
+        import importlib
+        importlib.invalidate_caches()
+    return added
+
+
+def missing_import_folders(saved: dict | None) -> list[str]:
+    """The saving kernel's added import folders that are not here (a module there cannot be found)."""
+    return [entry for entry in (saved or {}).get("sys_path") or [] if isinstance(entry, str)
+            and not os.path.isdir(entry)]
+
+
 def apply(saved: dict) -> tuple[list[str], list[str]]:
     """Set back what differs from now; returns (what was set, described; warnings)."""
     done, warnings = [], []
@@ -101,6 +137,11 @@ def apply(saved: dict) -> tuple[list[str], list[str]]:
         import numpy as np
         step(f"numpy errors {_shown(errors, now.get('numpy_errors', {}))}", lambda: np.seterr(**errors))
     _torch(saved.get("torch") or {}, now.get("torch") or {}, step, warnings.append)
+    seed = saved.get("hash_seed")
+    if seed is not None and seed != now["hash_seed"]:  # fixed when the process started: said, not set
+        warnings.append(f"sets of strings may iterate in another order than in the saving kernel, which ran with "
+                        f"PYTHONHASHSEED={seed} (this one: {now['hash_seed'] or 'random'}); a kernel started with "
+                        f"PYTHONHASHSEED={seed} iterates them as it did")
     cwd = saved.get("cwd")
     if cwd and cwd != now["cwd"]:
         if os.path.isdir(cwd):

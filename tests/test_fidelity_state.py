@@ -151,6 +151,45 @@ def test_lookups_by_np_nan_still_find_it_after_a_restore(tmp_path):
         assert fresh.value(seen) == expected
 
 
+def test_a_class_from_a_folder_the_notebook_put_on_sys_path_comes_back(tmp_path):
+    """`sys.path.append("lib"); from mylib import Thing`: a fresh kernel did not have lib on sys.path, so the
+    restore failed with "No module named 'mylib'; install mylib", advice that cannot work for a file of the
+    project. The folder is put on sys.path first; once it is gone, the message names it."""
+    lib = tmp_path / "my lib"
+    lib.mkdir()
+    (lib / "mylib.py").write_text("class Thing:\n    def __init__(self): self.size = 3\n")
+    with Kernel(tmp_path / "store") as first:
+        first.run(f"import sys\nsys.path.append({str(lib)!r})\nfrom mylib import Thing\nthing = Thing()")
+        first.run("%gkews_checkpoint save")
+    with Kernel(tmp_path / "store") as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert f"import folder {lib} on sys.path" in out and "Not restored" not in out, out
+        assert fresh.value("[type(thing).__module__, thing.size, sys.path[-1]]") == ["mylib", 3, str(lib)]
+    (lib / "mylib.py").rename(tmp_path / "mylib.py")
+    lib.rmdir()
+    with Kernel(tmp_path / "store") as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert f"the saving kernel also imported from {lib}, which is not here: put mylib back there" in out, out
+
+
+def test_a_restore_under_another_hash_seed_says_sets_may_iterate_otherwise(tmp_path):
+    """String hashes are salted per process: a set of strings comes back equal but iterated in another order
+    unless the kernel runs under the saving kernel's PYTHONHASHSEED (the server gives its kernels one)."""
+    order = "list(words)"
+    with Kernel(tmp_path, extra_env={"PYTHONHASHSEED": "11"}) as first:
+        first.run("words = set('the quick brown fox jumps over a lazy dog'.split())")
+        first.run("%gkews_checkpoint save")
+        expected = first.value(order)
+    with Kernel(tmp_path, extra_env={"PYTHONHASHSEED": "11"}) as same:
+        assert "PYTHONHASHSEED" not in same.run("%gkews_checkpoint restore")
+        assert same.value(order) == expected
+    with Kernel(tmp_path, extra_env={"PYTHONHASHSEED": "12"}) as other:
+        out = other.run("%gkews_checkpoint restore")
+        assert "sets of strings may iterate in another order than in the saving kernel, which ran with " \
+               "PYTHONHASHSEED=11 (this one: 12)" in out, out
+        assert sorted(other.value(order)) == sorted(expected)
+
+
 def test_verify_reads_the_random_state_a_restore_would_put_back(tmp_path):
     """A draw after the checkpoint changes the next numbers of the experiment, and a restore rewinds them:
     verify said "Verified" all the same. It names the generators that moved, and says when it cannot."""

@@ -25,6 +25,7 @@ grid = np.random.default_rng(7).standard_normal((300, 400))
 column = grid[:, 3]
 scale = Scaler(2.5)
 meta = {"run": "baseline", "epochs": [1, 2, 3]}
+words = set("the quick brown fox jumps over a lazy dog".split())  # iterated in the order of the string hashes
 print("ready")
 '''
 CHECK = r'''
@@ -32,7 +33,7 @@ print(__import__("json").dumps({
   "out": model(probe_in).detach().tolist(),
   "grid": float(grid.sum()), "column_is_view": bool(np.shares_memory(column, grid)),
   "scaled": scale(4.0), "is_scaler": isinstance(scale, Scaler), "affine": affine(2),
-  "meta": meta, "pid": __import__("os").getpid()}))
+  "meta": meta, "vocabulary": {w: i for i, w in enumerate(words)}, "pid": __import__("os").getpid()}))
 '''
 
 
@@ -114,14 +115,15 @@ async def test_pause_and_resume_round_trip(jp_fetch, jp_serverapp, jp_root_dir):
     nb = resumed["notebooks"][0]
     assert nb["verdict"] == "restored-from-checkpoint"
     assert sorted(nb["restored"]) == ["Scaler", "affine", "column", "grid", "meta", "model", "np",
-                                      "probe_in", "scale", "torch"]
+                                      "probe_in", "scale", "torch", "words"]
     assert nb["failed"] == {}
     sessions = json.loads((await jp_fetch("api", "sessions")).body)
     assert [(x["id"], x["kernel"]["id"]) for x in sessions] == [(s["id"], kid)]  # same session, same kernel id
 
     after = json.loads(await run_cell(jp_serverapp, kid, CHECK))
     assert after.pop("pid") != before.pop("pid")  # a fresh process...
-    assert after == before                         # ...holding the same values, bit for bit
+    assert after == before                         # ...holding the same values, bit for bit, and a set of
+    # strings iterated in the same order (the kernels of a project share one PYTHONHASHSEED)
     usable = await wait_for(jp_fetch, ("active",))
     for _ in range(50):
         if "kernel_usable" in usable["timeline"]:
