@@ -154,6 +154,24 @@ _DURABLE_BLOBS: dict[str, set[str]] = {}
 COMMITTED: set[str] = set()
 
 
+def _listed(directory: str) -> list[str]:
+    """A layout folder's names; none where it is missing (a dry run on an earlier version's store makes none)."""
+    try:
+        return os.listdir(directory)
+    except FileNotFoundError:
+        return []
+
+
+def _is_manifest(path: str) -> bool:
+    """Whether a file is a checkpoint manifest of this store's format."""
+    try:
+        with open(path, "rb") as f:
+            body = json.loads(f.read())
+    except (OSError, ValueError):
+        return False
+    return isinstance(body, dict) and body.get("format") == MANIFEST_FORMAT
+
+
 class Store:
     def __init__(self, root: str | None = None):
         self.root = config.checkpoint_root(root)
@@ -252,7 +270,38 @@ class Store:
                 foreign.append(sub)
                 continue
             foreign += [f"{sub}/{n}" for n in os.listdir(path) if not patterns[sub].fullmatch(n)]
-        return foreign
+        if foreign:
+            return foreign
+        # our names alone prove nothing (a cache of md5-named .pkl files in blobs/ has them): an earlier
+        # version's store holds checkpoints, each notebook's folder only its own files
+        foreign, manifests = self._foreign_in_notebooks()
+        if foreign or manifests or not any(os.listdir(os.path.join(self.root, n)) for n in names if n != ".lock"):
+            return foreign  # (empty folders of ours: nothing to lose)
+        return sorted(names) + ["(and no checkpoint manifest)"]
+
+    def _foreign_in_notebooks(self) -> tuple[list[str], bool]:
+        """What in notebooks/<key>/ the store did not write, and whether one of them holds a manifest of ours."""
+        foreign, manifests = [], False
+        base = os.path.join(self.root, "notebooks")
+        keys = os.listdir(base) if os.path.isdir(base) and not os.path.islink(base) else []
+        for key in keys:
+            key_dir = os.path.join(base, key)
+            if not stat.S_ISDIR(os.lstat(key_dir).st_mode):
+                foreign.append(f"notebooks/{key}")
+                continue
+            for name in os.listdir(key_dir):
+                if name not in ("notebook.json", "manifests") + NOTEBOOK_FILES and not TEMP_NAME.fullmatch(name):
+                    foreign.append(f"notebooks/{key}/{name}")
+            mdir = os.path.join(key_dir, "manifests")
+            if not os.path.isdir(mdir) or os.path.islink(mdir):
+                continue
+            for name in os.listdir(mdir):
+                if not (name.endswith(".json") and CHECKPOINT_ID.fullmatch(name[:-5])):
+                    if not TEMP_NAME.fullmatch(name):
+                        foreign.append(f"notebooks/{key}/manifests/{name}")
+                elif not manifests:
+                    manifests = _is_manifest(os.path.join(mdir, name))
+        return foreign, manifests
 
     def _real_dir(self, path: str) -> bool:
         """True for a directory, False when missing; a link (or a file) where a directory belongs is refused."""
@@ -771,6 +820,9 @@ class Store:
         # store, marker, lock file and mode 0700, under a dry run); one holding other files is refused
         if not os.path.isdir(self.root) or (not self._refuse_unless_ours() and not os.listdir(self.root)):
             return {"deleted": {}, "bytes_freed": 0, "blobs_kept": None}
+        if dry_run:  # the cleanup refuses a link where a folder of the layout belongs (ensure): so does its dry run
+            for d in LAYOUT:
+                self._real_dir(os.path.join(self.root, d))
         # a dry run waits for the saves under way, as the cleanup does, but writes nothing: run alongside one, it
         # counted the save's temp files and its blobs not named by a manifest yet as bytes to free
         with self.lock(exclusive=True, reading=dry_run):
@@ -823,7 +875,7 @@ class Store:
         real directories).
 
         Only regular files under the names the store writes are removed; anything else is left alone."""
-        doomed = [os.path.join(self.tmp_dir, n) for n in os.listdir(self.tmp_dir) if TEMP_NAME.fullmatch(n)]
+        doomed = [os.path.join(self.tmp_dir, n) for n in _listed(self.tmp_dir) if TEMP_NAME.fullmatch(n)]
         referenced: set[str] | None = set()
         nb_root = os.path.join(self.root, "notebooks")
         try:
@@ -844,7 +896,7 @@ class Store:
             kept = (f"no unused blob was removed: {exc}{at}; which blobs the checkpoints need cannot be told "
                     f"until that is fixed")
         if referenced is not None:
-            names = [n for n in os.listdir(self.blob_dir) if BLOB_NAME.fullmatch(n)]
+            names = [n for n in _listed(self.blob_dir) if BLOB_NAME.fullmatch(n)]
             referenced |= self._bases(n for n in names if n.endswith(".enc") and n[:-4] in referenced)
             doomed += [os.path.join(self.blob_dir, n) for n in names if n.split(".", 1)[0] not in referenced]
         freed = 0

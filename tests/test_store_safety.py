@@ -89,6 +89,43 @@ def test_a_store_of_an_earlier_version_is_adopted(tmp_path):
     assert (root / MARKER).is_file() and len(kernel_state.list_checkpoints(notebook=NB, root=root)) == 2
 
 
+@pytest.mark.parametrize("shape", ["md5-named cache", "notebooks and tmp"])
+def test_a_folder_with_only_our_names_but_no_checkpoint_is_not_taken_for_an_earlier_store(tmp_path, shape):
+    """A cache of md5-named .pkl files in blobs/ (or a notebooks/<24 hex>/ folder of notebooks beside a
+    tmp/<32 hex>.tmp) was taken for a store of an earlier version: cleanup deleted every file (its dry run
+    crashed first), and a save made it a store and deleted them too. An earlier store holds checkpoints."""
+    folder = tmp_path / "cache"
+    files = {"md5-named cache": {f"blobs/{'a' * 32}.pkl": b"result alpha", f"blobs/{'b' * 32}.safetensors": b"beta"},
+             "notebooks and tmp": {f"notebooks/{'c' * 24}/analysis.ipynb": b"{}", f"tmp/{'d' * 32}.tmp": b"draft"}}
+    for rel, data in files[shape].items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_bytes(data)
+    before, mode = tree(folder), stat.S_IMODE(os.stat(folder).st_mode)
+    for dry in ("--dry-run", "--keep-last=1"):
+        done = jupyter_gkews("cleanup", f"--checkpoint-root={folder}", dry, home=tmp_path / "jp")
+        assert done.returncode == 2 and "is not a gkews checkpoint store" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+    with pytest.raises(NotAStore, match="no checkpoint manifest" if shape == "md5-named cache" else "analysis.ipynb"):
+        kernel_state.save({"x": 1}, notebook=NB, root=folder)
+    assert tree(folder) == before and stat.S_IMODE(os.stat(folder).st_mode) == mode
+
+
+def test_a_dry_run_refuses_a_link_in_the_layout_as_the_cleanup_does(tmp_path):
+    """With tmp/ a link to another folder, the dry run counted that folder's temp-named files as bytes to free
+    (exit 0) where the cleanup refused (exit 2)."""
+    root = tmp_path / "ckpt"
+    kernel_state.save({"w": np.arange(1000.0)}, notebook=NB, root=root)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / ("e" * 32 + ".tmp")).write_bytes(b"x" * 4096)
+    (root / "tmp").rmdir()
+    (root / "tmp").symlink_to(elsewhere)
+    for dry in ("--dry-run", "--keep-last=1"):
+        done = jupyter_gkews("cleanup", f"--checkpoint-root={root}", dry, home=tmp_path / "jp")
+        assert done.returncode == 2 and "is a symbolic link inside the checkpoint store" in done.stderr, done.stderr
+    assert (elsewhere / ("e" * 32 + ".tmp")).read_bytes() == b"x" * 4096
+
+
 def test_garbage_collection_removes_only_names_the_store_wrote(tmp_path):
     root = tmp_path / "ckpt"
     kernel_state.save({"w": np.arange(100_000.0)}, notebook=NB, root=root)
