@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 from .checkpoints import CheckpointCatalog
+from .lifecycle.paths import one_line
 
 
 def clean_checkpoints(root: str, *, keep_last: int, max_bytes: int, max_age_days: float,
@@ -40,7 +41,8 @@ def describe(report: dict) -> str:
     verb = "would remove" if report["dry_run"] else "removed"
     lines = []
     for notebook, ids in sorted(report["deleted"].items()):
-        lines.append(f"{verb} {len(ids)} checkpoint(s) of {notebook}: {', '.join(ids)}")
+        # one line each: a newline in a notebook's name (legal in a file name) split it
+        lines.append(f"{verb} {len(ids)} checkpoint(s) of {one_line(notebook)}: {', '.join(ids)}")
     for obj in report["backend"]:
         lines.append(f"{verb} {obj.get('kind', 'object')} {obj.get('name', '?')}"
                      + (f" ({obj['bytes']} bytes)" if obj.get("bytes") else ""))

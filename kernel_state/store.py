@@ -905,7 +905,7 @@ class Store:
                 st = os.lstat(path)
                 if not stat.S_ISREG(st.st_mode):
                     continue  # a link or a directory under our name: not something we wrote
-                freed += st.st_size
+                freed += st.st_size if st.st_nlink == 1 else 0  # another link keeps the bytes
                 if not dry_run:
                     os.unlink(path)
             except OSError:  # gone meanwhile, or not ours to remove: the next collection tries again

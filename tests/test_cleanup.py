@@ -66,6 +66,23 @@ def test_dry_run_then_cleanup_by_keep_last(tmp_path):
         assert ns["step"] == 2  # the newest still restores
 
 
+def test_odd_names_keep_one_line_each_and_a_hard_linked_blob_frees_nothing(tmp_path):
+    """A notebook named `new\nline.ipynb` split its "would remove" line in two; a blob the user had hard-linked
+    elsewhere was counted as freed, though the other link keeps its bytes."""
+    root, odd = tmp_path / "ckpt", "work/new\nline.ipynb"
+    kernel_state.save({"w": np.full(250_000, 1.0)}, notebook=odd, root=root)
+    old = max((root / "blobs").iterdir(), key=lambda b: b.stat().st_size)  # w's 2 MB, used by this checkpoint alone
+    os.link(old, tmp_path / "kept elsewhere")
+    kernel_state.save({"w": np.full(250_000, 2.0)}, notebook=odd, root=root)
+    dry = jupyter_gkews("cleanup", f"--checkpoint-root={root}", "--keep-last=1", "--dry-run", "--json", home=tmp_path)
+    plan = json.loads(dry.stdout)
+    text = jupyter_gkews("cleanup", f"--checkpoint-root={root}", "--keep-last=1", home=tmp_path).stdout
+    assert "removed 1 checkpoint(s) of work/new\\nline.ipynb: " in text, text
+    assert len(text.strip().splitlines()) == 2, text
+    assert not old.exists() and 0 < plan["bytes_freed"] < 100_000, plan  # the manifest, not the linked 2 MB
+    assert (tmp_path / "kept elsewhere").stat().st_size > 1_000_000
+
+
 def test_a_dry_run_during_a_save_says_what_the_cleanup_would_free(tmp_path):
     """A dry run beside a save under way counted the save's temp files as bytes it would free (8 MB of a save's
     temp files); the cleanup waits for the save, and then they are blobs of a checkpoint. So does the dry run."""
