@@ -142,3 +142,17 @@ def test_a_forked_childs_writes_do_not_reach_restored_variables(tmp_path):
         assert "Not restored" not in out, out
         fresh.run(FORK_WRITES)
         assert fresh.value("child_writes()") == [0.0, 0.0, [0.0, 0.0, 0.0]]
+
+
+def test_broadcast_views_save_and_verify_without_numpy_warnings(tmp_path):
+    """Reading the writeable flag of an np.broadcast_arrays output makes numpy warn: every save and verify of
+    one showed a FutureWarning pointing into kernel_state."""
+    with Kernel(tmp_path) as first:
+        first.run("import numpy as np\nrow, grid = np.broadcast_arrays(np.arange(4.0), np.zeros((3, 4)))")
+        out = first.run("%gkews_checkpoint save") + first.run("%gkews_checkpoint verify")
+        assert "Warning" not in out and "Verified" in out, out
+        expected = first.value("[row.tolist(), row.strides, grid.shape]")
+    with Kernel(tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Warning" not in out, out
+        assert fresh.value("[row.tolist(), row.strides, grid.shape]") == expected
