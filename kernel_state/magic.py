@@ -196,6 +196,10 @@ class CheckpointMagics(Magics):
                   f"{', '.join(retention['deleted'])} (GKEWS_KEEP_LAST, GKEWS_MAX_BYTES).")
         if retention.get("blobs_kept"):
             print(f"Note: {retention['blobs_kept']}.")
+        unknown = [n for n in args.exclude if n not in self.shell.user_ns]
+        if unknown:  # a typo in --exclude saved the variable it meant to leave out
+            print(f"Note: --exclude {' '.join(unknown)}: no such variable in this kernel, so nothing was left out "
+                  f"for {'it' if len(unknown) == 1 else 'them'}.")
 
     def _restore(self, args):
         with _said_if_interrupted("the restore changed nothing: the variables are as they were"):

@@ -163,6 +163,8 @@ def test_magic_is_loaded_without_load_ext_and_explains_itself(store):
         k.run("x = 1")
         out = k.run("%gkews_checkpoint save x --exclude x", allow_error=True)
         assert "UsageError: x is both named and excluded" in out, out
+        out = k.run("%gkews_checkpoint save --exclude xx")  # a typo: x was saved, not left out
+        assert "Note: --exclude xx: no such variable in this kernel, so nothing was left out for it." in out, out
         # restore refuses a name the checkpoint lacks as save does, and restores nothing of the rest
         k.run("y = 2\n%gkews_checkpoint save")
         k.run("x = 10; y = 20")
