@@ -424,6 +424,10 @@ def _without_caches(obj, rv: tuple) -> tuple:
             rest = {k: v for k, v in state[-1].items() if k != "_cache"}  # NDArrayBacked: (dtype, data, dict)
             state = state[:-1] + ((rest,) if rest else ())
         return rv[:2] + (state,) + rv[3:]
+    if len(rv) == 3 and rv[0] is iter and type(state) is int and state == 0:
+        # an iterator over a dict or a set pickles as one over the list of what it has left, which comes back as a
+        # list iterator at position 0: the same items to come
+        return rv[:2]
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.optim.Optimizer) and isinstance(state, dict) and \
             isinstance(state.get("param_groups"), list):

@@ -484,3 +484,21 @@ def test_a_variable_holding_a_changed_ones_objects_changed_with_it(tmp_path):
         assert {n: v["verdict"] for n, v in result.items()} == {
             "log": "changed", "history": "changed", "cfg": "changed", "other": "match"}
         assert result["cfg"]["detail"] == "it holds log's objects, and log changed"
+
+
+def test_iterators_over_dicts_and_sets_read_unchanged_after_a_restore(tmp_path):
+    """An iterator over a dict or a set comes back as a list iterator over the items it had left (Python's own
+    pickling of it): verify called each one changed straight after the restore."""
+    setup = ("d = {'a': 1, 'b': 2, 'c': 3}\nkeys = iter(d); next(keys)\nvalues = iter(d.values())\n"
+             "items = iter(d.items())\nback = reversed(d)\nmembers = iter({1, 2, 3})\nplain = iter([4, 5]); next(plain)")
+    with Kernel(tmp_path) as first:
+        first.run(setup)
+        first.run("%gkews_checkpoint save")
+        assert _all_match(first.value(VERIFY)) == []
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert _all_match(fresh.value(VERIFY)) == []
+        assert fresh.value("[list(keys), list(values), [list(i) for i in items], list(back), sorted(members), "
+                           "list(plain)]") == [["b", "c"], [1, 2, 3], [["a", 1], ["b", 2], ["c", 3]], ["c", "b", "a"],
+                                               [1, 2, 3], [5]]
+        assert fresh.value(VERIFY)["keys"] == "changed"  # consumed just now: the items it has left differ
