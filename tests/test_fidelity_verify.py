@@ -490,7 +490,8 @@ def test_iterators_over_dicts_and_sets_read_unchanged_after_a_restore(tmp_path):
     """An iterator over a dict or a set comes back as a list iterator over the items it had left (Python's own
     pickling of it): verify called each one changed straight after the restore."""
     setup = ("d = {'a': 1, 'b': 2, 'c': 3}\nkeys = iter(d); next(keys)\nvalues = iter(d.values())\n"
-             "items = iter(d.items())\nback = reversed(d)\nmembers = iter({1, 2, 3})\nplain = iter([4, 5]); next(plain)")
+             "items = iter(d.items())\nback = reversed(d)\nmembers = iter({1, 2, 3})\n"
+             "plain = iter([4, 5]); next(plain)")
     with Kernel(tmp_path) as first:
         first.run(setup)
         first.run("%gkews_checkpoint save")
