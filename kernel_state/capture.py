@@ -1177,7 +1177,7 @@ def set_plain_state(obj, state) -> None:
         for key, value in state.items():
             attributes[sys.intern(key) if type(key) is str else key] = value
     for key, value in (slots or {}).items():
-        object.__setattr__(obj, key, value)
+        setattr(obj, key, value)  # as pickle does: through the class's own __setattr__
 
 
 def _hook_name(hook) -> str:
