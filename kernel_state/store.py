@@ -767,6 +767,8 @@ class Store:
             except CorruptManifest as exc:
                 rows.append({"id": cid, "error": str(exc)})
                 continue
+            except CheckpointNotFound:  # deleted since it was listed (retention of a save under way)
+                continue
             row = summary(m)
             # a manifest keeps the name it was saved under; since a rename, the notebook is called so
             row["notebook"] = config.canonical_notebook(notebook)

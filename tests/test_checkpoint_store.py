@@ -512,3 +512,16 @@ def test_packs_of_small_arrays_are_rewritten_once_mostly_dead_so_the_store_stays
     back = {}
     kernel_state.restore(back, notebook=NB, root=tmp_path)
     assert all(np.array_equal(back[k], v) for k, v in ns.items())
+
+
+def test_a_checkpoint_deleted_while_the_list_is_read_is_left_out(tmp_path, monkeypatch):
+    """GET /gkews/checkpoints answered 500 now and then beside kernel undo: its retention deleted an automatic
+    checkpoint between the listing of the ids and the reading of that one's manifest."""
+    from kernel_state.store import Store
+
+    for value in (1, 2):
+        kernel_state.save({"v": value}, notebook="a.ipynb", root=tmp_path)
+    store = Store(str(tmp_path))
+    ids = store.checkpoint_ids("a.ipynb")
+    monkeypatch.setattr(Store, "checkpoint_ids", lambda self, nb: ["20991231-235959-999-dead"] + ids)
+    assert [row["id"] for row in store.list("a.ipynb")] == ids
