@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from .identity import TOKEN
 
-#: token -> {"token", "pid", "started", "below"}: the earlier kernel processes whose cells numbered below
-#: `below` are cells of this process's numbering
+#: token -> {"token", "pid", "started", "from", "below"}: the earlier kernel processes whose cells numbered from
+#: `from` and below `below` are cells of this process's numbering (below `from` the numbers are this process's
+#: own cells, run before it continued)
 CONTINUES: dict[str, dict] = {}
 
 
@@ -28,26 +29,28 @@ def continue_from(shell, saved, manifest: dict | None = None) -> bool:
     are of this process's numbering from now on."""
     if shell is None or not isinstance(saved, int) or saved <= (current(shell) or 0):
         return False
+    start = current(shell) or 1  # cells numbered below it ran here: they stay this process's own
     shell.execution_count = saved
     if manifest is not None:
-        _adopt(manifest, saved)
+        _adopt(manifest, start, saved)
     return True
 
 
-def _adopt(manifest: dict, below: int) -> None:
+def _adopt(manifest: dict, start: int, below: int) -> None:
     identity = manifest.get("identity") or {}
     entries = [{"token": identity.get("token"), "pid": identity.get("pid"), "started": identity.get("started"),
-                "below": below}]
+                "from": start, "below": below}]
     for entry in manifest.get("continues") or []:
         if isinstance(entry, dict) and isinstance(entry.get("below"), int):
-            entries.append({**entry, "below": min(entry["below"], below)})
+            first = entry.get("from") if isinstance(entry.get("from"), int) else 1
+            entries.append({**entry, "from": max(first, start), "below": min(entry["below"], below)})
     for entry in entries:
         token = entry.get("token")
         if not isinstance(token, str) or token == TOKEN:
             continue
         known = CONTINUES.get(token)
         if known is None or known["below"] < entry["below"]:
-            CONTINUES[token] = {k: entry.get(k) for k in ("token", "pid", "started", "below")}
+            CONTINUES[token] = {k: entry.get(k) for k in ("token", "pid", "started", "from", "below")}
 
 
 def continued() -> list[dict]:
@@ -63,7 +66,7 @@ def in_numbering(identity: dict | None, cell) -> bool:
     if token == TOKEN:
         return True
     entry = CONTINUES.get(token)
-    return entry is not None and isinstance(cell, int) and cell < entry["below"]
+    return entry is not None and isinstance(cell, int) and (entry.get("from") or 1) <= cell < entry["below"]
 
 
 def earlier_kernel(row: dict) -> bool:

@@ -725,6 +725,30 @@ def test_after_a_restart_rewind_goes_back_only_to_cells_of_this_kernel(store):
         assert k.quietly("[x, secret_old, 'y' in dir()]") == [3, "OLD KERNEL", False]
 
 
+def test_a_rewind_to_an_earlier_kernel_leaves_this_kernels_own_cell_numbers_its_own(store):
+    """After a restart, a rewind by id to the earlier kernel's [6] continued its counter, and every number
+    below it became the earlier kernel's: `rewind 2`, meaning this kernel's [2] (a cell that raised, so without a
+    checkpoint), brought back the earlier kernel's [2]. Numbers this kernel had used stay its own."""
+    with Kernel(store, extra_env={"GKEWS_AUTO_CHECKPOINT": "1"}) as k:
+        for n in range(1, 7):
+            k.run(f"x = {n}")
+            settle(k)
+        old = checkpoints_by_source(k)
+        restart(k)
+        k.run("y = 'own'")  # [1]
+        k.run("1 / 0", allow_error=True)  # [2]: raised, so no checkpoint of its own
+        k.run("z = 3")  # [3]
+        settle(k)
+        out = k.run(f"%gkews_checkpoint rewind --checkpoint {old['x = 6']['id']}")  # [4]
+        assert "Rewound to the end of cell [6] of an earlier kernel" in out, out
+        assert k.quietly("[x, 'y' in dir()]") == [6, False]
+        out = k.run("%gkews_checkpoint rewind 2", allow_error=True)
+        assert "Rewound" not in out and "no automatic checkpoint after cell [2]" in out, out
+        assert k.quietly("[x, 'y' in dir()]") == [6, False]
+        out = k.run("%gkews_checkpoint rewind 5")  # numbers it had not used carry on the earlier kernel's
+        assert "Rewound to the end of cell [5] (x = 5)" in out and k.quietly("x") == 5, out
+
+
 def test_after_a_resume_rewind_still_reaches_the_cells_from_before_the_pause(store):
     """A resumed kernel continues the execution counter of the one it was restored from: the notebook reads
     as one session, so its cells from before the pause stay reachable by number, across several resumes;
