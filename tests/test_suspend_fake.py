@@ -74,7 +74,8 @@ async def test_suspend_and_resume_live(jp_fetch, jp_serverapp, jp_root_dir, fake
     gpu, cpu = paused["gpu.ipynb"], paused["cpu.ipynb"]
     assert gpu["status"] == "suspended" and gpu["message"] == "suspended in host memory (1.5 GiB)", gpu
     assert gpu["gpu"]["bytes"] == 1536 * MIB and gpu["gpu"]["kernel_pid"] == gpu_pid
-    assert cpu["status"] == "kept-running" and "no CUDA context" in cpu["message"], cpu
+    assert cpu["status"] == "kept-running" and "no CUDA context" in cpu["message"] \
+        and "its cells wait until the resume" in cpu["message"], cpu
     assert "gpu.ipynb: suspended in host memory (1.5 GiB)" in paused[""]["message"]
     # both processes live on; the GPU one is checkpointed and its memory is free
     km = jp_serverapp.kernel_manager

@@ -151,7 +151,8 @@ class LocalBackend(Backend):
                                        "message": f"suspended in host memory ({gib(record['bytes'])})"}
             else:
                 results[nb["path"]] = {"status": KEPT_RUNNING, "gpu": record,
-                                       "message": "left running: it holds no CUDA context, nothing to release"}
+                                       "message": "kept in memory: it holds no CUDA context, nothing to release; "
+                                                  "its cells wait until the resume"}
         # all at once: each shutdown waits for its process to exit
         await asyncio.gather(*(km.shutdown_kernel(nb["kernel_id"]) for nb in notebooks
                                if plan[nb["path"]][0] == "shutdown" and nb["kernel_id"] in km))
