@@ -25,17 +25,22 @@ export const DEFAULT_READINESS: IReadinessOptions = { probeTimeout: 5000, reatta
 
 /**
  * The notebooks of a resume that just ended (the server is active again and the notebooks carry verdicts):
- * those it brought back, and those it failed whose checkpoint is kept. A panel of the latter is reconnected
- * too, to the kernel its notebook has now (the one the server's restarter brought back when it died in its
- * restore), so that its next cell runs rather than waiting for ever on the dead kernel's connection; its
- * status says "not resumed" until a resume brings it back.
+ * those it brought back, those it failed whose checkpoint is kept, and those whose checkpoint it found gone
+ * or unreadable (their kernel runs, without the saved state). A panel of the latter two is reconnected too,
+ * to the kernel its notebook has now (for the first, the one the server's restarter brought back when it died
+ * in its restore), so that its next cell runs rather than waiting for ever on the released kernel's
+ * connection; its status says "not resumed" until a resume brings it back.
  */
-function resumedNotebooks(status: IStatus | null): INotebookStatus[] {
+export function resumedNotebooks(status: IStatus | null): INotebookStatus[] {
   if (!status || status.state !== 'active') {
     return [];
   }
   const again = notResumed(status);
-  return status.notebooks.filter(nb => (nb.verdict && nb.verdict !== 'failed') || again.includes(nb.path));
+  const withoutItsState = (nb: INotebookStatus) =>
+    nb.verdict === 'failed' && nb.status === 'lost' && !!nb.kernel_id && !nb.deleted && !nb.found_missing;
+  return status.notebooks.filter(
+    nb => (nb.verdict && nb.verdict !== 'failed') || again.includes(nb.path) || withoutItsState(nb)
+  );
 }
 
 export class Readiness {

@@ -6,7 +6,7 @@ jest.mock('@jupyterlab/apputils', () => ({ Notification: { error: jest.fn() } })
 jest.mock('../dialog', () => ({ showDialog: jest.fn() })); // a JupyterLab Dialog, which needs a DOM too
 
 import { GkewsModel } from '../model';
-import { Readiness } from '../readiness';
+import { Readiness, resumedNotebooks } from '../readiness';
 import { IGkewsApi, INotebookStatus, IStatus } from '../types';
 import { status } from './status';
 
@@ -48,5 +48,21 @@ describe('Readiness', () => {
     expect(model.display).toBe('ready');
     expect(model.nextAction).toBe('pause');
     model.dispose();
+  });
+
+  it('reconnects a notebook whose checkpoint the resume found gone: its kernel runs, without the saved state', () => {
+    // its panel stayed on the released kernel's connection: cells [*] for ever, while the status said "ready"
+    const gone: INotebookStatus = {
+      path: 'd2.ipynb',
+      kernel_id: 'k2',
+      status: 'lost',
+      verdict: 'failed',
+      checkpoint: '20261205-230000-000-ab12',
+      error: 'checkpoint 20261205-230000-000-ab12 does not exist'
+    };
+    const deleted: INotebookStatus = { ...gone, path: 'deleted.ipynb', verdict: null, deleted: true };
+    const back: INotebookStatus = { ...gone, path: 'd1.ipynb', status: 'resumed', verdict: 'restored-from-checkpoint' };
+    const resumed = resumedNotebooks(status({ state: 'active', cycle: 1, notebooks: [back, gone, deleted] }));
+    expect(resumed.map(nb => nb.path)).toEqual(['d1.ipynb', 'd2.ipynb']);
   });
 });
