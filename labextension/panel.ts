@@ -209,7 +209,16 @@ export class CheckpointPanel extends Widget {
     b.textContent = label;
     b.title = description;
     b.setAttribute('aria-label', description);
-    b.addEventListener('click', () => void act());
+    let acting = false; // its dialog is open, or its request under way
+    b.addEventListener('click', () => {
+      if (acting) {
+        return; // the second click of a double click: it opened a second dialog behind the first
+      }
+      acting = true;
+      void act().finally(() => {
+        acting = false;
+      });
+    });
     return b;
   }
 

@@ -138,15 +138,20 @@ test('checkpoint now, restore it into the running kernel after a confirmation, t
   // a double click, as many click buttons: its second click lands where the dialog now is, and must not
   // dismiss it (JupyterLab's backdrop cancels a dialog on a click)
   await item.getByRole('button', { name: /^Restore checkpoint/ }).dblclick();
+  // and a second click that reached the button itself, as a quick double click's may: one dialog, not two
+  await item.getByRole('button', { name: /^Restore checkpoint/ }).dispatchEvent('click');
+  await expect(page.locator('.jp-Dialog')).toHaveCount(1);
   await expect(page.locator('.jp-Dialog')).toContainText('Restore this checkpoint?');
   await page.locator('.jp-Dialog').getByRole('button', { name: 'Restore' }).click();
   await expect(notification(page, `Restored 1 variable into ${notebook}`)).toBeVisible();
+  await expect(page.locator('.jp-Dialog')).toHaveCount(0); // the double click asked once, not twice
   await page.notebook.runCell(2);
   expect((await page.notebook.getCellTextOutput(2))?.join('')).toBe('[1, 2, 3]\n');
 
   await item.getByRole('button', { name: /^Delete checkpoint/ }).dblclick();
   await page.locator('.jp-Dialog').getByRole('button', { name: 'Delete' }).click();
   await expect(item).toHaveCount(0);
+  await expect(page.locator('.jp-Dialog')).toHaveCount(0);
 });
 
 // The page sees the server's own sessions, not only those it created (Galata's mock of the sessions API
