@@ -35,29 +35,31 @@ def capture() -> dict:
                         "float32_matmul_precision": torch.get_float32_matmul_precision(),
                         "num_threads": torch.get_num_threads(), "cpus": _cpus(),
                         "flush_denormal": _flushes_denormals(torch)}
-        for key, (get, _set, _label) in _TORCH_SWITCHES.items():
+        for key, (where, attr, _label) in _TORCH_SWITCHES.items():
             try:
-                out["torch"][key] = bool(get(torch))
+                out["torch"][key] = bool(getattr(_switch_owner(torch, where), attr))
             except Exception:  # a torch without the switch: not recorded, so never set back
                 pass
     return out
 
 
-# the switches with a getter and a setter of their own: key -> (get, set, how a restore names it)
+# the switches torch keeps as plain attributes: key -> (where, attribute, how a restore names it)
 _TORCH_SWITCHES = {
-    "cudnn_deterministic": (lambda t: t.backends.cudnn.deterministic,
-                            lambda t, v: setattr(t.backends.cudnn, "deterministic", v), "torch cuDNN deterministic"),
-    "cudnn_benchmark": (lambda t: t.backends.cudnn.benchmark,
-                        lambda t, v: setattr(t.backends.cudnn, "benchmark", v), "torch cuDNN benchmark"),
-    "cudnn_allow_tf32": (lambda t: t.backends.cudnn.allow_tf32,
-                         lambda t, v: setattr(t.backends.cudnn, "allow_tf32", v), "torch cuDNN TF32"),
-    "matmul_fp16_reduced": (lambda t: t.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
-                            lambda t, v: setattr(t.backends.cuda.matmul, "allow_fp16_reduced_precision_reduction", v),
+    "cudnn_deterministic": ("backends.cudnn", "deterministic", "torch cuDNN deterministic"),
+    "cudnn_benchmark": ("backends.cudnn", "benchmark", "torch cuDNN benchmark"),
+    "cudnn_allow_tf32": ("backends.cudnn", "allow_tf32", "torch cuDNN TF32"),
+    "matmul_fp16_reduced": ("backends.cuda.matmul", "allow_fp16_reduced_precision_reduction",
                             "torch fp16 reduced-precision matmul reductions"),
-    "matmul_bf16_reduced": (lambda t: t.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
-                            lambda t, v: setattr(t.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction", v),
+    "matmul_bf16_reduced": ("backends.cuda.matmul", "allow_bf16_reduced_precision_reduction",
                             "torch bf16 reduced-precision matmul reductions"),
 }
+
+
+def _switch_owner(torch, where: str):
+    owner = torch
+    for part in where.split("."):
+        owner = getattr(owner, part)
+    return owner
 
 
 _TORCH_NAMES = {"num_threads": "threads", "grad_enabled": "grad", "deterministic": "deterministic algorithms",
@@ -180,9 +182,10 @@ def _torch(saved: dict, now: dict, step, warn) -> None:
     flush = saved.get("flush_denormal")
     if flush is not None and flush != now.get("flush_denormal"):
         step(f"torch flush denormal {'on' if flush else 'off'}", lambda: _set_flush_denormal(torch, flush))
-    for key, (_get, set_it, label) in _TORCH_SWITCHES.items():
+    for key, (where, attr, label) in _TORCH_SWITCHES.items():
         if saved.get(key) is not None and saved[key] != now.get(key):
-            step(f"{label} {'on' if saved[key] else 'off'}", lambda k=key, s=set_it: s(torch, saved[k]))
+            step(f"{label} {'on' if saved[key] else 'off'}",
+                 lambda k=key, w=where, a=attr: setattr(_switch_owner(torch, w), a, saved[k]))
 
 
 def _set_flush_denormal(torch, flush: bool) -> None:
@@ -207,7 +210,7 @@ def differences(saved: dict | None) -> list[str]:
     for name, value in (saved.get("numpy_errors") or {}).items():
         differ(f"numpy errors {name}", value, (now.get("numpy_errors") or {}).get(name))
     torch_now = now.get("torch") or {}
-    labels = {key: label for key, (_get, _set, label) in _TORCH_SWITCHES.items()}
+    labels = {key: label for key, (_where, _attr, label) in _TORCH_SWITCHES.items()}
     for key, value in (saved.get("torch") or {}).items():
         if key != "cpus":  # the machine's, not a setting
             differ(labels.get(key) or f"torch {_TORCH_NAMES.get(key, key.replace('_', ' '))}", value,
