@@ -11,7 +11,7 @@ import { Session } from '@jupyterlab/services';
 import { names, notResumed, resumeOutcome } from './describe';
 import { toast } from './toast';
 import { GkewsModel } from './model';
-import { belongsTo, reattachPanel } from './reattach';
+import { belongsTo, kernelRuns, reattachPanel } from './reattach';
 import { INotebookStatus, IStatus } from './types';
 
 export interface IReadinessOptions {
@@ -103,7 +103,8 @@ export class Readiness {
         probeTimeout: this.options.probeTimeout,
         deadline: this.options.reattachTimeout,
         staleBefore: this.model.cycleSeenAt(cycle) ?? performance.now(),
-        swap: sawPause
+        swap: sawPause,
+        kernelRuns: (id: string) => kernelRuns(id, this.sessions.serverSettings)
       };
       work.push(
         reattachPanel(panel, nb, this.sessions, options)

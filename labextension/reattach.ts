@@ -11,7 +11,7 @@
  */
 import { ISessionContext } from '@jupyterlab/apputils';
 import { NotebookPanel } from '@jupyterlab/notebook';
-import { Session } from '@jupyterlab/services';
+import { KernelAPI, ServerConnection, Session } from '@jupyterlab/services';
 import { Poll } from '@lumino/polling';
 
 import { INotebookStatus, IStatus } from './types';
@@ -118,6 +118,21 @@ export interface IReattachOptions {
   staleBefore: number;
   /** Swap a panel that another kernel took over back to the resumed one (false on a page that loaded after the resume). */
   swap: boolean;
+  /** Whether the server still runs this kernel (kernelRuns below, or a test's own). */
+  kernelRuns: (kernelId: string) => Promise<boolean>;
+}
+
+/**
+ * Whether the server runs the kernel: a resumed kernel shut down since (a page reloaded later still reads
+ * the cycle's verdicts) has nothing to reconnect to. An answer other than 404 counts as running: the
+ * reconnection then tries, and says why it could not.
+ */
+export async function kernelRuns(kernelId: string, settings?: ServerConnection.ISettings): Promise<boolean> {
+  try {
+    return (await KernelAPI.getKernelModel(kernelId, settings)) !== undefined;
+  } catch {
+    return true;
+  }
 }
 
 /** A promise that rejects with `what` after `ms` milliseconds. */
@@ -178,7 +193,8 @@ async function attachSession(
  * process, while the page believes it connected), or one that does not
  * answer, is replaced by a fresh one. Rejects, with the reason, when the
  * kernel did not answer within the deadline. Resolves false for a panel that
- * is not on the resumed kernel and is not ours to move.
+ * is not on the resumed kernel and is not ours to move, or whose kernel no
+ * longer runs.
  */
 export async function reattachPanel(
   panel: NotebookPanel,
@@ -189,6 +205,11 @@ export async function reattachPanel(
   const sc: ISessionContext = panel.sessionContext;
   const end = performance.now() + options.deadline;
   const left = () => Math.max(end - performance.now(), 0);
+  if (!nb.kernel_id || !(await within(options.kernelRuns(nb.kernel_id), left(), 'the server did not answer'))) {
+    // Shut down since the resume: the panel is the user's, to start a kernel as JupyterLab does (waiting
+    // for it to load first meant waiting on the kernel dialog the panel shows, until the deadline).
+    return false;
+  }
   await within(sc.ready, left(), 'the notebook did not finish loading');
   // what the server has now: drops a stale session connection, keeps a live one
   await within(sessions.refreshRunning(), left(), 'the server did not list its sessions');

@@ -46,6 +46,8 @@ function fakePanel(answers: boolean) {
 }
 
 const sessions: any = { refreshRunning: async () => undefined };
+/** The server still runs the notebook's kernel. */
+const kernelRuns = async () => true;
 
 describe('reattachPanel', () => {
   it('replaces a socket that opened before the cycle was seen, then proves it with kernel_info', async () => {
@@ -56,7 +58,8 @@ describe('reattachPanel', () => {
       probeTimeout: 1000,
       deadline: 5000,
       staleBefore,
-      swap: true
+      swap: true,
+      kernelRuns
     });
     expect(ok).toBe(true);
     expect(kernel.reconnect).toHaveBeenCalledTimes(1);
@@ -70,7 +73,8 @@ describe('reattachPanel', () => {
       probeTimeout: 1000,
       deadline: 5000,
       staleBefore: -Infinity,
-      swap: true
+      swap: true,
+      kernelRuns
     });
     expect(kernel.requestExecute).toHaveBeenCalledWith({ code: '', silent: true, store_history: false });
     expect(kernel.status).toBe('idle');
@@ -79,7 +83,8 @@ describe('reattachPanel', () => {
       probeTimeout: 1000,
       deadline: 5000,
       staleBefore: -Infinity,
-      swap: true
+      swap: true,
+      kernelRuns
     });
     expect(idle.requestExecute).not.toHaveBeenCalled();
   });
@@ -88,7 +93,13 @@ describe('reattachPanel', () => {
     const { panel, kernel, connectionStatusChanged } = fakePanel(true);
     const staleBefore = performance.now() - 1;
     connectionStatusChanged.emit('connected');
-    await reattachPanel(panel, nb, sessions, { probeTimeout: 1000, deadline: 5000, staleBefore, swap: true });
+    await reattachPanel(panel, nb, sessions, {
+      probeTimeout: 1000,
+      deadline: 5000,
+      staleBefore,
+      swap: true,
+      kernelRuns
+    });
     expect(kernel.reconnect).not.toHaveBeenCalled();
   });
 
@@ -96,10 +107,33 @@ describe('reattachPanel', () => {
     const { panel, kernel } = fakePanel(false);
     const started = performance.now();
     await expect(
-      reattachPanel(panel, nb, sessions, { probeTimeout: 100, deadline: 800, staleBefore: -Infinity, swap: true })
+      reattachPanel(panel, nb, sessions, {
+        probeTimeout: 100,
+        deadline: 800,
+        staleBefore: -Infinity,
+        swap: true,
+        kernelRuns
+      })
     ).rejects.toThrow('its kernel did not answer');
     expect(performance.now() - started).toBeLessThan(3000);
     expect(kernel.reconnect.mock.calls.length).toBeGreaterThanOrEqual(2);
+  });
+
+  it('leaves alone a panel whose kernel was shut down since the resume, without waiting for it to load', async () => {
+    const { panel } = fakePanel(true);
+    panel.sessionContext.session = null;
+    panel.sessionContext.ready = new Promise(() => undefined); // the kernel dialog JupyterLab shows waits for the user
+    const started = performance.now();
+    const ok = await reattachPanel(panel, nb, sessions, {
+      probeTimeout: 1000,
+      deadline: 60000,
+      staleBefore: -Infinity,
+      swap: true,
+      kernelRuns: async (id: string) => id !== 'k1'
+    });
+    expect(ok).toBe(false);
+    expect(performance.now() - started).toBeLessThan(5000);
+    expect(panel.sessionContext.changeKernel).not.toHaveBeenCalled();
   });
 
   it('leaves alone a panel on another kernel when this page did not see the pause', async () => {
@@ -109,7 +143,8 @@ describe('reattachPanel', () => {
       probeTimeout: 100,
       deadline: 800,
       staleBefore: 0,
-      swap: false
+      swap: false,
+      kernelRuns
     });
     expect(ok).toBe(false);
     expect(panel.sessionContext.changeKernel).not.toHaveBeenCalled();

@@ -127,6 +127,28 @@ test('the page reloaded during the resume: the reloaded notebook runs its next c
   expect(prompt).toBe('[2]:');
 });
 
+test('a resumed kernel shut down afterwards: a reload starts a kernel at once, with no error', async ({
+  page,
+  tmpPath
+}) => {
+  // The reloaded page tried for 30 s to reconnect the notebook to the kernel the user had shut down, then
+  // showed JupyterLab's "Error Starting Kernel" dialog and "not reconnected", on every reload.
+  await openAndRun(page, tmpPath, ['shut.ipynb']);
+  await pauseButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  await resumeButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  await page.evaluate(() => (window as any).jupyterapp.commands.execute('kernelmenu:shutdown'));
+  await expect(page.locator('#jp-main-statusbar')).toContainText('No Kernel');
+  await page.reload({ waitForIsReady: false });
+  await expect(page.getByRole('main').locator('.jp-NotebookPanel')).toBeVisible();
+  await expect(page.locator('#jp-main-statusbar')).toContainText('| Idle', { timeout: 20_000 });
+  await expect(statusItem(page)).toHaveText('GPU session: ready');
+  const { prompt } = await typeAndRun(page, 'print("w" in dir())', 'False\n');
+  expect(prompt).toBe('[1]:'); // a fresh kernel, as the user asked for by shutting the old one down
+  await expect(page.locator('.jp-Dialog')).toHaveCount(0);
+});
+
 test('the same notebook open in two tabs: both run their next cell', async ({ page, tmpPath, baseURL }) => {
   const [path] = await openAndRun(page, tmpPath, ['twotabs.ipynb']);
   const second = await page.context().newPage();
