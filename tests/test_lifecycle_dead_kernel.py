@@ -14,6 +14,7 @@ from kernels import SLOW_RESTORE
 from serverkit import gkews_server_config, open_notebook, post, run_cell, status, wait_for, wait_until
 
 from jupyter_gkews.bridge import kernel_pid
+from jupyter_gkews.errors import Conflict
 
 
 @pytest.fixture
@@ -134,3 +135,20 @@ async def test_a_kernel_shut_down_during_its_restore_is_not_called_restored(
     [nb] = resumed["notebooks"]
     assert nb["verdict"] == "restored-from-checkpoint" and "x" in nb["restored"], nb
     assert "42" in await run_cell(jp_serverapp, nb["kernel_id"], "print(x + 1)")
+
+
+async def test_a_restart_asked_the_instant_resume_is_accepted_is_told_the_notebook_is_being_resumed(
+        jp_fetch, jp_serverapp, jp_root_dir):
+    """Between the resume's first step (the state says resuming) and its work starting, a restart was told
+    "is paused: resume it first", to someone who had just pressed Resume."""
+    a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, a, "x = 41")
+    assert (await post(jp_fetch, "pause")).code == 202
+    assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
+    lifecycle = jp_serverapp.web_app.settings["gkews_lifecycle"]
+    accepted = await lifecycle.request_resume()
+    assert accepted["state"] == "resuming", accepted
+    with pytest.raises(Conflict) as refused:
+        lifecycle.refuse_kernel_action(a, "restart")
+    assert "'a.ipynb' is being resumed: wait until its session is ready" in str(refused.value), refused.value
+    assert (await wait_for(jp_fetch, ("active", "failed"), timeout=120))["state"] == "active"

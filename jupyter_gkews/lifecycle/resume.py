@@ -66,6 +66,9 @@ class Resume:
                              error=None)
             await self._begin(begin, Event.RESUME_REQUESTED, message="waiting for capacity",
                               notebooks=[nb["path"] for nb in paused])
+            # from the instant the state says resuming, not once the task runs: a restart asked in between was
+            # told to "resume it first"
+            self._in_resume = {id(nb) for nb in paused}
             self._spawn_claimed(claim, self._resume(paused, why=why, deleted=deleted, unsaved=unsaved))
         return self.status()
 
