@@ -619,12 +619,13 @@ def _why_none(cell: int, running_cell: int | None = None) -> str:
     w = AUTO.writer
     before_rewind = AUTO.rewind_undos.get(cell)
     if cell in w.cells_written or before_rewind is not None:
-        from .magic import human_bytes
-        limit = config.auto_max_bytes()
         which = f" (the state before the rewind to cell [{before_rewind}])" if before_rewind is not None else ""
-        return (f"its automatic checkpoint{which} was deleted since: automatic checkpoints keep the newest "
-                f"{config.auto_keep_last()}{f' within {human_bytes(limit)}' if limit else ''} "
-                f"(raise GKEWS_AUTO_KEEP_LAST or GKEWS_AUTO_MAX_BYTES to keep more), or it was deleted by hand")
+        return f"its automatic checkpoint{which} was deleted since: {_kept_by_retention()}, or it was deleted by hand"
+    if any((e.get("from") or 1) <= cell < e["below"] for e in counter.continued()):
+        # numbered by the process this one was resumed from: whether it wrote one then is not known here
+        return (f"cell [{cell}] ran before the resume, in the kernel this one was restored from, and its automatic "
+                f"checkpoint is not in the store: deleted since ({_kept_by_retention()}, or by hand), or none was "
+                f"taken after it then")
     if cell in AUTO.raised_cells:
         return f"cell [{cell}] raised an exception: a cell that did not complete leaves no state to come back to"
     if cell in AUTO.interrupted_cells:
@@ -638,6 +639,15 @@ def _why_none(cell: int, running_cell: int | None = None) -> str:
     if not AUTO.enabled:
         return "turn them on with %gkews_checkpoint auto on"
     return "none was taken after it (automatic checkpoints were off then, or a save or restore was running)"
+
+
+def _kept_by_retention() -> str:
+    """What automatic checkpoints keep, and the settings that keep more."""
+    from .magic import human_bytes
+    limit = config.auto_max_bytes()
+    return (f"automatic checkpoints keep the newest {config.auto_keep_last()}"
+            f"{f' within {human_bytes(limit)}' if limit else ''} (raise GKEWS_AUTO_KEEP_LAST or "
+            f"GKEWS_AUTO_MAX_BYTES to keep more)")
 
 
 def _clock(epoch) -> str:

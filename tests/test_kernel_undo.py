@@ -879,6 +879,24 @@ def test_rewind_to_a_cell_whose_checkpoint_retention_deleted_says_so(store):
         assert "GKEWS_AUTO_KEEP_LAST" in out and "replaced" not in out, out
 
 
+def test_after_a_resume_a_rewind_to_a_cell_retention_deleted_says_it_may_have_been_deleted(store):
+    """After a resume, a cell of the kernel before the pause whose automatic checkpoint the retention had
+    deleted was said to have had none taken ("automatic checkpoints were off then"), with no word of the
+    setting that keeps more."""
+    env = {"GKEWS_AUTO_CHECKPOINT": "1", "GKEWS_AUTO_KEEP_LAST": "2"}
+    with Kernel(store, extra_env=env) as first:
+        for value in range(4):
+            first.run(f"v = {value}")
+            settle(first)
+        first_cell = first.value("get_ipython().execution_count") - 5  # the cell of "v = 0"
+        assert first.call({"op": "save"})["ok"]  # what a pause does
+    with Kernel(store, extra_env=env) as second:
+        assert second.call({"op": "restore"})["ok"]  # what a resume does
+        out = second.run(f"%gkews_checkpoint rewind {first_cell}", allow_error=True)
+        assert f"cell [{first_cell}] ran before the resume" in out and "GKEWS_AUTO_KEEP_LAST" in out, out
+        assert "were off then" not in out.split("deleted since")[0], out
+
+
 def test_a_rewind_over_variables_no_checkpoint_holds_says_what_it_cannot_undo(store, tmp_path):
     """A variable that became an open file or a generator after cell [N] was replaced by the rewind without a
     word (listed as "came back"), though its undo cannot bring it back; one made after [N] stayed, unnamed."""
