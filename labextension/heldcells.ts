@@ -51,6 +51,9 @@ export class HeldCells {
 
   /** Hold a panel's kernel start and restart while its notebook is paused or coming back (see above). */
   guard(panel: NotebookPanel): void {
+    // a reloaded page: its cells held before the reload wait again (and show [*]) once the notebook is read,
+    // not at the next change of the status, which may come only with Resume
+    void panel.context.ready.then(() => this.adoptSaved());
     const sc = panel.sessionContext;
     const start = sc.startKernel.bind(sc);
     const restart = sc.restartKernel.bind(sc);
@@ -115,7 +118,7 @@ export class HeldCells {
     const held = [...(this.held.get(panel) ?? []), ...(this.pending.get(panel) ?? [])].filter(
       c => !c.isDisposed && executionCount(c) === null
     );
-    held.forEach(c => c.setPrompt(''));
+    held.forEach(c => showWaiting(c, false));
     this.held.delete(panel);
     this.pending.delete(panel);
     this.remember(panel.context.path, []);
@@ -203,7 +206,7 @@ export class HeldCells {
       const cells = entry.ids.map(id => byId.get(id)).filter((c): c is Cell => !!c && executionCount(c) === null);
       if (entry.cycle === this.model.status?.cycle && cells.length) {
         this.held.set(panel, cells);
-        cells.forEach(c => c.setPrompt('*'));
+        cells.forEach(c => showWaiting(c, true));
       } else {
         this.remember(panel.context.path, []);
       }
@@ -283,7 +286,7 @@ export class HeldCells {
         continue; // its kernel got each request and runs it (or ran it) itself
       }
       if (failed) {
-        cells.forEach(c => c.setPrompt(''));
+        cells.forEach(c => showWaiting(c, false));
         Notification.warning(
           `${cells.length} cell(s) run in ${PathExt.basename(panel.context.path)} while it was paused did not ` +
             'run: its kernel did not come back. Run them again once it has one.',
@@ -333,6 +336,17 @@ function readSaved(): Record<string, { cycle: number; ids: string[] }> {
 
 function executionCount(cell: Cell): number | null {
   return (cell.model as ICodeCellModel).executionCount;
+}
+
+/**
+ * Show a held cell as waiting ([*]) or not ([ ]): through its model's execution state, from which JupyterLab
+ * draws the prompt (a prompt set on the widget alone was drawn over with [ ] as a reloaded page rendered it).
+ */
+function showWaiting(cell: Cell, waiting: boolean): void {
+  if (cell.model.type === 'code') {
+    (cell.model as ICodeCellModel).executionState = waiting ? 'running' : 'idle';
+  }
+  cell.setPrompt(waiting ? '*' : '');
 }
 
 /** Sent, and still without an answer: its prompt shows [*]. */

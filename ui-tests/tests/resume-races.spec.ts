@@ -264,6 +264,7 @@ test('a cell held while paused still runs after Resume when the page was reloade
   const held = page.locator('.jp-NotebookPanel:visible .jp-Notebook .jp-Cell').nth(1);
   await expect(held).toContainText('print("held", w)', PAUSED); // (a whole page load, on a loaded machine)
   await expect(statusItem(page)).toHaveText('GPU session: paused');
+  await expect(held.locator('.jp-InputPrompt')).toHaveText('[*]:'); // it still waits: it said [ ]
   await resumeButton(page).click();
   await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
   await expect(held.locator('.jp-OutputArea-output')).toHaveText('held 41\n'); // the reload dropped it
