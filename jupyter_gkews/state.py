@@ -195,11 +195,48 @@ def damaged_events_note(path: str, lines: list[int]) -> str:
             f"or one changed by hand; what the other lines say is used")
 
 
+def _number(v) -> bool:
+    """A finite number (not a bool)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+
+
+def _count(v) -> bool:
+    """A whole number, 0 or more (not a bool)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _optional(check):
+    return lambda v: v is None or check(v)
+
+
+def _text(v) -> bool:
+    return isinstance(v, str)
+
+
+#: the details the readers of the log (jupyter_gkews.cycles, the report, the metrics) compute with, and what
+#: each must be when present: a line whose `gpus` is "2" or whose `bytes` is Infinity was trusted, and the
+#: report crashed, its JSON was no JSON, and a resume failed in the metrics' sums
+_DETAILS = {
+    "last_activity": _optional(_number), "kernel_usable": _optional(_number),
+    "gpus": _optional(_count), "bytes": _optional(_count), "bytes_written": _optional(_count),
+    "environment_released": lambda v: isinstance(v, bool),
+    "timeline": lambda v: isinstance(v, dict) and all(_optional(_number)(t) for t in v.values()),
+    # pause-requested: whether one is asked for; releasing: the snapshot taken
+    "snapshot": lambda v: v is None or isinstance(v, bool) or isinstance(v, dict) and _optional(_count)(v.get("bytes")),
+    "path": _text, "old": _text, "new": _text,
+    "reason": _optional(_text), "message": _optional(_text), "verdict": _optional(_text),
+    "why": _optional(_text), "error": _optional(_text),
+    "notebooks": lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v),
+    "failed": lambda v: v is None or isinstance(v, dict),
+}
+
+
 def well_formed_event(event) -> bool:
-    """What every reader of an event relies on (schema.EVENT): an object with a time and an event name, and
-    a whole cycle number if it has one."""
-    def number(v):
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
-    cycle = event.get("cycle", 0) if isinstance(event, dict) else None
-    return (isinstance(event, dict) and number(event.get("time")) and isinstance(event.get("event"), str)
-            and isinstance(cycle, int) and not isinstance(cycle, bool))
+    """What every reader of an event relies on (schema.EVENT): an object with a time and an event name, a
+    whole cycle number if it has one, and details of the types the readers compute with (_DETAILS)."""
+    if not isinstance(event, dict):
+        return False
+    cycle = event.get("cycle", 0)
+    return (_number(event.get("time")) and isinstance(event.get("event"), str)
+            and isinstance(cycle, int) and not isinstance(cycle, bool)
+            and all(check(event[key]) for key, check in _DETAILS.items() if key in event))

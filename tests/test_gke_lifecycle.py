@@ -100,6 +100,8 @@ async def test_snapshot_then_restored_pod_is_live_verified(fake, jp_fetch, jp_se
     names = [e["event"] for e in await events(jp_fetch)]
     assert names.index("snapshotting") < names.index("restored-detected") < names.index("resumed")
     assert "paused" not in names and "releasing" not in names  # the restored copy never finished the pause
+    # every line written is one the log's readers take (a detail of another type is skipped as damaged)
+    assert jp_serverapp.web_app.settings["gkews_lifecycle"].store.read_events()[1] == []
 
 
 async def test_restored_pod_falls_back_for_the_kernel_that_changed(fake, jp_fetch, jp_serverapp, jp_root_dir):
@@ -178,6 +180,7 @@ async def test_workspace_addon_snapshots_on_pause_and_the_resumed_pod_is_verifie
     assert s["notebooks"][0]["verdict"] == "live-verified"
     assert "PodRestored=True" in s["restored_from"]["reason"]
     assert json.loads(await run_cell(jp_serverapp, kid, CHECK)) == before
+    assert jp_serverapp.web_app.settings["gkews_lifecycle"].store.read_events()[1] == []
 
 
 @pytest.mark.parametrize("cluster_options,backend_traits", [({"addon": True}, {"snapshot_mode": "trigger"})])

@@ -93,3 +93,29 @@ async def test_metrics_need_the_token(jp_fetch):
 def test_the_gpu_count_comes_from_the_environment(environ, count):
     from jupyter_gkews.gpus import detect_gpu_count
     assert detect_gpu_count(environ) == count
+
+
+async def test_a_listener_that_fails_does_not_fail_the_pause_or_the_resume(jp_fetch, jp_serverapp, jp_root_dir):
+    """The metrics are told of each step once it is written: a failure there (a log line of a wrong type once
+    made their sum raise) failed the resume whose step was already on disk, and the metrics counted a failed
+    resume the event log never had."""
+    def broken(record, state):
+        raise TypeError("can't multiply sequence by non-int of type 'float'")
+
+    lifecycle = jp_serverapp.web_app.settings["gkews_lifecycle"]
+    lifecycle.listeners.insert(0, broken)
+    try:
+        s = await open_notebook(jp_fetch, jp_root_dir, "work/listener.ipynb")
+        await run_cell(jp_serverapp, s["kernel"]["id"], "x = 41")
+        before = await scrape(jp_fetch)
+        assert (await post(jp_fetch, "pause")).code == 202
+        assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
+        assert (await post(jp_fetch, "resume")).code == 202
+        resumed = await wait_for(jp_fetch, ("active", "failed"))
+        assert resumed["state"] == "active", resumed["message"]
+        assert resumed["notebooks"][0]["verdict"] == "restored-from-checkpoint"
+        after = await scrape(jp_fetch)  # the listeners after the failing one were still told
+        assert delta(after, before, "gkews_resumes_total", verdict="restored-from-checkpoint") == 1
+        assert delta(after, before, "gkews_resumes_total", verdict="failed") == 0
+    finally:
+        lifecycle.listeners.remove(broken)

@@ -79,7 +79,12 @@ class Persistence:
             self.store.take_back_events(before)
             raise
         for listener in self.listeners:
-            listener(record, snapshot)
+            # written and about to show: a listener (the metrics) that fails must not fail the step it observes
+            try:
+                listener(record, snapshot)
+            except Exception:
+                if self.log:
+                    self.log.exception("gkews: a listener of the event log failed on %s", record.get("event"))
 
     def _record(self, event: Event) -> None:
         """Write the state and one event synchronously (a starting server, before it answers requests)."""
