@@ -150,7 +150,10 @@ def _cause(reason: str) -> str:
     """A restore failure's reason without what names one blob or file (`blob 1a2b3c… does not match its hash:
     the file /x/blobs/1a2b….pkl was …`), so that the same cause groups as one."""
     reason = re.sub(r"\bblob [0-9a-f]{6,}", "a blob", reason)
-    reason = re.sub(rf"(\bcheckpoint )?'?{CHECKPOINT_ID.pattern}'?", "a checkpoint", reason)  # each cycle's own
+    # each cycle's own checkpoint: "checkpoint '<id>'" reads "a checkpoint"; an id in a file name or a command
+    # (`manifest <id>.json`, `delete <id>`) keeps its place, as <id>
+    reason = re.sub(rf"\bcheckpoint '?{CHECKPOINT_ID.pattern}'?", "a checkpoint", reason)
+    reason = re.sub(CHECKPOINT_ID.pattern, "<id>", reason)
     # a path a preposition needs stays as "…" (`no checkpoint in …`); elsewhere it goes with its space
     reason = _AFTER_PREPOSITION.sub(r"\1 …", reason)
     return _PATH.sub("", reason).strip().rstrip(":").rstrip()
@@ -294,6 +297,7 @@ def text(report: dict) -> str:
             out.append(f"{title}:")
             # one line each, as in the status (a reason may hold a newline)
             out += [f"  {n} x {one_line(why)}" for why, n in sorted(causes.items(), key=lambda kv: -kv[1])]
-    out.append(f"week from {w['start']}: {w['observed_hours']:.1f} h observed, {w['allocated_hours']:.1f} h "
-               f"allocated, {w['released_hours']:.1f} h released")
+    # two decimals, as the totals above (with one, a short week's 0.03 h released read 0.0 beside them)
+    out.append(f"week from {w['start']}: {w['observed_hours']:.2f} h observed, {w['allocated_hours']:.2f} h "
+               f"allocated, {w['released_hours']:.2f} h released")
     return "\n".join(out)

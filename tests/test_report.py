@@ -132,7 +132,7 @@ def test_a_week_of_a_workstation_used_40_of_168_hours(tmp_path):
     assert "success 80% (1 failed, 3 live-verified, 1 restored-from-checkpoint)" in text
     assert "p50 60.0 s, p95 630.0 s" in text
     assert "1 x a new process: the live state did not survive" in text
-    assert "week from 2026-11-23: 168.0 h observed, 40.0 h allocated, 128.0 h released" in text
+    assert "week from 2026-11-23: 168.00 h observed, 40.00 h allocated, 128.00 h released" in text
     r = report_of(tmp_path, [], f"--html={tmp_path / 'no' / 'such' / 'x.html'}")
     assert r.returncode == 2 and "cannot write the HTML report" in r.stderr and "Traceback" not in r.stderr
     assert re.search(r"^6 +2026-11-27 16:59 +idle policy +59\.0 min +55\.00 +110\.00 +100\.0 +2048\.0 +still paused",
@@ -162,6 +162,22 @@ def test_one_cause_of_failure_is_one_group_whatever_checkpoint_it_names():
     failures = build_report(events, until=NEXT_MONDAY)["totals"]["failures"]
     assert failures == {"kernel_state failed in train.ipynb: CheckpointNotFound: a checkpoint does not exist for "
                         "notebook 'train.ipynb'": 2}, failures
+
+
+def test_a_cause_naming_a_checkpoint_in_a_file_name_and_a_command_groups_and_still_reads():
+    """A damaged manifest's reason names its id in the file name and in the fix; grouping made it
+    "manifest a checkpoint.json" and "%gkews_checkpoint delete a checkpoint"."""
+    events = []
+    for cycle, stamp in ((1, "20261204-185106-195-6e66"), (2, "20261205-185106-195-a1b2")):
+        events += pause_events(cycle, MONDAY + cycle * 24 * H, MONDAY + cycle * 24 * H - H)
+        events += resume_events(cycle, MONDAY + cycle * 24 * H + 9 * H, 20, "failed",
+                                f"CorruptManifest: manifest {stamp}.json cannot be read (Expecting value); delete "
+                                f"it (`%gkews_checkpoint delete {stamp}` in the notebook, or DELETE "
+                                f"gkews/checkpoints/{stamp} on the server) and restore an older one")
+    failures = build_report(events, until=NEXT_MONDAY)["totals"]["failures"]
+    assert failures == {"CorruptManifest: manifest <id>.json cannot be read (Expecting value); delete it "
+                        "(`%gkews_checkpoint delete <id>` in the notebook, or DELETE gkews/checkpoints/<id> on "
+                        "the server) and restore an older one": 2}, failures
 
 
 def test_failed_attempts_are_not_pauses_nor_ready_kernels():
@@ -240,13 +256,22 @@ def test_damaged_lines_of_the_event_log_are_named_and_the_rest_is_reported(tmp_p
     report_of(tmp_path, workstation_week()[:8], "--until=2026-11-25")
     path = tmp_path / "state" / "events.jsonl"
     good = path.read_bytes()
+    # JSON whose details the report computes with are of another type: `bytes` a word or Infinity (which
+    # Python's json reads), `gpus` a string or below 0, a timeline a list (the report crashed, or printed
+    # "inf MiB" and a JSON that was no JSON)
+    edited = [{"event": "notebook-checkpointed", "path": "x.ipynb", "bytes": "big"},
+              {"event": "notebook-checkpointed", "path": "x.ipynb", "bytes": float("inf")},
+              {"event": "pause-requested", "gpus": "2"}, {"event": "pause-requested", "gpus": -3},
+              {"event": "resumed", "timeline": ["a", "b"]}]
     path.write_bytes(good + b'null\n[1, 2]\n{"time": "x", "event": "paused", "cycle": 1}\n'
-                     b'{"time": 1.0, "event": "paused", "cycle": "three"}\n\xff\xfe\n{"time": 17')
+                     b'{"time": 1.0, "event": "paused", "cycle": "three"}\n\xff\xfe\n'
+                     + b"".join(json.dumps({"time": 1.0, "cycle": 1, **e}).encode() + b"\n" for e in edited)
+                     + b'{"time": 17')
     first = good.count(b"\n") + 1
     r = report_of(tmp_path, [], "--until=2026-11-25", "--json")
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
-    assert f"6 line(s) are no event and were skipped (line {', '.join(str(first + i) for i in range(6))})" \
-        in r.stderr, r.stderr
+    skipped = ", ".join(str(first + i) for i in range(10))  # the first ten are named
+    assert f"{6 + len(edited)} line(s) are no event and were skipped (line {skipped}, ...)" in r.stderr, r.stderr
     path.write_bytes(good)
     assert json.loads(r.stdout)["totals"] == json.loads(report_of(tmp_path, [], "--until=2026-11-25",
                                                                   "--json").stdout)["totals"]
@@ -395,6 +420,25 @@ def test_bad_report_options_name_the_fix(tmp_path):
                       home=tmp_path)
     assert r.returncode == 2 and "MiB now" not in r.stdout
     assert f"{tmp_path / 'mine'} is not a gkews checkpoint store" in r.stderr, r.stderr
+
+
+def test_an_event_log_that_is_no_file_is_named_as_such_and_html_needs_a_name(tmp_path):
+    """A folder or a dangling link where events.jsonl belongs was reported as "no event log: no server has
+    run with this state directory"; `--html=` wrote nothing and said nothing."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "events.jsonl").mkdir()
+    r = jupyter_gkews("report", f"--state-dir={state}", home=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"the event log {state / 'events.jsonl'} is not a file (a folder, or a link to nothing)" in r.stderr
+    (state / "events.jsonl").rmdir()
+    (state / "events.jsonl").symlink_to(tmp_path / "moved-away.jsonl")
+    r = jupyter_gkews("report", f"--state-dir={state}", home=tmp_path)
+    assert r.returncode == 2 and "is not a file (a folder, or a link to nothing)" in r.stderr, r.stderr
+    (state / "events.jsonl").unlink()
+    StateStore(str(state)).append_event(ev(time.time(), "started", 0, "active"))
+    r = jupyter_gkews("report", f"--state-dir={state}", "--html=", home=tmp_path)
+    assert r.returncode == 2 and "--html needs a file name (--html=week.html)" in r.stderr, r.stderr
 
 
 def test_the_state_dir_defaults_to_the_servers(tmp_path):

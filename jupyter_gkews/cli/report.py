@@ -59,7 +59,8 @@ class ReportApp(ServerConfigApp):
                    "success rate, time to a usable kernel (p50/p95), fallbacks and their causes; and a week of "
                    "hours allocated vs released.")
     as_json = Bool(False, config=True, help="Print the report as JSON.")
-    html = Unicode("", config=True, help="Also write the report as a self-contained HTML page to this file.")
+    html = Unicode(None, allow_none=True, config=True,
+                   help="Also write the report as a self-contained HTML page to this file.")
     until = Unicode("", config=True, help="End of the report (UTC date YYYY-MM-DD, YYYY-MM-DDTHH:MM, or epoch "
                                           "seconds); default now. The week chart ends here.")
     aliases = {**base_aliases, "state-dir": "GkewsApp.state_dir", "checkpoint-root": "GkewsApp.checkpoint_root",
@@ -69,6 +70,13 @@ class ReportApp(ServerConfigApp):
     def start(self) -> None:
         settings = self.server_settings()
         store = StateStore(settings.state_dir)
+        if os.path.lexists(store.events_path) and not os.path.isfile(store.events_path):
+            print(f"the event log {store.events_path} is not a file (a folder, or a link to nothing): point "
+                  f"--state-dir=DIR at the server's state directory, or put its events.jsonl back", file=sys.stderr)
+            self.exit(2)
+        if self.html is not None and not self.html.strip():
+            print("jupyter gkews report: --html needs a file name (--html=week.html)", file=sys.stderr)
+            self.exit(2)
         if not os.path.isfile(store.events_path):
             print(f"no event log at {store.events_path}: no server has run with this state directory (by default "
                   f"each project folder has its own; this is {settings.contents_root()}'s). Run this command in the "
@@ -80,7 +88,12 @@ class ReportApp(ServerConfigApp):
         except ValueError as exc:
             print(exc, file=sys.stderr)
             self.exit(2)
-        events, damaged = store.read_events(limit=10**9)
+        try:
+            events, damaged = store.read_events(limit=10**9)
+        except OSError as exc:
+            print(f"the event log {store.events_path} cannot be read ({exc.strerror or exc}): run this as the user "
+                  f"the server runs as, or make the file readable", file=sys.stderr)
+            self.exit(2)
         if damaged:
             print(damaged_events_note(store.events_path, damaged), file=sys.stderr)
         report = build_report(events, until)
