@@ -74,6 +74,21 @@ class GkewsHandler(APIHandler):
         return validate_request(self.request_schema, data)
 
     request_schema = ""  # the name of the body's schema in schema.REQUESTS
+    query_params: tuple[str, ...] = ()  # the query parameters the route reads
+
+    def check_query(self) -> None:
+        """An unknown or repeated query parameter is a mistake to name: `events?snce=...` answered every event,
+        and `since` given twice took the last one, silently. (`token` is Jupyter Server's own; a bare number,
+        `?1765000000000`, JupyterLab's cache buster on every request of its page.)"""
+        given = self.request.query_arguments
+        unknown = sorted(k for k in given if k not in self.query_params and k not in ("token", "_xsrf")
+                         and not (k.isdigit() and given[k] == [b""]))
+        if unknown:
+            takes = ", ".join(self.query_params) or "none"
+            raise BadRequest(f"unknown query parameter {', '.join(map(repr, unknown))}: this route takes {takes}")
+        twice = sorted(k for k in self.query_params if len(given.get(k, [])) > 1)
+        if twice:
+            raise BadRequest(f"the query parameter {twice[0]!r} is given {len(given[twice[0]])} times: give it once")
 
     def reply(self, status: int, payload) -> None:
         self.set_status(status)
@@ -101,6 +116,7 @@ def answers_errors(method):
             self.reply(503, {"message": unavailable, "reason": "ExtensionUnavailable"})
             return
         try:
+            self.check_query()
             return await method(self, *args, **kwargs)
         except LifecycleError as exc:
             code = status_code(exc)
@@ -145,6 +161,8 @@ class ResumeHandler(GkewsHandler):
 
 
 class CheckpointsHandler(GkewsHandler):
+    query_params = ("notebook",)
+
     @web.authenticated
     @authorized
     @answers_errors
@@ -212,6 +230,8 @@ class CheckpointHandler(GkewsHandler):
 
 
 class EventsHandler(GkewsHandler):
+    query_params = ("since",)
+
     @web.authenticated
     @authorized
     @answers_errors

@@ -159,3 +159,25 @@ def test_an_unknown_route_or_a_malformed_checkpoint_id_answers_json_naming_the_r
     assert send(server, "DELETE", "gkews/checkpoints/not-an-id", token=None)[0] == 403
     code, body = send(server, "GET", "gkews/checkpoints", query={"notebook": ""})
     assert code == 400 and json.loads(body)["message"].startswith('the "notebook" parameter is empty'), body
+
+
+def test_an_unknown_or_repeated_query_parameter_is_named(server):
+    """`events?snce=...` (a typo) answered every event with 200, `checkpoints?bogus=1` its list, and `since`
+    given twice took the last one: each looked like an answer to what was asked."""
+    before = observed(server)
+    cases = [("gkews/events", {"snce": "1"}, "unknown query parameter 'snce': this route takes since"),
+             ("gkews/checkpoints", {"bogus": "1"}, "unknown query parameter 'bogus': this route takes notebook"),
+             ("gkews/status", {"verbose": "1"}, "unknown query parameter 'verbose': this route takes none"),
+             ("gkews/events", {"since": ["1", "2"]}, "the query parameter 'since' is given 2 times: give it once")]
+    for path, query, named in cases:
+        code, body = send(server, "GET", path, query)
+        assert code == 400 and json.loads(body)["message"] == named, (path, query, code, body)
+    code, body = send(server, "POST", "gkews/resume", {"notebook": "a.ipynb"}, body=b"{}")
+    assert code == 400 and "unknown query parameter 'notebook'" in json.loads(body)["message"], body
+    assert send(server, "GET", "gkews/events", {"since": "1"})[0] == 200
+    # JupyterLab's page asks every route with a cache buster: `?1765000000000`
+    assert send(server, "GET", "gkews/status", {"1765000000000": ""})[0] == 200
+    assert send(server, "GET", "gkews/checkpoints", {"notebook": "a.ipynb", "1765000000000": ""})[0] == 200
+    # the token may be given in the query, as for every Jupyter Server route
+    assert send(server, "GET", "gkews/status", {"token": server.token}, token=None)[0] == 200
+    assert observed(server) == before
