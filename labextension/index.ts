@@ -56,6 +56,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
         error => console.warn('jupyter-gkews: settings not loaded, using the defaults', error)
       );
     }
+    // Before the first read: a reloaded page announces what ended during the reload (model.ts, lastSeen).
+    connectNotifications(model, app.commands);
     // Know the state before notebooks are restored on page load: a paused
     // notebook must not start a fresh kernel (see reattach.ts).
     await model.refresh();
@@ -104,7 +106,6 @@ const plugin: JupyterFrontEndPlugin<void> = {
       });
     }
 
-    connectNotifications(model, app.commands);
     // the notebook toolbar's and the Kernel menu's Interrupt: a paused notebook has no kernel to interrupt
     app.commands.commandExecuted.connect((_, args) => {
       if (INTERRUPT_COMMANDS.includes(args.id) && tracker.currentWidget) {

@@ -311,7 +311,10 @@ export class GkewsModel {
   }
 
   private apply(status: IStatus): void {
-    const previous = this._status;
+    // a reloaded page's first read compares with what this tab read last before the reload: a resume (or a
+    // pause) that ended during the reload is announced, with its verdict, as it would have been without it
+    const previous = this._status ?? lastSeen();
+    rememberSeen(status);
     const reconnected = !this._connected && this._everConnected;
     const same = this._connected && JSON.stringify(previous) === JSON.stringify(status);
     this._status = status;
@@ -369,6 +372,28 @@ export class GkewsModel {
   private _changed = new Signal<this, void>(this);
   private _transition = new Signal<this, ITransition>(this);
   private _queuedResumeFailed = new Signal<this, string>(this);
+}
+
+const SEEN_KEY = 'jupyter-gkews:last-status';
+
+/** The state and cycle this tab read last (before a reload), as a status to compare with; null if none. */
+function lastSeen(): IStatus | null {
+  try {
+    const seen = JSON.parse(window.sessionStorage.getItem(SEEN_KEY) ?? 'null');
+    return seen && typeof seen.state === 'string' && typeof seen.cycle === 'number'
+      ? ({ state: seen.state, cycle: seen.cycle, notebooks: [] } as unknown as IStatus)
+      : null;
+  } catch {
+    return null;
+  }
+}
+
+function rememberSeen(status: IStatus): void {
+  try {
+    window.sessionStorage.setItem(SEEN_KEY, JSON.stringify({ state: status.state, cycle: status.cycle }));
+  } catch {
+    // storage full or turned off: a reload then announces nothing, as before
+  }
 }
 
 /**

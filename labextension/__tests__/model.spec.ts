@@ -63,13 +63,24 @@ describe('GkewsModel', () => {
   let seen: ITransition[];
 
   beforeEach(() => {
+    // a fresh tab (no status read before), with the tab's sessionStorage the page has in a browser
+    const items = new Map<string, string>();
+    (globalThis as any).window = {
+      sessionStorage: {
+        getItem: (k: string) => items.get(k) ?? null,
+        setItem: (k: string, v: string) => items.set(k, v)
+      }
+    };
     server = new FakeServer();
     model = new GkewsModel(server);
     seen = [];
     model.transition.connect((_, t) => seen.push(t));
   });
 
-  afterEach(() => model.dispose());
+  afterEach(() => {
+    model.dispose();
+    delete (globalThis as any).window;
+  });
 
   it('says offline until the server answers, then active with a Pause action', async () => {
     expect(model.display).toBe('offline');
@@ -193,6 +204,24 @@ describe('GkewsModel', () => {
     expect(transitionMessage('resumed', seen[0].status)).toBe(
       'Resumed train.ipynb from its checkpoint: 4 variables restored; gen (a generator, re-run cell 7) was not saved.'
     );
+  });
+
+  it('a page reloaded while the resume ended announces its verdict, once, as the page before the reload would', async () => {
+    server.answer = status({ state: 'resuming', phase: 'verifying', cycle: 1 });
+    await model.refresh();
+    model.dispose(); // the reload: this tab's next page reads the status anew
+    server.answer = status({ state: 'active', cycle: 1, notebooks: [restoredNotebook] });
+    const reloaded = new GkewsModel(server);
+    const announced: string[] = [];
+    reloaded.transition.connect((_, t) => announced.push(t.kind));
+    await reloaded.refresh();
+    expect(announced).toEqual(['resumed']);
+    reloaded.dispose();
+    const again = new GkewsModel(server); // reloaded once more: nothing new to announce
+    again.transition.connect((_, t) => announced.push(t.kind));
+    await again.refresh();
+    expect(announced).toEqual(['resumed']);
+    again.dispose();
   });
 
   it('says what a partial restore left behind, and how to get it back', () => {

@@ -123,6 +123,8 @@ test('the page reloaded during the resume: the reloaded notebook runs its next c
   await page.reload({ waitForIsReady: false });
   await expect(page.getByRole('main').locator('.jp-NotebookPanel')).toBeVisible();
   await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  // the verdict, once, whether the resume ended before the reloaded page read the status or after
+  await expect(notification(page, 'Resumed reloaded.ipynb from its checkpoint: 1 variable restored.')).toHaveCount(1);
   const { prompt } = await typeAndRun(page, 'print(w + 1)', '42\n');
   expect(prompt).toBe('[2]:');
 });
