@@ -81,17 +81,24 @@ export function addCommands(
 ): void {
   model.changed.connect(() => commands.notifyCommandChanged());
 
+  // args.notebooks: pause only these (a notebook's own toolbar, while the others are paused)
+  const canPause = (args: ReadonlyPartialJSONObject) =>
+    model.nextAction === 'pause' ||
+    model.leftRunning.length > 0 ||
+    tracker.find(panel => pausesAlone(model, panel)) !== undefined ||
+    (notebooksArg(args) !== undefined && model.status?.state === 'paused' && !model.busy);
   commands.addCommand(CommandIDs.pause, {
     label: 'Pause GPU session',
     caption: 'Checkpoint every running kernel, then release them (and the GPU)',
     icon: pauseIcon,
-    // args.notebooks: pause only these (a notebook's own toolbar, while the others are paused)
-    isEnabled: args =>
-      model.nextAction === 'pause' ||
-      model.leftRunning.length > 0 ||
-      tracker.find(panel => pausesAlone(model, panel)) !== undefined ||
-      (notebooksArg(args) !== undefined && model.status?.state === 'paused' && !model.busy),
+    isEnabled: canPause,
     execute: async args => {
+      if (!canPause(args)) {
+        // run as a command while it is off (the buttons, menus and key bindings are off then): asking
+        // about running cells would only lead to a refusal
+        Notification.info(`The GPU session is ${model.display}: nothing to pause now.`, { autoClose: 5000 });
+        return;
+      }
       const notebooks = notebooksArg(args);
       const interrupt = await askAboutRunningCells(tracker, notebooks);
       if (interrupt === null) {

@@ -516,6 +516,18 @@ test('while its notebook is being paused, the sidebar turns its Restore off, and
   await expect(restore).toBeEnabled();
 });
 
+test('Pause run as a command while there is nothing to pause says so, and asks nothing', async ({ page, tmpPath }) => {
+  // (the buttons, menus and key bindings are off then; an extension or the palette API may still run it)
+  await openAndRun(page, tmpPath, ['nothing.ipynb']);
+  await pauseButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  await page.evaluate(() => (window as any).jupyterapp.commands.execute('gkews:pause'));
+  await expect(notification(page, 'The GPU session is paused: nothing to pause now.')).toHaveCount(1);
+  await expect(page.locator('.jp-Dialog')).toHaveCount(0);
+  await resumeButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+});
+
 test('a pause notification longer than JupyterLab shows offers its whole text', async ({ page, tmpPath }) => {
   const name =
     'fine-tune llama 3 8B with LoRA adapters on the cleaned support tickets (copy 2) - final final run.ipynb';
