@@ -180,9 +180,13 @@ class GkewsApp(ExtensionApp):
     def _at_least_zero(self, proposal):
         return in_range(proposal, 0)
 
-    @validate("kernel_call_timeout", "idle_check_interval")
+    @validate("kernel_call_timeout")
     def _more_than_zero(self, proposal):
         return in_range(proposal, 0, strict=True)
+
+    @validate("idle_check_interval")
+    def _a_tenth_of_a_second_or_more(self, proposal):
+        return in_range(proposal, 0.1)  # 1e-9 was taken, and the checks kept a CPU core busy
 
     @validate("max_bytes", "max_age_days", "cleanup_interval")  # a negative age: every checkpoint but the newest "old"
     def _zero_or_more(self, proposal):

@@ -100,6 +100,7 @@ class IdleWatcher:
         self._connections: dict[str, int] = {}
         self._connection_activity = self.started
         self._periodic: PeriodicCallback | None = None
+        self._notice_connects()
 
     # -- what the users did ---------------------------------------------------------------------------
     def _user_kernels(self) -> list:
@@ -109,6 +110,19 @@ class IdleWatcher:
     def _terminals(self) -> list:
         manager = self.serverapp.web_app.settings.get("terminal_manager")
         return list(getattr(manager, "terminals", {}).values()) if manager is not None else []
+
+    def _notice_connects(self) -> None:
+        """Every websocket opened to a kernel is activity, as it opens: a page reloaded between two checks
+        closes one and opens one, and the count compared below stays the same."""
+        km = getattr(self.serverapp, "kernel_manager", None)
+        notify = getattr(km, "notify_connect", None)
+        if notify is None:
+            return
+
+        def notify_connect(kernel_id, *args, **kwargs):
+            self._connection_activity = time.time()
+            return notify(kernel_id, *args, **kwargs)
+        km.notify_connect = notify_connect
 
     def _watch_connections(self, now: float) -> int:
         """A notebook connecting (a new websocket) is activity; returns how many are connected."""

@@ -14,7 +14,8 @@ import pytest
 
 from jupyter_gkews.app import GkewsApp
 from jupyter_gkews.idle import BUILTIN_PROFILES, choose_profile
-from serverkit import events, gkews_server_config, open_notebook, post, run_cell, server_sees_idle, status, wait_for
+from serverkit import (events, gkews_server_config, open_notebook, post, run_cell, server_sees_idle, status, wait_for,
+                       wait_until)
 
 IDLE_SECONDS = 3.0  # the test profile's limit
 CHECK_EVERY = 0.2
@@ -155,6 +156,28 @@ async def test_terminals_and_connecting_notebooks_are_activity(jp_fetch, jp_ws_f
     # the pause came IDLE_SECONDS after the typing, and says the typing was the last act
     assert requested["last_activity"] == pytest.approx(terminal.last_activity.timestamp(), abs=0.01)
     assert requested["last_activity"] > kernel_last
+
+
+async def test_a_notebook_reconnecting_between_two_looks_is_activity(jp_fetch, jp_ws_fetch, jp_serverapp,
+                                                                     jp_root_dir):
+    """A page reload closes its kernel's websocket and opens another: between two looks of the policy the count of
+    connections stayed the same, and the policy paused IDLE_SECONDS after the last cell, not after the reload."""
+    kid = (await open_notebook(jp_fetch, jp_root_dir, "work/reload.ipynb"))["kernel"]["id"]
+    km, watcher = jp_serverapp.kernel_manager, gkews_app(jp_serverapp).idle_watcher
+    ws = await jp_ws_fetch("api", "kernels", kid, "channels")
+    kernel_last = await settled_activity(jp_serverapp, kid)
+    watcher.last_activity()  # a look: one connection
+    await asyncio.sleep(IDLE_SECONDS / 2)
+    reloaded = time.time()
+    ws.close()
+    await wait_until(lambda: km.kernel_model(kid)["connections"] == 0, "the server to see the socket close")
+    ws = await jp_ws_fetch("api", "kernels", kid, "channels")  # the reloaded page; the next look sees one again
+    assert km.kernel_model(kid)["connections"] == 1
+    assert watcher.last_activity() >= reloaded > kernel_last
+    watcher.start()
+    requested = await idle_pause(jp_fetch)
+    ws.close()
+    assert requested["last_activity"] >= reloaded
 
 
 @pytest.mark.parametrize("profile_fields", [{"idle_minutes": IDLE_SECONDS / 60, "connected_keeps_active": True}])

@@ -24,7 +24,7 @@ BAD = {  # (class, setting): a value it refuses, and words its 503 message says
     ("GkewsApp", "max_bytes"): (-100, "c.GkewsApp.max_bytes must be 0 (no budget) or positive, not -100"),
     ("GkewsApp", "kernel_call_timeout"): (-1, "c.GkewsApp.kernel_call_timeout must be more than 0, not -1"),
     ("GkewsApp", "busy_timeout"): (-5, "c.GkewsApp.busy_timeout must be at least 0, not -5"),
-    ("GkewsApp", "idle_check_interval"): (0, "c.GkewsApp.idle_check_interval must be more than 0, not 0"),
+    ("GkewsApp", "idle_check_interval"): (1e-9, "c.GkewsApp.idle_check_interval must be at least 0.1, not 1e-09"),
     ("GkewsApp", "cleanup_interval"): (-5, "c.GkewsApp.cleanup_interval must be 0 (never) or positive, not -5"),
     ("GkewsApp", "gpu_count"): (-2, "c.GkewsApp.gpu_count must be at least 0, not -2"),
     ("GkewsApp", "backend_class"): ("jupyter_gkews.backends.Nope",
@@ -46,7 +46,7 @@ NOT_FINITE = {  # numbers that are not numbers: nan passes every comparison's `n
     ("GkewsApp", "kernel_call_timeout"): (
         math.nan, "c.GkewsApp.kernel_call_timeout must be a finite number, more than 0, not nan"),
     ("GkewsApp", "idle_check_interval"): (
-        math.inf, "c.GkewsApp.idle_check_interval must be a finite number, more than 0, not inf"),
+        math.inf, "c.GkewsApp.idle_check_interval must be a finite number, at least 0.1, not inf"),
     ("LocalBackend", "capacity_timeout"): (
         math.inf, "c.LocalBackend.capacity_timeout must be a finite number, at least 0, not inf"),
     ("LocalBackend", "start_hold_wait"): (
