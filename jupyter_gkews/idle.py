@@ -74,6 +74,8 @@ def choose_profile(name: str, overrides: dict) -> tuple[str, WorkloadProfile]:
     if unknown:
         raise ValueError(f"idle profile {name!r} has unknown field(s) {', '.join(sorted(unknown))}; "
                          f"accepted: {', '.join(sorted(accepted))}")
+    for field, value in fields.items():
+        _check_field_type(name, field, value)
     try:
         profile = WorkloadProfile(**fields)
     except TraitError as exc:
@@ -83,6 +85,19 @@ def choose_profile(name: str, overrides: dict) -> tuple[str, WorkloadProfile]:
         if not (math.isfinite(value) and value >= 0):  # nan passes no comparison, so `value < 0` let it through
             raise ValueError(f"idle profile {name!r}: {field} must be 0 or more, and finite (got {value!r})")
     return name, profile
+
+
+def _check_field_type(profile: str, field: str, value) -> None:
+    """A field of the wrong type, named with the type it takes and where to change it (traitlets' own message
+    names neither the setting nor an example)."""
+    is_bool = isinstance(value, bool)
+    if isinstance(WorkloadProfile.class_traits()[field], Bool):
+        if not is_bool:
+            raise ValueError(f"idle profile {profile!r}: {field} must be True or False (got {value!r}); "
+                             f"set it in c.GkewsApp.idle_profiles[{profile!r}], e.g. {{{field!r}: False}}")
+    elif is_bool or not isinstance(value, (int, float)):
+        raise ValueError(f"idle profile {profile!r}: {field} must be a number of minutes (got {value!r}); "
+                         f"set it in c.GkewsApp.idle_profiles[{profile!r}], e.g. {{{field!r}: 30}}")
 
 
 def _stamp(dt) -> float | None:

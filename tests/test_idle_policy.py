@@ -228,7 +228,11 @@ def test_the_profile_comes_from_configuration_or_the_environment(monkeypatch):
     ("x", {"x": {"idle_minutes": float("nan")}}, ["idle profile 'x': idle_minutes must be 0 or more, and finite "
                                                   "(got nan)"]),
     ("x", {"x": {"min_running_minutes": float("inf")}}, ["min_running_minutes must be 0 or more, and finite"]),
-    ("x", {"x": {"snapshot": "maybe"}}, ["idle profile 'x'", "snapshot"]),
+    ("x", {"x": {"snapshot": "maybe"}}, ["idle profile 'x': snapshot must be True or False (got 'maybe')",
+                                         "c.GkewsApp.idle_profiles['x'], e.g. {'snapshot': False}"]),
+    ("x", {"x": {"idle_minutes": "30"}}, ["idle_minutes must be a number of minutes (got '30')",
+                                          "c.GkewsApp.idle_profiles['x'], e.g. {'idle_minutes': 30}"]),
+    ("x", {"x": {"min_running_minutes": True}}, ["min_running_minutes must be a number of minutes (got True)"]),
     ("x", {"x": 30}, ["must be a dict of fields"]),
 ])
 def test_a_wrong_profile_is_named_with_the_fix(name, overrides, words):
