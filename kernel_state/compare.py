@@ -437,11 +437,25 @@ def _without_caches(obj, rv: tuple) -> tuple:
         return rv[:2] + ({**state, "param_groups": groups},) + rv[3:]
     if isinstance(obj, functools.partial) and isinstance(state, tuple) and len(state) == 4 and state[3] == {}:
         return rv[:2] + (state[:3] + (None,),) + rv[3:]
+    try:
+        cached = _cached_property_names(type(obj))
+    except TypeError:  # a metaclass whose classes do not hash: compare it all
+        cached = frozenset()
+    if cached and isinstance(state, dict) and cached & state.keys():
+        return rv[:2] + ({k: v for k, v in state.items() if k not in cached},) + rv[3:]
     np = sys.modules.get("numpy")
     if np is not None and type(obj) is np.ma.MaskedArray and len(rv) == 2 and len(rv[1]) == 2 and \
             isinstance(rv[1][1], dict) and _default_fill(np, obj, rv[1][1].get("_fill_value")):
         return (rv[0], (rv[1][0], {**rv[1][1], "_fill_value": None}))  # capture's reduction (masked_view)
     return rv
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_property_names(cls) -> frozenset:
+    """The functools.cached_property attributes of a class: reading one stores its result in the instance's
+    __dict__, which is no change of the value (it is computed from the rest)."""
+    return frozenset(k for klass in cls.__mro__ for k, v in vars(klass).items()
+                     if isinstance(v, functools.cached_property))
 
 
 def _default_fill(np, masked, fill) -> bool:

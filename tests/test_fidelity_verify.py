@@ -503,3 +503,23 @@ def test_iterators_over_dicts_and_sets_read_unchanged_after_a_restore(tmp_path):
                            "list(plain)]") == [["b", "c"], [1, 2, 3], [["a", 1], ["b", 2], ["c", 3]], ["c", "b", "a"],
                                                [1, 2, 3], [5]]
         assert fresh.value(VERIFY)["keys"] == "changed"  # consumed just now: the items it has left differ
+
+
+def test_reading_a_cached_property_changes_nothing(tmp_path):
+    """Reading a functools.cached_property stores its result in the instance's __dict__: verify called the
+    object changed after `d.total`, and the next save wrote it again. Setting an attribute still counts."""
+    setup = ("import functools\nclass Data:\n    def __init__(self, xs): self.xs = xs\n"
+             "    @functools.cached_property\n    def total(self): return sum(self.xs)\n"
+             "class Child(Data): pass\nd = Data([1, 2, 3]); c = Child([4])")
+    with Kernel(tmp_path) as k:
+        k.run(setup)
+        k.run("%gkews_checkpoint save")
+        assert k.value("[d.total, c.total]") == [6, 4]
+        assert _all_match(k.value(VERIFY)) == []
+        k.run("%gkews_checkpoint save")
+        k.run("d.xs.append(4)")
+        assert k.value(VERIFY)["d"] == "changed"
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert fresh.value("[d.total, d.xs, 'total' in vars(c), c.total]") == [6, [1, 2, 3], True, 4]
+        assert _all_match(fresh.value(VERIFY)) == []
