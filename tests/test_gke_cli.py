@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from gke_controller import PODS, TRIGGERS, UNSCHEDULABLE, WORKSPACES, FakeGke
 
 from jupyter_gkews.k8s.api import Kube
@@ -164,7 +165,9 @@ def test_a_workspace_its_controller_reports_in_error_is_shown_so(fake, gkews):
         {"status": {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]}}))
     d = status(gkews)
     assert d["state"] == "error" and d["message"] == 'pods "ws-gpu-notebook-0" is forbidden: exceeded quota', d
-    assert "already pending" not in gkews("resume", "--workspace", "gpu-notebook").stderr
+    resume = gkews("resume", "--workspace", "gpu-notebook", code=1)  # it did nothing, and says what would
+    assert "not paused, and in error: pods \"ws-gpu-notebook-0\" is forbidden: exceeded quota. A resume cannot mend" \
+        in resume.stderr and "already pending" not in resume.stderr
 
 
 @pytest.mark.parametrize("cluster_options", [{"addon": True}])
@@ -220,3 +223,113 @@ def test_a_kubeconfig_that_does_not_exist_is_named_as_such(tmp_path):
     assert p.returncode == 1, p.stdout + p.stderr
     # was "could not be loaded (Invalid kube-config file. No configuration found.)"
     assert f"the kubeconfig {missing} does not exist" in p.stderr and "--kubeconfig" in p.stderr, p.stderr
+
+
+def _wait_failed(gkews) -> dict:
+    for _ in range(20):
+        d = status(gkews)
+        if d["snapshot_failed"]:
+            return d
+    raise AssertionError(f"not seen failed: {d}")
+
+
+@pytest.mark.parametrize("cluster_options", [{"addon": True}])
+@pytest.mark.parametrize("outcome, words", [
+    ("checkpoint-failed", "failed (Checkpoint=False): Failed: gVisor checkpoint failed"),
+    ("trigger-failed", "the PodSnapshotManualTrigger ws-gpu-notebook-trigger failed: Failed: context deadline "
+                       "exceeded")])
+def test_a_failed_addon_snapshot_is_named_with_the_way_out(fake, gkews, outcome, words):
+    """The add-on holds a pause until its snapshot is Ready. One that failed left status saying "the Workspace
+    pauses once it is Ready" for good (its Pod out of Ready, holding the GPU), pause saying to wait, and resume
+    exiting 0 having done nothing. Each names the failure, in GKE's words, and the way out, which works."""
+    fake.outcome = outcome
+    gkews("pause", "--workspace", "gpu-notebook")
+    d = _wait_failed(gkews)
+    way_out = "kubectl delete podsnapshotmanualtriggers ws-gpu-notebook-trigger -n team-a"
+    assert d["state"] == "pausing" and words in d["message"] and way_out in d["message"], d
+    assert gkews("status", "--workspace", "gpu-notebook").stdout.startswith(
+        "Workspace team-a/gpu-notebook: pausing (snapshot failed)")
+    resume = gkews("resume", "--workspace", "gpu-notebook", code=3)
+    assert "gpu-notebook is pausing, not paused: " in resume.stderr and words in resume.stderr
+    again = gkews("pause", "--workspace", "gpu-notebook", "--json", code=3)
+    assert words in again.stderr and json.loads(again.stdout)["refused"] is True
+
+    fake.outcome = "ready"  # what GKE failed at is mended; the way out the message gives
+    fake.call(lambda: fake.emu.objects[TRIGGERS, "team-a", "ws-gpu-notebook-trigger"].delete())
+    assert wait_status(gkews, "paused")["last_snapshot"]["ready"] is True
+
+
+def cli(*args, code: int) -> subprocess.CompletedProcess:
+    """The command with only the options given (the gkews fixture adds its own --kubeconfig)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    p = subprocess.run([COMMAND, *args], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == code, (p.returncode, p.stdout, p.stderr)
+    return p
+
+
+def test_the_context_named_gives_the_namespace(fake, gkews, tmp_path):
+    """--context b used b's credentials but the current context's namespace: the command paused a Workspace of
+    the same name in another namespace."""
+    config = yaml.safe_load(Path(gkews.kubeconfig).read_text())
+    base = config["contexts"][0]["context"]
+    config["contexts"] = [{"name": "a", "context": {**base, "namespace": "other"}},
+                          {"name": "b", "context": {**base, "namespace": "team-a"}}]
+    config["current-context"] = "a"
+    two = tmp_path / "two-contexts"
+    two.write_text(yaml.safe_dump(config))
+    p = cli("status", "--workspace", "gpu-notebook", "--kubeconfig", str(two), "--context", "b", code=0)
+    assert p.stdout.startswith("Workspace team-a/gpu-notebook: ready"), p.stdout
+    p = cli("status", "--workspace", "gpu-notebook", "--kubeconfig", str(two), code=1)  # a's: other
+    assert "not found: workspaces/gpu-notebook in namespace other" in p.stderr
+    assert "that namespace came from the kubeconfig's current context" in p.stderr and "--namespace" in p.stderr
+    p = cli("status", "--workspace", "gpu-notebook", "--kubeconfig", str(two), "--context", "nope", code=1)
+    assert "has no context 'nope' (it has: a, b); pass --context with one of them" in p.stderr
+
+
+def test_a_kubeconfig_that_is_no_kubeconfig_is_named(tmp_path):
+    garbage = tmp_path / "garbage"
+    garbage.write_text("{{{ not yaml: [")
+    for path, words in ((garbage, f"the kubeconfig {garbage} could not be loaded (ParserError"),
+                        (tmp_path, f"the kubeconfig {tmp_path} is a directory")):
+        p = cli("status", "--workspace", "gpu-notebook", "--kubeconfig", str(path), code=1)
+        assert words in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_a_busy_api_server_is_asked_again(fake, gkews):
+    """One 503 or 429 failed the command, and in the Pod the pause that had its snapshot: reads and the
+    pause's patch are asked again."""
+    fake.fail("get", "workspaces", 503, times=1)
+    fake.fail("list", "pods", 429, times=1)
+    assert status(gkews)["state"] == "ready"
+    fake.fail("patch", "workspaces", 503, times=1)
+    assert "pause requested" in gkews("pause", "--workspace", "gpu-notebook", "--discard-kernel-state").stdout
+    assert fake.get(WORKSPACES, "gpu-notebook")["spec"]["paused"] is True
+
+
+def test_a_pod_that_cannot_start_is_an_error_not_a_restore(fake, gkews):
+    """A container in CrashLoopBackOff (an image tag mistyped: ImagePullBackOff) read as "restoring", and resume
+    said to wait for it."""
+    def crash(pods):
+        pods[PODS, "team-a", fake.pod].patch({"status": {
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "containerStatuses": [{"name": "jupyterlab", "image": "jupyter:1", "imageID": "", "ready": False,
+                                   "restartCount": 5, "state": {"waiting": {
+                                       "reason": "CrashLoopBackOff",
+                                       "message": "back-off 5m0s restarting failed container"}}}]}})
+    fake.call(lambda: crash(fake.emu.objects))
+    d = status(gkews)
+    assert d["state"] == "error" and "its container jupyterlab is waiting with CrashLoopBackOff (back-off 5m0s" \
+        in d["message"] and f"kubectl logs {fake.pod} -n team-a" in d["message"], d
+    p = gkews("resume", "--workspace", "gpu-notebook", code=1)
+    assert "in error" in p.stderr and "already pending" not in p.stderr
+
+
+def test_snapshots_that_cannot_be_listed_leave_status_and_resume_working(fake, gkews):
+    """A role without `list podsnapshots` (or a cluster without the CRD) failed status and resume, so a Workspace
+    paused from here could not be resumed from here."""
+    fake.deny("list", "podsnapshots")
+    gkews("pause", "--workspace", "gpu-notebook", "--discard-kernel-state")
+    text = gkews("status", "--workspace", "gpu-notebook").stdout
+    assert "last snapshot: unknown (forbidden: your kubeconfig's user may not list podsnapshots" in text, text
+    assert "resume requested" in gkews("resume", "--workspace", "gpu-notebook").stdout
+    assert fake.get(WORKSPACES, "gpu-notebook")["spec"]["paused"] is False

@@ -86,10 +86,21 @@ def test_a_service_account_without_the_kinds_clusterrole_is_refused_by_name(tmp_
 
 
 def test_the_cli_outside_the_pod_needs_exactly_its_clusterrole(fake, tmp_path):
-    kubeconfig = fake.kubeconfig(tmp_path / "kubeconfig", user=CLI_USER)
+    """Its calls on a plain Workspace, and on one whose add-on snapshot failed (status reads the add-on's trigger
+    to say so)."""
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
-    for args in (["status"], ["pause", "--discard-kernel-state"], ["status"], ["resume"], ["status"]):
-        p = subprocess.run([COMMAND, *args, "--workspace", "gpu-notebook", "--kubeconfig", kubeconfig],
-                           capture_output=True, text=True, env=env, timeout=120)
-        assert p.returncode == 0, (args, p.stdout, p.stderr)
-    assert used(fake, CLI_USER) == granted("jupyter-gkews-cli"), "the CLI's ClusterRole and its calls differ"
+    addon = FakeGke(rbac=manifests(), addon=True).start()
+    addon.outcome = "trigger-failed"
+    try:
+        for cluster, steps in ((fake, (["status"], ["pause", "--discard-kernel-state"], ["status"], ["resume"],
+                                       ["status"])),
+                               (addon, (["pause"], ["status"]))):
+            kubeconfig = cluster.kubeconfig(tmp_path / "kubeconfig", user=CLI_USER)
+            for args in steps:
+                p = subprocess.run([COMMAND, *args, "--workspace", "gpu-notebook", "--kubeconfig", kubeconfig],
+                                   capture_output=True, text=True, env=env, timeout=120)
+                assert p.returncode == 0, (args, p.stdout, p.stderr)
+        assert used(fake, CLI_USER) | used(addon, CLI_USER) == granted("jupyter-gkews-cli"), \
+            "the CLI's ClusterRole and its calls differ"
+    finally:
+        addon.stop()

@@ -21,7 +21,7 @@ from ..k8s import ADDON_ENABLED_ANNOTATION
 from ..k8s.client import KubeError
 from .strict import StrictApp
 
-EXIT_ERROR, EXIT_REFUSED = 1, 3
+EXIT_ERROR, EXIT_REFUSED, EXIT_INTERRUPTED = 1, 3, 130
 
 aliases = {**base_aliases, "workspace": "WorkspaceCommand.workspace", "namespace": "WorkspaceCommand.namespace",
            "kubeconfig": "WorkspaceCommand.kubeconfig", "context": "WorkspaceCommand.context"}
@@ -41,22 +41,20 @@ class WorkspaceCommand(StrictApp):
 
     def kube(self):
         from ..k8s.api import Kube
-        from ..k8s.client import make_api_client
+        from ..k8s.client import KUBECONFIG_USER, default_namespace, make_api_client
 
         if not self.workspace:
             self.fail("say which Workspace: --workspace NAME [--namespace NS]", 2)
-        api_client = make_api_client(self.kubeconfig, self.context)
-        return Kube(self.namespace or self._context_namespace(), api_client=api_client)
+        api_client = make_api_client(self.kubeconfig, self.context, in_cluster_first=False)
+        namespace = self.namespace or default_namespace(self.kubeconfig, self.context, in_cluster_first=False)
+        return Kube(namespace, api_client=api_client, caller=KUBECONFIG_USER)
 
-    def _context_namespace(self) -> str:
-        from kubernetes import config
-        try:
-            _, active = config.list_kube_config_contexts(config_file=self.kubeconfig or None)
-            return (active or {}).get("context", {}).get("namespace") or "default"
-        except Exception:  # in-cluster, or no kubeconfig: the default namespace
-            return "default"
-
-    def fail(self, message: str, code: int = EXIT_ERROR) -> None:
+    def fail(self, message: str, code: int = EXIT_ERROR, payload: dict | None = None) -> None:
+        """The message on stderr, and with --json the payload with `reason` (and `refused` for exit code 3) on
+        stdout, so that a script reading stdout has its answer whatever happened."""
+        if self.json:
+            print(json.dumps({"workspace": self.workspace, **(payload or {}), "reason": message,
+                              "refused": code == EXIT_REFUSED}, indent=2))
         print(f"jupyter gkews {self.name.split('-')[-1]}: {message}", file=sys.stderr)
         self.exit(code)
 
@@ -67,20 +65,32 @@ class WorkspaceCommand(StrictApp):
         try:
             self.run()
         except KubeError as exc:
-            self.fail(str(exc))
+            self.fail(str(exc) + (self._where() if exc.status == 404 and "workspaces/" in str(exc) else ""))
+        except KeyboardInterrupt:
+            self.fail("interrupted; a change asked for may or may not have reached the API server: `jupyter gkews "
+                      "status` says where the Workspace stands", EXIT_INTERRUPTED)
+
+    def _where(self) -> str:
+        """Where the namespace of a Workspace not found came from, and how to name another."""
+        origin = ("--namespace" if self.namespace else f"the kubeconfig context {self.context!r}" if self.context
+                  else "the kubeconfig's current context (or is 'default', where it names none)")
+        return (f"; that namespace came from {origin}: pass --namespace with the one the Workspace is in (`kubectl "
+                "get workspaces -A` lists them)")
 
     def run(self) -> None:
         raise NotImplementedError
 
 
 def describe_text(d: dict) -> str:
-    state = d["state"] + (" (snapshot in progress)" if d.get("snapshot_in_progress") else "")
+    state = d["state"] + (" (snapshot in progress)" if d.get("snapshot_in_progress") else
+                          " (snapshot failed)" if d.get("snapshot_failed") else "")
     lines = [f"Workspace {d['namespace']}/{d['workspace']}: {state}", f"  {d['message']}"]
     if d.get("pod"):
         lines.append(f"  Pod: {d['pod']}")
     snap = d.get("last_snapshot")
     lines.append(f"  last snapshot: {snap['name']} ({'Ready' if snap['ready'] else 'not Ready'}, {snap['age']})"
-                 if snap else "  last snapshot: none")
+                 if snap else f"  last snapshot: unknown ({d['snapshots_unreadable']})" if d.get("snapshots_unreadable")
+                 else "  last snapshot: none")
     return "\n".join(lines)
 
 
@@ -109,7 +119,8 @@ class PauseCommand(WorkspaceCommand):
 
     def run(self) -> None:
         from ..k8s import WORKSPACE_LABEL
-        from ..k8s.workspace import PauseInProgress, addon_cannot_snapshot, addon_enabled, current_pod, set_paused
+        from ..k8s.workspace import (PauseInProgress, addon_cannot_snapshot, addon_enabled, current_pod, describe,
+                                     set_paused)
         kube = self.kube()
         ws = kube.workspace(self.workspace)
         pod = current_pod(ws, kube.list_pods(WORKSPACE_LABEL, self.workspace))
@@ -119,11 +130,9 @@ class PauseCommand(WorkspaceCommand):
         loses = running and not snapshotted and not (ws.get("spec") or {}).get("paused")
         payload = {"workspace": self.workspace, "snapshot_on_pause": snapshotted, "warning": None}
         cannot = addon_cannot_snapshot(pod, pod["metadata"]["name"]) if snapshotted else None
+        refused = {**payload, "paused": False, "changed": False}
         if cannot:  # --discard-kernel-state too: the add-on would take that pause and hold it
-            reason = f"{cannot}. Nothing was changed"
-            if self.json:
-                self.show({**payload, "paused": False, "changed": False, "refused": True, "reason": reason}, "")
-            self.fail(reason, EXIT_REFUSED)
+            self.fail(f"{cannot}. Nothing was changed", EXIT_REFUSED, refused)
         if loses and not self.discard_kernel_state:
             reason = (f"the GKE Workspaces snapshot add-on is not enabled for the Workspace {kube.namespace}/"
                       f"{self.workspace}, so a pause from here takes no Pod snapshot and no checkpoint: what its "
@@ -133,13 +142,13 @@ class PauseCommand(WorkspaceCommand):
                       f'(annotation {ADDON_ENABLED_ANNOTATION}: "true") while it is paused: its next Pod runs in '
                       "gVisor, which the add-on's snapshots need; or, to stop it as Kubeflow's Stop does and lose "
                       "that memory, pass --discard-kernel-state")
-            if self.json:
-                self.show({**payload, "paused": False, "changed": False, "refused": True, "reason": reason}, "")
-            self.fail(reason, EXIT_REFUSED)
+            self.fail(reason, EXIT_REFUSED, refused)
         try:
             changed = set_paused(kube, self.workspace, True)
         except PauseInProgress as exc:
-            self.fail(f"{exc}; not asking again. Follow it with `jupyter gkews status`", EXIT_REFUSED)
+            d = describe(kube, self.workspace)
+            self.fail(d["message"] if d["snapshot_failed"] else
+                      f"{exc}; not asking again. Follow it with `jupyter gkews status`", EXIT_REFUSED, refused)
             return
         if changed and loses:
             payload["warning"] = ("paused without a Pod snapshot or checkpoint (--discard-kernel-state): what the "
@@ -160,12 +169,23 @@ class ResumeCommand(WorkspaceCommand):
         kube = self.kube()
         d = describe(kube, self.workspace)
         if d["state"] in ("waiting-for-capacity", "starting", "restoring"):
-            self.show({**d, "refused": True}, describe_text(d))
             self.fail(f"a resume of {self.workspace} is already pending ({d['state']}: {d['message']}); not starting "
-                      "a second one. Wait for it, or `jupyter gkews status` to follow it", EXIT_REFUSED)
+                      "a second one. Wait for it, or `jupyter gkews status` to follow it", EXIT_REFUSED, d)
+        if d["snapshot_in_progress"] or d["snapshot_failed"]:  # spec.paused is false already: nothing to set
+            self.fail(f"{self.workspace} is pausing, not paused: {d['message']}"
+                      + ("" if d["snapshot_failed"] else "; resume it once it is paused"), EXIT_REFUSED, d)
+        if d["state"] == "error":
+            self.fail(f"{self.workspace} is not paused, and in error: {d['message']}. A resume cannot mend that: "
+                      "mend the cause, then `jupyter gkews status`", EXIT_ERROR, d)
         if d["state"] == "ready":
             self.show({**d, "changed": False}, describe_text(d) + "\n  already running; nothing to do")
             return
         changed = set_paused(kube, self.workspace, False)
-        d = describe(kube, self.workspace)
+        try:
+            d = describe(kube, self.workspace)
+        except KubeError as exc:  # the resume was asked for: its state is for `status` to tell later
+            self.show({"workspace": self.workspace, "namespace": kube.namespace, "changed": changed},
+                      f"Workspace {kube.namespace}/{self.workspace}: resume requested; its state could not be read "
+                      f"just now ({exc}): follow it with `jupyter gkews status`")
+            return
         self.show({**d, "changed": changed}, describe_text(d) + ("\n  resume requested" if changed else ""))

@@ -2,11 +2,16 @@
 each one translated into a KubeError that names the verb and resource when it fails."""
 from __future__ import annotations
 
+import time
+
 from . import SNAPSHOT_GROUP, SNAPSHOT_VERSION, WORKSPACE_GROUP, WORKSPACE_VERSION, WORKSPACES, labels
-from .client import explain, make_api_client
+from .client import SERVICE_ACCOUNT, explain, make_api_client
 
 _GROUPS = {"podsnapshot": (SNAPSHOT_GROUP, SNAPSHOT_VERSION), "workspace": (WORKSPACE_GROUP, WORKSPACE_VERSION)}
 TIMEOUT = (5, 30)  # seconds to connect, to read: one slow call must not hang a pause
+#: answers of an API server that is busy or restarting, worth a second try (not a timeout: that took 30 s already)
+BUSY = (429, 500, 502, 503, 504)
+READ_TRIES = 3
 
 
 def _gv(plural: str) -> tuple[str, str]:
@@ -17,20 +22,27 @@ def _gv(plural: str) -> tuple[str, str]:
 
 
 class Kube:
-    def __init__(self, namespace: str, kubeconfig: str = "", context: str = "", api_client=None):
+    def __init__(self, namespace: str, kubeconfig: str = "", context: str = "", api_client=None,
+                 caller: tuple[str, str] = SERVICE_ACCOUNT):
         from kubernetes import client
 
         self.namespace = namespace
+        self.caller = caller
         self.api_client = api_client or make_api_client(kubeconfig, context)
         self.core = client.CoreV1Api(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)
         self.host = self.api_client.configuration.host
 
     def _call(self, verb: str, resource: str, name: str, fn, *args, **kwargs):
-        try:
-            return fn(*args, _request_timeout=TIMEOUT, **kwargs)
-        except Exception as exc:  # every failure is named: verb, resource, namespace
-            raise explain(exc, verb, resource, self.namespace, name, self.host) from None
+        tries = READ_TRIES if verb in ("get", "list") else 1
+        for attempt in range(tries):
+            try:
+                return fn(*args, _request_timeout=TIMEOUT, **kwargs)
+            except Exception as exc:  # every failure is named: verb, resource, namespace
+                error = explain(exc, verb, resource, self.namespace, name, self.host, self.caller)
+                if error.status not in BUSY or attempt == tries - 1:
+                    raise error from None
+                time.sleep(0.5 * (attempt + 1))  # a read changes nothing: one 503 or 429 is asked again
 
     # -- pods ---------------------------------------------------------------------------------------
     def get_pod(self, name: str) -> dict:

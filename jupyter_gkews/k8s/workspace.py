@@ -8,10 +8,11 @@ from kernel_state.timestamps import utc_epoch
 
 from . import (ADDON_ENABLED_ANNOTATION, ADDON_LAST_ANNOTATION, ADDON_READINESS_GATE, ADDON_STARTED_ANNOTATION,
                ADDON_STATE_ANNOTATION, GVISOR_RUNTIME_CLASS, MIGRATION_ENABLED_ANNOTATION, SNAPSHOTS, TPU_RESOURCE,
-               WORKSPACE_LABEL, WORKSPACES, annotations, condition, name_of)
-from .api import Kube
+               TRIGGERED_BY_LABEL, TRIGGERS, WORKSPACE_LABEL, WORKSPACES, addon_trigger_name, annotations, condition,
+               labels, name_of)
+from .api import BUSY, Kube
 from .client import KubeError
-from .snapshots import is_ready, of_workspace
+from .snapshots import SnapshotError, is_ready, of_workspace, snapshot_created, snapshot_progress, trigger_progress
 
 
 class PauseInProgress(Exception):
@@ -47,9 +48,12 @@ def set_paused(kube: Kube, workspace: str, paused: bool) -> bool:
             kube.patch(WORKSPACES, workspace, ops + [{"op": "add", "path": "/spec/paused", "value": paused}])
             return True
         except KubeError as exc:
-            if exc.status not in (409, 422, 500):  # a failed `test` (someone changed it meanwhile): read again
+            # a failed `test` (someone changed it meanwhile), or an API server busy or restarting: read again
+            if exc.status not in (409, 422) + BUSY:
                 raise
             last = exc
+            if exc.status in BUSY:
+                time.sleep(1)
     # a failed `test` answers 422 (500 on older API servers), as a webhook's or a schema's refusal does
     raise KubeError(f"spec.paused={paused} could not be set on the Workspace {workspace} in 3 tries: it kept changing, "
                     f"or the API server refused the change (its last answer: {last}); try again", last.status)
@@ -134,8 +138,17 @@ def describe(kube: Kube, workspace: str) -> dict:
     checkpointing_since = addon_checkpointing(ws)
     out = {"workspace": workspace, "namespace": kube.namespace, "paused": paused,
            "workspace_state": status.get("state"), "pod": name_of(pod) if pod else None,
-           "addon_state": annotations(ws).get(ADDON_STATE_ANNOTATION), "snapshot_in_progress": False}
-    if checkpointing_since:  # the add-on holds spec.paused false (and the Pod unready) until its snapshot is Ready
+           "addon_state": annotations(ws).get(ADDON_STATE_ANNOTATION), "snapshot_in_progress": False,
+           "snapshot_failed": False}
+    snaps, unreadable = _snapshots(kube, ws, workspace, pods)
+    failed = addon_snapshot_failure(kube, workspace, snaps) if checkpointing_since else None
+    if failed:
+        out.update(state="pausing", snapshot_failed=True,
+                   message=f"the snapshot add-on's Pod snapshot of this pause failed ({failed}); the Workspace does "
+                           "not pause until a snapshot is Ready, and its Pod keeps its GPU. Delete the add-on's "
+                           f"trigger so that it takes a new one: kubectl delete podsnapshotmanualtriggers "
+                           f"{addon_trigger_name(workspace)} -n {kube.namespace}")
+    elif checkpointing_since:  # the add-on holds spec.paused false (and the Pod unready) until its snapshot is Ready
         out.update(state="pausing", snapshot_in_progress=True,
                    message=f"the snapshot add-on has been taking a Pod snapshot since {checkpointing_since}; "
                            "the Workspace pauses once it is Ready")
@@ -160,21 +173,80 @@ def describe(kube: Kube, workspace: str) -> dict:
                    if restored and restored.get("status") == "True" else
                    "not marked restored from a snapshot (GKE adds PodRestored up to some seconds after Ready)")
             out.update(state="ready", message=f"the Pod is ready; {how}")
+        elif _pod_trouble(pod):
+            name = name_of(pod)
+            out.update(state="error", message=f"the Pod {name} {_pod_trouble(pod)}; `kubectl describe pod {name} -n "
+                                              f"{kube.namespace}` and `kubectl logs {name} -n {kube.namespace}` say "
+                                              "more")
         else:
             phase = (pod.get("status") or {}).get("phase") or "Pending"
             out.update(state="restoring", message=f"the Pod is {phase} and not ready yet")
         if out["state"] != "ready" and out["addon_state"] == "Restoring":
             out["message"] += "; the snapshot add-on is restoring"
     last_addon = annotations(ws).get(ADDON_LAST_ANNOTATION)
-    pod_names = {name_of(p) for p in pods} | {((status.get("podTemplatePod") or {}).get("name") or "")} - {""}
-    snaps = of_workspace(kube.list(SNAPSHOTS), workspace, pod_names, {last_addon} if last_addon else set())
     last = next((s for s in snaps if is_ready(s)), snaps[0] if snaps else None)
     if last is None and last_addon:
         last = {"metadata": {"name": last_addon}}
     out["last_snapshot"] = None if last is None else {
         "name": name_of(last), "ready": is_ready(last), "created": last["metadata"].get("creationTimestamp"),
         "age": age(last["metadata"].get("creationTimestamp"))}
+    if unreadable:
+        out["snapshots_unreadable"] = unreadable
     return out
+
+
+def _snapshots(kube: Kube, ws: dict, workspace: str, pods: list[dict]) -> tuple[list[dict], str | None]:
+    """The Workspace's PodSnapshots, newest first, and why they could not be listed: a cluster without GKE's
+    Pod snapshot CRDs, or a role without `list podsnapshots`, still has a state to tell and a resume to do."""
+    last_addon = annotations(ws).get(ADDON_LAST_ANNOTATION)
+    status = ws.get("status") or {}
+    pod_names = {name_of(p) for p in pods} | {((status.get("podTemplatePod") or {}).get("name") or "")} - {""}
+    try:
+        found = kube.list(SNAPSHOTS)
+    except KubeError as exc:
+        if exc.status not in (403, 404):
+            raise
+        return [], str(exc)
+    return of_workspace(found, workspace, pod_names, {last_addon} if last_addon else set()), None
+
+
+def addon_snapshot_failure(kube: Kube, workspace: str, snaps: list[dict]) -> str | None:
+    """GKE's words for why the add-on's trigger or the snapshot it made failed; None while it may still come."""
+    try:
+        trigger = kube.find(TRIGGERS, addon_trigger_name(workspace))
+    except KubeError:  # a role without `get` on triggers: what the snapshots say is all there is to tell
+        trigger = None
+    created = snapshot_created(trigger) if trigger else ""
+    try:
+        if trigger is not None:
+            trigger_progress(trigger)
+        by_addon = [s for s in snaps if labels(s).get(TRIGGERED_BY_LABEL) == addon_trigger_name(workspace)]
+        # the snapshot its trigger made; with no trigger to read (gone, or not ours to read), the add-on's newest
+        made = [s for s in snaps if name_of(s) == created] if trigger is not None else by_addon[:1]
+        if made:
+            snapshot_progress(made[0])
+    except SnapshotError as exc:
+        return str(exc)
+    return None
+
+
+#: a container waiting for one of these does not start by itself: the image, its configuration or its program
+STUCK_REASONS = ("CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerError",
+                 "CreateContainerConfigError", "RunContainerError")
+
+
+def _pod_trouble(pod: dict) -> str | None:
+    """Why a Pod that is not ready will not become ready by waiting (a failed or evicted Pod, a container that
+    cannot start), in the kubelet's words; None while it may still."""
+    status = pod.get("status") or {}
+    if status.get("phase") == "Failed":
+        return f"failed ({status.get('reason') or 'Failed'}: {status.get('message') or 'no message'})"
+    for c in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        waiting = (c.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in STUCK_REASONS:
+            return (f"cannot start: its container {c.get('name')} is waiting with {waiting['reason']}"
+                    + (f" ({waiting['message']})" if waiting.get("message") else ""))
+    return None
 
 
 def _terminated(pod: dict) -> bool:
