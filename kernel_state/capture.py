@@ -39,7 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import dill
 
-from . import byvalue, cuda_io, module_objects, packed, pending_names, shared_memory, torch_modules, weak_containers
+from . import (byvalue, cuda_io, module_objects, packed, pending_names, plain_values, reconstruct, shared_memory,
+               torch_modules, weak_containers)
 from .alignment import (array_from_layout, hook_dict, masked_view, small_root, subclass_view, tensor_extras, view_of,
                         view_of_bytearray)
 from .dirty_pages import PAGE, TRACKER
@@ -68,6 +69,7 @@ CHUNKS_ALGORITHM = "xxh3-128-chunks"
 VIEW_LIMIT = 16 << 20    # a variable's views of part of a storage are fingerprinted on their own up to this
 PROTOCOL = 5
 _PLAIN = (int, float, str, bytes, bool, type(None), complex)
+_NEWOBJ = (copyreg.__newobj__, copyreg.__newobj_ex__)  # protocol 2's `cls.__new__(cls, *args)`
 _CONTAINERS = {dict, list, tuple, set, frozenset, collections.OrderedDict}
 # what both picklers save by their own code, before any reducer_override
 _BASIC = {int, float, str, bytes, bool, type(None), complex, list, dict, tuple, set, frozenset, bytearray}
@@ -270,6 +272,7 @@ class Capture:
         self._var_refs: list[tuple] = []  # the tensors and arrays this variable's pickle refers to
         self._var_memo = False  # and whether it refers to an object another variable's pickle holds
         self._var_raw = False  # or to a storage outside the tensor table (torch's own reductions)
+        self._new_checked: set[tuple] = set()  # (variable, class, arguments) whose __new__ was looked at
         self._shared: dict[int, tuple] = {}
         self._reductions: dict[int, tuple] = {}
         self._small_roots: dict[int, _SmallRoot] = {}  # id of a small array's root: its pickled memory
@@ -391,6 +394,16 @@ class Capture:
                 "(RecursionError); keep it flatter (a list of rows, not a chain of lists), or save it yourself")
         raise VariableSkipped(f"{type(exc).__name__}: {str(exc)[:300]}")
 
+    def _check_new(self, rv: tuple) -> None:
+        """Warn, once per variable and class, of an object whose class's __new__ cannot load it (reconstruct)."""
+        key = (self._current, rv[1][0] if rv[1] else None, len(rv[1]))
+        if key in self._new_checked:
+            return
+        self._new_checked.add(key)
+        why = reconstruct.new_without_its_arguments(rv)
+        if why:
+            self.warnings.append(f"{self._current}: saved, but {why}")
+
     def _views(self) -> dict:
         """{storage key: fingerprint of this variable's own views of it} for each storage it views only in
         part (`head = t[:3]` beside `t`): verify compares those, so a write elsewhere in the storage (to
@@ -470,7 +483,7 @@ class Capture:
         if isinstance(obj, _PLAIN):
             return named_nan(obj) if type(obj) is float and obj != obj else None
         name = self.var_ids.get(id(obj))
-        if name is not None and name != self._current:
+        if name is not None and name != self._current and not plain_values.by_value(obj):
             if name in self.saved_vars:
                 self._var_names.add(name)
                 self._var_holds.add(name)
@@ -589,13 +602,16 @@ class Capture:
         cached = self._reductions.get(id(obj))
         if cached is None:
             rv = module_objects.reduce_logger(obj) or self._reduce_masked(obj) or self._reduce_subclass(obj) or \
-                torch_modules.reduction(obj) or weak_containers.reduction(obj) or obj.__reduce_ex__(PROTOCOL)
+                torch_modules.reduction(obj) or weak_containers.reduction(obj) or reconstruct.reduce_exception(obj) or \
+                obj.__reduce_ex__(PROTOCOL)
             if not isinstance(rv, str):
                 rv = _state_set_directly(t, _without_lazy_dict(t, tuple(rv)))
                 rv = rv[:3] + tuple(None if items is None else list(items) for items in rv[3:5]) + rv[5:]
             self._reductions[id(obj)] = (obj, rv)
         else:
             rv = cached[1]
+        if not isinstance(rv, str) and rv[0] in _NEWOBJ:
+            self._check_new(rv)
         torch = _torch()
         if torch is not None and isinstance(obj, torch.optim.Optimizer) and not isinstance(rv, str):
             rv = self._optimizer_state(obj, rv)

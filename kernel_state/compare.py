@@ -44,7 +44,7 @@ import sys
 import types
 import weakref
 
-from . import module_objects
+from . import module_objects, plain_values
 from .hashing import new_hasher
 
 _SCALARS = (int, float, str, bytes, bool, type(None))
@@ -302,7 +302,7 @@ class _Digest:
         if c is None:
             return False
         name = c.var_ids.get(id(obj))
-        if name is not None and name != c._current and name in c.saved_vars:
+        if name is not None and name != c._current and name in c.saved_vars and not plain_values.by_value(obj):
             self.emit("var", name)
             return True
         key = c._tensor_keys.get(id(obj))

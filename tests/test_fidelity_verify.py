@@ -523,3 +523,34 @@ def test_reading_a_cached_property_changes_nothing(tmp_path):
         fresh.run("%gkews_checkpoint restore")
         assert fresh.value("[d.total, d.xs, 'total' in vars(c), c.total]") == [6, [1, 2, 3], True, 4]
         assert _all_match(fresh.value(VERIFY)) == []
+
+
+def test_rebinding_a_name_whose_value_another_variable_holds_by_value_changes_nothing(tmp_path):
+    """`cfg = {"dtype": dt}` held dt as "dt's object": after `dt = np.dtype("int8")` verify called cfg changed
+    ("it holds dt's objects, and dt changed") though cfg held the same float32. A dtype, a device, a tuple of
+    constants or an imported class is what it is; a list another variable holds still changes with it."""
+    setup = ("import numpy as np, torch, enum, pathlib, decimal\n"
+             "dt = np.dtype('float32'); pair = (1, 'a'); tdt = torch.float32; dev = torch.device('cpu')\n"
+             "kind = torch.nn.Linear; path = pathlib.Path('data/x.csv'); price = decimal.Decimal('1.10')\n"
+             "color = enum.Enum('Color', 'RED')\n"
+             "log = [1]\n"
+             "cfg = {'dtype': dt, 'pair': pair, 'tdt': tdt, 'dev': dev, 'kind': kind, 'path': path, "
+             "'price': price, 'log': log}")
+    with Kernel(tmp_path) as k:
+        k.run(setup)
+        k.run("%gkews_checkpoint save")
+        k.run("dt = np.dtype('int8'); pair = (2, 'b'); tdt = torch.bfloat16; dev = torch.device('meta')\n"
+              "kind = torch.nn.Conv1d; path = pathlib.Path('y'); price = decimal.Decimal('2')")
+        verdicts = k.value(VERIFY)
+        assert verdicts["cfg"] == "match", verdicts
+        assert {n for n, v in verdicts.items() if v != "match"} == {"dt", "pair", "tdt", "dev", "kind", "path",
+                                                                    "price"}, verdicts
+        k.run("log.append(2)")
+        assert k.value(VERIFY)["cfg"] == "changed"
+        k.run("%gkews_checkpoint save")
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert fresh.value("[str(cfg['dtype']), cfg['pair'], str(cfg['tdt']), cfg['kind'].__name__, "
+                           "cfg['log'] is log, cfg['log'], str(dt)]") == \
+            ["float32", [1, "a"], "torch.float32", "Linear", True, [1, 2], "int8"]
+        assert _all_match(fresh.value(VERIFY)) == []
