@@ -669,3 +669,87 @@ async def test_a_notebook_deleted_while_paused_gets_no_kernel(jp_fetch, jp_serve
     sessions = [x["path"] for x in json.loads((await jp_fetch("api", "sessions")).body)]
     assert sessions == ["keep.ipynb"]
     assert len(json.loads((await jp_fetch("api", "kernels")).body)) == 1
+
+
+# -- problem 60: a full volume during a resume ---------------------------------------------------------------
+async def test_a_resume_that_fails_after_starting_kernels_shuts_them_down_and_the_next_one_restores(
+        jp_fetch, jp_serverapp, jp_root_dir):
+    """The state volume filled as the resume reached verifying, after it had started the kernels: they stayed
+    in their start hold, answering nothing, for 10 minutes, then ran cells on an empty namespace."""
+    a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, a, "x = 'kept'")
+    assert (await post(jp_fetch, "pause")).code == 202
+    assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
+    lifecycle = jp_serverapp.web_app.settings["gkews_lifecycle"]
+    lifecycle.record_retry_interval = 0.2
+    save, full = lifecycle.store.save, [True]
+
+    def save_unless_verifying(state):  # the volume is full from the moment the kernels are up
+        if full[0] and state.get("phase") == "verifying":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        save(state)
+    lifecycle.store.save = save_unless_verifying
+    try:
+        assert (await post(jp_fetch, "resume")).code == 202
+        failed = await wait_for(jp_fetch, ("active", "failed"))
+        assert failed["state"] == "failed", failed["message"]
+        assert "The kernels it had started for a.ipynb are shut down again" in failed["message"], failed["message"]
+        assert a not in jp_serverapp.kernel_manager
+        assert not os.path.exists(lifecycle._hold_file(a))
+    finally:
+        full[0] = False
+        lifecycle.store.save = save
+    assert (await post(jp_fetch, "resume")).code == 202
+    back = await wait_for(jp_fetch, ("active", "failed"))
+    assert back["state"] == "active", back["message"]
+    assert (await run_cell(jp_serverapp, a, "print(x)")).strip() == "kept"
+
+
+async def test_a_full_checkpoint_volume_does_not_fail_a_resume_which_only_unpins(
+        jp_fetch, jp_serverapp, jp_root_dir, monkeypatch):
+    """A resume reads the store and only removes pins: a pin file that could not be rewritten for want of a block
+    failed a resume that had brought everything back ("Resume again" then found nothing to resume). The pins
+    stay until the next change writes them."""
+    a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, a, "x = 'kept'")
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused"
+    lifecycle = jp_serverapp.web_app.settings["gkews_lifecycle"]
+    checkpoint = paused["notebooks"][0]["checkpoint"]
+    from jupyter_gkews.lifecycle import persistence
+    write, full = persistence.write_pins, [True]
+
+    def write_unless_full(root, owner, checkpoints):
+        if full[0]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        write(root, owner, checkpoints)
+    monkeypatch.setattr(persistence, "write_pins", write_unless_full)
+    assert (await post(jp_fetch, "resume")).code == 202
+    back = await wait_for(jp_fetch, ("active", "failed"))
+    assert back["state"] == "active", back["message"]
+    assert (await run_cell(jp_serverapp, a, "print(x)")).strip() == "kept"
+    assert checkpoint in pinned(lifecycle.checkpoint_root)  # kept a while longer: nothing lost
+    full[0] = False
+    assert (await post(jp_fetch, "pause")).code == 202  # the next change writes them
+    again = await wait_for(jp_fetch, ("paused", "failed"))
+    assert again["state"] == "paused" and set(pinned(lifecycle.checkpoint_root)) == {
+        again["notebooks"][0]["checkpoint"]}
+
+
+async def test_a_pin_that_cannot_be_written_fails_the_pause_naming_where_and_the_fix(
+        jp_fetch, jp_serverapp, jp_root_dir, monkeypatch):
+    a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, a, "x = 'kept'")
+    from jupyter_gkews.lifecycle import persistence
+
+    def full(root, owner, checkpoints):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(persistence, "write_pins", full)
+    assert (await post(jp_fetch, "pause")).code == 202
+    failed = await wait_for(jp_fetch, ("paused", "failed"))
+    assert failed["state"] == "failed"
+    lifecycle = jp_serverapp.web_app.settings["gkews_lifecycle"]
+    assert f"could not pin the checkpoints the paused notebooks resume from in {lifecycle.checkpoint_root}: " \
+           "the disk is full" in failed["message"] and "Free space there" in failed["message"], failed["message"]
+    assert (await run_cell(jp_serverapp, a, "print(x)")).strip() == "kept"  # it runs on

@@ -54,6 +54,7 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
         self._write_lock = asyncio.Lock()  # state.json is replaced in the order the changes happened
         self._holds: dict[str, object] = {}  # kernel id -> bridge.Hold: checkpointed, no cell runs until released
         self._pins: dict | None = None  # the checkpoints last pinned in the store (kernel_state.pins)
+        self._pins_failing: str | None = None  # why the pins last could not be written (logged once)
         self._in_resume: set[int] = set()  # id() of the notebook entries the running resume brings back
 
     def status(self) -> dict:

@@ -7,12 +7,17 @@ import copy
 import errno
 
 from kernel_state.pins import write_pins
+from kernel_state.store import write_error
 
 from ..errors import StateNotWritable
 from ..journal import event_record
 from ..state import now
 from ..states import Event, NotebookStatus, Phase, State, awaiting_resume, check_transition
 from .paths import one_line
+
+
+#: what a pin that cannot be written stops (write_error's action and outcome)
+PINNING = ("pin the checkpoints the paused notebooks resume from in", "the checkpoints are as they were")
 
 
 def pinned_checkpoints(state: dict) -> dict:
@@ -96,16 +101,24 @@ class Persistence:
         """Pin in the checkpoint store every checkpoint a notebook of this state would resume from, so that
         no delete, retention or cleanup (server or kernel) removes it; unpin them once active again."""
         needed = pinned_checkpoints(snapshot)
-        if needed != self._pins:
-            try:
-                write_pins(self.checkpoint_root, self.store.directory, needed)
-            except OSError as exc:
-                if exc.errno != errno.EROFS:
-                    raise
-                # a read-only checkpoint volume: nothing can delete a checkpoint there, so none needs a pin
-                if self.log:
-                    self.log.warning("gkews: cannot pin checkpoints in %s (read-only): %s", self.checkpoint_root, exc)
-            self._pins = needed
+        if needed == self._pins:
+            return
+        try:
+            write_pins(self.checkpoint_root, self.store.directory, needed)
+        except OSError as exc:
+            # Left as it is, and written at the next change (self._pins unchanged): on a read-only volume nothing
+            # can delete a checkpoint, so none needs a pin (until it is writable again); and a file that pins
+            # more than is needed (a resume unpinning on a full disk) keeps checkpoints a while longer and loses
+            # none, so a resume that only reads the store does not fail for want of a block.
+            fewer = self._pins is not None and needed.items() <= self._pins.items()
+            if exc.errno != errno.EROFS and not fewer:
+                raise write_error(exc, self.checkpoint_root, PINNING) from None
+            if self.log and self._pins_failing != str(exc):  # once, not at every change
+                self.log.warning("gkews: cannot write the pins of %s (%s); trying again at each change",
+                                 self.checkpoint_root, exc)
+            self._pins_failing = str(exc)
+            return
+        self._pins, self._pins_failing = needed, None
 
     async def _enter(self, state: State, phase: Phase | None, message: str, event: Event, *, final: bool = False,
                      **details) -> None:

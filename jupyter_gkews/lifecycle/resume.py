@@ -77,6 +77,7 @@ class Resume:
         """deleted: the paths of notebooks deleted while paused before the resume (Lifecycle.notebook_deleted),
         for its message; those it finds deleted itself are added. unsaved: those the pause did not checkpoint."""
         deleted = list(deleted)
+        started: list[dict] = []  # the notebooks whose kernels this resume started (not ones that lived on)
         self._in_resume = {id(nb) for nb in notebooks}  # a session asked for on them is told to wait
         try:
             if not acquired:
@@ -86,6 +87,7 @@ class Resume:
                                   Event.RESTORING)
             # a kernel that lived on is still held; by entry, not by path: a rename during the resume moves the path
             held = {id(nb): nb["kernel_id"] for nb in notebooks}
+            km = self.serverapp.kernel_manager
             for nb in notebooks:
                 nb.update(verdict=None, error=None, failed={})
                 nb.pop("next_step", None)  # an earlier resume's advice
@@ -99,7 +101,10 @@ class Resume:
                                         noticed="resume")
                     continue
                 try:
+                    fresh = nb["kernel_id"] not in km
                     nb["kernel_id"] = await self.backend.start_kernel(nb)
+                    if fresh:
+                        started.append(nb)
                 except Exception as exc:
                     # the server's log has it too, with where it came from (the status has one line)
                     if self.log:
@@ -125,7 +130,11 @@ class Resume:
                 if not lost:  # a deleted notebook was not resumed: its notebook-deleted event says so
                     await self._persist(Event.NOTEBOOK_RESUMED, path=nb["path"], verdict=nb["verdict"],
                                         why=nb.get("why_restored") or nb.get("error"), failed=nb["failed"])
-            await asyncio.gather(*(resume_one(nb) for nb in notebooks))
+            # each to its end, a failure of one included: a kernel another failure stops must not be mid-restore
+            failures = [r for r in await asyncio.gather(*(resume_one(nb) for nb in notebooks), return_exceptions=True)
+                        if isinstance(r, BaseException)]
+            if failures:
+                raise failures[0]
             self.state["progress"] = None
             self.state["timeline"]["restore_done"] = now()
             counts = {}
@@ -152,10 +161,31 @@ class Resume:
                 # but a notebook found deleted, or whose checkpoint is gone: nothing can resume it (lost)
                 if nb.get("status") not in (NotebookStatus.RESUMED, NotebookStatus.LOST):
                     nb["status"] = NotebookStatus.FAILED
-            await self._fail(f"The resume stopped at {self.state['phase']}: {type(exc).__name__}: {exc}.",
+            stopped = await self._stop_unrestored(started)
+            await self._fail(f"The resume stopped at {self.state['phase']}: {type(exc).__name__}: {exc}."
+                             + (f" The kernels it had started for {', '.join(stopped)} are shut down again, so "
+                                "that no cell runs in them before their restore." if stopped else ""),
                              "Resume again; the checkpoints are kept.")
         finally:
             self._in_resume = set()
+
+    async def _stop_unrestored(self, started: list[dict]) -> list[str]:
+        """A resume that failed after starting kernels left them in their start hold, answering nothing, until its
+        bound ran out (10 minutes), then running cells on an empty namespace: the ones nothing was verified or
+        restored into are shut down, as the pause left them; the next resume starts them again. Their paths."""
+        km = self.serverapp.kernel_manager
+        stopped = []
+        for nb in started:
+            if nb.get("verdict") is not None or nb["kernel_id"] not in km:
+                continue
+            try:
+                await km.shutdown_kernel(nb["kernel_id"], now=True)
+            except Exception:  # gone meanwhile: nothing runs in it either
+                if self.log:
+                    self.log.warning("gkews: could not shut down the kernel of %s", nb["path"], exc_info=True)
+            await self._let_go(nb["kernel_id"])  # its hold file, which the next start of that id would find
+            stopped.append(nb["path"])
+        return stopped
 
     def _kernel_changes(self, kernel_id: str) -> int:
         return self.kernel_changes.count(kernel_id) if self.kernel_changes is not None else 0
