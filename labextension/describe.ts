@@ -94,9 +94,12 @@ export function progressText(progress: IProgress | null): string {
   return parts.join(', ');
 }
 
-/** "train.ipynb", "a.ipynb and b.ipynb", "a.ipynb, b.ipynb and c.ipynb". */
-export function names(paths: string[]): string {
-  const n = paths.map(baseName);
+/**
+ * "train.ipynb", "a.ipynb and b.ipynb", "a.ipynb, b.ipynb and c.ipynb"; a notebook whose file name another
+ * one of `among` shares by its path ("x/train.ipynb and y/train.ipynb").
+ */
+export function names(paths: string[], among: string[] = paths): string {
+  const n = paths.map(path => shortName(path, among));
   return n.length <= 1 ? (n[0] ?? '') : `${n.slice(0, -1).join(', ')} and ${n[n.length - 1]}`;
 }
 
@@ -201,9 +204,12 @@ function their(n: number, what: string): string {
   return n === 1 ? `its ${what}` : `their ${what}s`;
 }
 
-/** One resumed notebook, as a sentence: "Resumed train.ipynb from its checkpoint: 4 variables restored." */
-export function resumedSentence(nb: INotebookStatus): string {
-  const name = baseName(nb.path);
+/**
+ * One resumed notebook, as a sentence: "Resumed train.ipynb from its checkpoint: 4 variables restored."
+ * `among`: the paths of the notebooks named beside it (one of the same file name makes it go by its path).
+ */
+export function resumedSentence(nb: INotebookStatus, among: string[] = [nb.path]): string {
+  const name = shortName(nb.path, among);
   if (nb.deleted) {
     const kept = nb.checkpoint ? `; its checkpoint ${nb.checkpoint} stays in the store` : '';
     return `${name} was deleted while paused: not resumed${kept}.`;
@@ -241,10 +247,11 @@ function waitingFor(status: IStatus): string {
 export function pausedSentence(status: IStatus): string {
   const paused = status.notebooks.filter(nb => nb.status === 'released' || LIVE_STATUSES.includes(nb.status));
   const released = paused.map(nb => nb.path);
+  const all = status.notebooks.map(nb => nb.path);
   const left = status.notebooks.filter(nb => !paused.includes(nb));
   const parts: string[] = [];
   if (released.length) {
-    parts.push(`${pausedBy(status)} ${names(released)}; Resume brings ${their(released.length, 'kernel')} back.`);
+    parts.push(`${pausedBy(status)} ${names(released, all)}; Resume brings ${their(released.length, 'kernel')} back.`);
   } else {
     parts.push('Paused; no notebook had a kernel to release.');
   }
@@ -256,7 +263,7 @@ export function pausedSentence(status: IStatus): string {
   for (const nb of paused) {
     if (LIVE_STATUSES.includes(nb.status) && nb.message) {
       // local GPU suspend: the process lives on ("suspended in host memory (4.0 GiB)")
-      parts.push(`${baseName(nb.path)}: ${nb.message}.`);
+      parts.push(`${shortName(nb.path, all)}: ${nb.message}.`);
     }
   }
   for (const nb of left) {
@@ -363,7 +370,10 @@ export function summarySentence(status: IStatus): string {
       return status.error ? `${status.error.reason} ${status.error.next_step}` : status.message;
     default:
       return status.notebooks.some(resumeOutcome)
-        ? status.notebooks.filter(resumeOutcome).map(resumedSentence).join(' ')
+        ? status.notebooks
+            .filter(resumeOutcome)
+            .map(nb => resumedSentence(nb, paths))
+            .join(' ')
         : 'The kernels run; Pause checkpoints them and releases the GPU.';
   }
 }
@@ -375,7 +385,8 @@ export function clip(text: string, limit = 140): string {
 
 /** The server's words with each notebook named by its file name: a toast has 140 characters. */
 function withFileNames(text: string, status: IStatus): string {
-  const paths = status.notebooks.map(nb => nb.path).filter(path => path.includes('/'));
+  const all = status.notebooks.map(nb => nb.path);
+  const paths = all.filter(path => shortName(path, all) !== path);
   return paths.sort((a, b) => b.length - a.length).reduce((t, path) => t.split(path).join(baseName(path)), text);
 }
 
@@ -400,11 +411,20 @@ export function transitionMessage(kind: 'paused' | 'resumed' | 'failed', status:
     return cut + pausedSentence(status);
   }
   const resumed = status.notebooks.filter(resumeOutcome);
-  return resumed.length ? resumed.map(resumedSentence).join(' ') : 'Resumed; no notebook had a checkpoint to restore.';
+  const all = status.notebooks.map(nb => nb.path);
+  return resumed.length
+    ? resumed.map(nb => resumedSentence(nb, all)).join(' ')
+    : 'Resumed; no notebook had a checkpoint to restore.';
 }
 
 export function baseName(path: string): string {
   return path.split('/').pop() ?? path;
+}
+
+/** A notebook's file name, or its path where another of `among` has the same file name (x/ and y/train.ipynb). */
+export function shortName(path: string, among: string[]): string {
+  const name = baseName(path);
+  return among.some(other => other !== path && baseName(other) === name) ? path : name;
 }
 
 const TIMELINE: [string, string][] = [

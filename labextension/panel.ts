@@ -48,7 +48,7 @@ export class CheckpointPanel extends Widget {
     model.transition.connect(() => void this.refresh(), this);
     // a pause or a resume starting turns Restore, Rewind and the toggle off (pausedKernelNote): draw them again
     model.changed.connect(() => {
-      const state = model.status?.state ?? null;
+      const state = `${model.status?.state ?? null}${model.busy ? ' (busy)' : ''}`;
       if (state !== this.drawnFor) {
         this.drawnFor = state;
         void this.refresh();
@@ -120,7 +120,7 @@ export class CheckpointPanel extends Widget {
       box.disabled = false;
     };
     // only a running kernel can say or switch it: no request that can only be refused
-    const unavailable = pausedKernelNote(notebook, this.model.status) ?? this.noKernelNote(notebook);
+    const unavailable = this.unavailable(notebook);
     if (unavailable) {
       label.title = `Not available: ${unavailable}`;
       return label;
@@ -152,6 +152,15 @@ export class CheckpointPanel extends Widget {
     return label;
   }
 
+  /** Why the kernel of `notebook` cannot be asked or restored into now, or null when it can. */
+  private unavailable(notebook: string): string | null {
+    if (this.model.busy && !pausedKernelNote(notebook, this.model.status)) {
+      // this page's Pause or Resume is on its way: the server would refuse (409) what the rows would ask now
+      return `a pause or a resume is under way: ${notebook}'s kernel can be used again once it is done.`;
+    }
+    return pausedKernelNote(notebook, this.model.status) ?? this.noKernelNote(notebook);
+  }
+
   /** Why `notebook` has no kernel to ask, or null when the server runs one for it. */
   private noKernelNote(notebook: string): string | null {
     for (const session of this.sessions.running()) {
@@ -177,8 +186,9 @@ export class CheckpointPanel extends Widget {
       info.textContent += ` · after [${c.label.cell ?? '?'}] ${c.label.source}`;
     }
     li.appendChild(info);
-    // a paused notebook has no running kernel: both are off, saying so, until it is resumed
-    const paused = pausedKernelNote(c.notebook, this.model.status);
+    // a paused notebook, or one whose kernel is not running, has no kernel to restore into: both are off, saying
+    // so (Restore asked for a confirmation, then failed: "has no running kernel")
+    const paused = this.unavailable(c.notebook);
     if (cell !== null && cell !== undefined) {
       li.appendChild(
         this.button(

@@ -240,6 +240,33 @@ describe('GkewsModel', () => {
     );
   });
 
+  it('names two notebooks of one file name by their paths, in every sentence that names both', () => {
+    const x: INotebookStatus = { ...restoredNotebook, path: 'dup/x/train.ipynb', kernel_id: 'kx' };
+    const y: INotebookStatus = {
+      path: 'dup/y/train.ipynb',
+      kernel_id: 'ky',
+      status: 'lost',
+      verdict: null,
+      deleted: true,
+      checkpoint: '20261203-061500-ab12'
+    };
+    const other: INotebookStatus = { ...restoredNotebook, path: 'held/other.ipynb', kernel_id: 'ko' };
+    const after = status({ state: 'active', cycle: 1, notebooks: [x, y, other] });
+    expect(transitionMessage('resumed', after)).toMatch(
+      /^Resumed dup\/x\/train\.ipynb from its checkpoint.* dup\/y\/train\.ipynb was deleted.* Resumed other\.ipynb /
+    );
+    const paused = status({
+      state: 'paused',
+      cycle: 1,
+      notebooks: [x, y, other].map(nb => ({ ...nb, status: 'released', deleted: false, verdict: null }))
+    });
+    expect(transitionMessage('paused', paused)).toBe(
+      'Paused dup/x/train.ipynb, dup/y/train.ipynb and other.ipynb; Resume brings their kernels back.'
+    );
+    expect(names(['a/t.ipynb', 'b/t.ipynb'])).toBe('a/t.ipynb and b/t.ipynb');
+    expect(names(['a/t.ipynb', 'b/u.ipynb'])).toBe('t.ipynb and u.ipynb');
+  });
+
   it('names a notebook deleted while paused after the resume, and where its checkpoint is', async () => {
     const deleted: INotebookStatus = {
       path: 'work/gone.ipynb',

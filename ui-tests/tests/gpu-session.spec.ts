@@ -203,9 +203,18 @@ test.describe('with the real sessions API', () => {
   }) => {
     // a notebook without a running kernel (paused, or closed by an earlier test) cannot say whether its
     // automatic checkpoints are on: the sidebar must not ask (each such question was answered 409)
+    // (one sent before Pause was pressed, and answered after the pause began, is the server's to refuse: the
+    // page could not know)
     const refused: string[] = [];
+    let pausePressed = false;
+    const sentAfterPause = new WeakSet<object>();
+    page.on('request', r => {
+      if (pausePressed) {
+        sentAfterPause.add(r);
+      }
+    });
     page.on('response', async r => {
-      if (r.url().includes('/gkews/checkpoints/auto') && r.status() >= 400) {
+      if (r.url().includes('/gkews/checkpoints/auto') && r.status() >= 400 && sentAfterPause.has(r.request())) {
         refused.push(`${r.status()} ${r.request().postData()}: ${await r.text().catch(() => '')}`);
       }
     });
@@ -233,6 +242,7 @@ test.describe('with the real sessions API', () => {
 
     // paused: the toggle says why it is off, without asking the kernel that is gone
     const status = statusItem(page);
+    pausePressed = true;
     await page.getByRole('button', { name: /^Pause:/ }).click();
     await expect(status).toHaveText('GPU session: paused', { timeout: 120_000 });
     await expect(section.locator('.jp-gkews-Checkpoint-auto')).toHaveAttribute('title', /is paused/);
@@ -260,6 +270,25 @@ test.describe('with the real sessions API', () => {
     await expect(toggle).toBeEnabled();
     await expect(toggle).not.toBeChecked();
     await page.unroute('**/api/sessions**');
+  });
+
+  test('Restore is off for a notebook whose kernel is shut down, saying why, and on again once it runs', async ({
+    page,
+    tmpPath
+  }) => {
+    // it was on, asked for a confirmation, then failed: "has no running kernel"
+    const notebook = `${tmpPath}/stopped.ipynb`;
+    const { section } = await checkpointedInSidebar(page, notebook, ['x = 1']);
+    const restore = section.locator('.jp-gkews-Checkpoint-action', { hasText: 'Restore' });
+    await expect(restore).toBeEnabled();
+    await page.menu.clickMenuItem('Kernel>Shut Down Kernel');
+    await expect(restore).toBeDisabled();
+    await expect(restore).toHaveAttribute(
+      'title',
+      `${notebook} has no running kernel. Open it and run a cell, then refresh this list.`
+    );
+    await page.notebook.runCell(0);
+    await expect(restore).toBeEnabled();
   });
 });
 
