@@ -26,6 +26,7 @@ import collections
 import copyreg
 import functools
 import io
+import itertools
 import json
 import math
 import os
@@ -145,6 +146,26 @@ def named_nan(obj):
         return ("constant", "math", "nan")
     np = sys.modules.get("numpy")
     return ("constant", "numpy", "nan") if np is not None and obj is getattr(np, "nan", None) else None
+
+
+#: orders of a set's items tried to find one that fills a set as it was (each is a set built again)
+SET_TRIES = 256
+SET_SEARCH_LIMIT = 1_000  # items of the largest set looked at (256 sets of 1,000 items: some milliseconds)
+
+
+def set_insertion_order(items: list) -> list | None:
+    """An order of the items that fills a set laid out as `items` iterates, or None. Tried, within
+    SET_TRIES: the items with their first k moved to the end (undoes a wrap around the table), then with one
+    item moved to the end (one that collided with a later one), then both."""
+    n = len(items)
+
+    def rotated():
+        return (items[k:] + items[:k] for k in range(1, n))
+    moves = (r[:i] + r[i + 1:] + [r[i]] for r in itertools.chain([items], rotated()) for i in range(n))
+    for order in itertools.islice(itertools.chain(rotated(), moves), SET_TRIES):
+        if list(set(order)) == items:
+            return order
+    return None
 
 
 def type_name(value) -> str:
@@ -273,6 +294,7 @@ class Capture:
         self._var_memo = False  # and whether it refers to an object another variable's pickle holds
         self._var_raw = False  # or to a storage outside the tensor table (torch's own reductions)
         self._new_checked: set[tuple] = set()  # (variable, class, arguments) whose __new__ was looked at
+        self._sets: dict[int, tuple] = {}  # id of a set saved by reference (_set_reference) -> (variable, number)
         self._shared: dict[int, tuple] = {}
         self._reductions: dict[int, tuple] = {}
         self._small_roots: dict[int, _SmallRoot] = {}  # id of a small array's root: its pickled memory
@@ -500,6 +522,8 @@ class Capture:
             self._var_memo = True
             self._var_names.add(shared[0])
             return ("memo",) + shared
+        if type(obj) is set and len(obj) > 1:
+            return self._set_reference(obj)
         if type(obj) in _CONTAINERS:  # most of what a model's pickle meets: never a tensor nor a resource
             return None
         if module_objects.process_object(obj):  # sys.stdout is no resource to refuse: reduce() names it
@@ -545,6 +569,28 @@ class Capture:
         refuse(obj)
         torch_modules.refuse_compiled(obj)
         return None
+
+    def _set_reference(self, obj):
+        """A set whose pickle would come back iterating in another order (pickle adds its items in the order they
+        are iterated, and under the same string hashes a set filled in that order can still lay them out
+        otherwise: one that wrapped around its table, or collided): its items in an order that gives its order
+        back, ("set", variable, number, items); met again, ("set", variable, number). None for any other."""
+        known = self._sets.get(id(obj))
+        if known is not None:
+            if known[0] != self._current:
+                self._var_names.add(known[0])
+            return ("set",) + known
+        if len(obj) > SET_SEARCH_LIMIT:  # each try builds a set: a large one keeps the order pickle gives it
+            return None
+        items = list(obj)
+        if list(set(items)) == items:
+            return None
+        order = set_insertion_order(items)
+        if order is None:
+            return None
+        self._sets[id(obj)] = known = (self._current, len(self._sets))
+        self._keep.append(obj)  # its id stays its own until the save ends
+        return ("set",) + known + (order,)
 
     def _path(self, obj):
         """A class or function defined inside a saved notebook class (`Outer.Inner`): the same object,

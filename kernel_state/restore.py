@@ -77,6 +77,7 @@ class Restorer:
         self._assembled: dict = {}
         self._loading: set[str] = set()
         self._memos: dict[str, dict] = {}
+        self._sets: dict[tuple, set] = {}  # ("set", variable, number) references -> the set restored
         self._mapped: dict = {}
         self._cuda_warned = False
 
@@ -217,6 +218,12 @@ class Restorer:
             for attr in pid[2]:
                 found = getattr(found, attr)
             return found
+        if kind == "set":  # capture._set_reference: filled in the order that iterates as the saved one did
+            if len(pid) > 3:
+                self._sets[pid[1], pid[2]] = set(pid[3])
+            elif (pid[1], pid[2]) not in self._sets:
+                self.variable(pid[1])
+            return self._sets[pid[1], pid[2]]
         if kind == "memo":
             self.variable(pid[1])
             return self._memos[pid[1]][pid[2]]

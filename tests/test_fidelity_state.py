@@ -943,3 +943,27 @@ def test_a_value_nested_too_deep_to_pickle_is_skipped_with_a_reason_that_says_so
     assert result["saved"] == ["kept"], result
     reason = result["skipped"]["deep"]["reason"]
     assert "nested deeper than Python's recursion limit" in reason and "keep it flatter" in reason, reason
+
+
+@pytest.mark.parametrize("seed", ["1", "7"])
+def test_a_set_of_strings_iterates_as_it_did_under_the_same_hash_seed(tmp_path, seed):
+    """pickle adds a set's items in the order they iterate, and under the same string hashes a set filled in
+    that order can still lay them out otherwise (one that wrapped around its table): under these seeds the
+    vocabulary numbered from `words` came back numbered otherwise. Sharing survives, in a variable and between
+    variables."""
+    setup = ("words = set('the quick brown fox jumps over a lazy dog'.split())\n"
+             "pair = [words, words]\nholder = {'w': words}\nvocabulary = {w: i for i, w in enumerate(words)}")
+    check = "[list(words), pair[0] is pair[1] is words, holder['w'] is words, vocabulary == " \
+            "{w: i for i, w in enumerate(words)}]"
+    with Kernel(tmp_path, extra_env={"PYTHONHASHSEED": seed}) as first:
+        first.run(setup)
+        assert first.value("__import__('pickle').loads(__import__('pickle').dumps(words)) == words")
+        assert first.value("list(__import__('pickle').loads(__import__('pickle').dumps(words))) != list(words)")
+        first.run("%gkews_checkpoint save")
+        expected = first.value(check)
+    with Kernel(tmp_path, extra_env={"PYTHONHASHSEED": seed}) as same:
+        same.run("%gkews_checkpoint restore")
+        assert same.value(check) == expected == [expected[0], True, True, True]
+        assert same.value("{n: v['verdict'] for n, v in __import__('kernel_state').verify()['variables']"
+                          ".items()}") == {"words": "match", "pair": "match", "holder": "match",
+                                           "vocabulary": "match"}
