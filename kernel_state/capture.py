@@ -583,6 +583,10 @@ class Capture:
         if len(obj) > SET_SEARCH_LIMIT:  # each try builds a set: a large one keeps the order pickle gives it
             return None
         items = list(obj)
+        # only constants: the items go inside the reference, where no reference of theirs (a tensor's, another
+        # variable's object) is made, so a set of such objects keeps pickle's way and order
+        if not all(type(x) in _PLAIN or type(x) in (tuple, frozenset) and plain_values.by_value(x) for x in items):
+            return None
         if list(set(items)) == items:
             return None
         order = set_insertion_order(items)
