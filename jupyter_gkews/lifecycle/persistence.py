@@ -111,8 +111,10 @@ class Persistence:
             # more than is needed (a resume unpinning on a full disk) keeps checkpoints a while longer and loses
             # none, so a resume that only reads the store does not fail for want of a block.
             fewer = self._pins is not None and needed.items() <= self._pins.items()
-            if exc.errno != errno.EROFS and not fewer:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT) and not fewer:  # a full volume: where, and the fix
                 raise write_error(exc, self.checkpoint_root, PINNING) from None
+            if exc.errno != errno.EROFS and not fewer:  # as it is: a server starting names the checkpoint root
+                raise
             if self.log and self._pins_failing != str(exc):  # once, not at every change
                 self.log.warning("gkews: cannot write the pins of %s (%s); trying again at each change",
                                  self.checkpoint_root, exc)
