@@ -161,6 +161,8 @@ STATUS = _obj({
     "timeline": TIMELINE,
     "notebooks": {"type": "array", "items": NOTEBOOK},
     "updated": _NUM,
+    "busy_timeout": {"type": "number", "minimum": 0,
+                     "description": "seconds a pause waits for a running cell (GkewsApp.busy_timeout)"},
 }, required=["state", "phase", "message", "backend", "cycle", "progress", "error", "timeline", "notebooks",
              "updated"], description="GET status, and the answer of POST pause and POST resume")
 

@@ -37,7 +37,11 @@ function reportError(action: string, error: unknown): void {
  * to the server's busy timeout). Ask whether to interrupt it. Resolves to the
  * interrupt option, or null when the user cancels.
  */
-async function askAboutRunningCells(tracker: INotebookTracker, notebooks?: string[]): Promise<boolean | null> {
+async function askAboutRunningCells(
+  tracker: INotebookTracker,
+  notebooks: string[] | undefined,
+  busyTimeout: number | undefined
+): Promise<boolean | null> {
   const busy = tracker
     .filter(panel => panel.sessionContext.session?.kernel?.status === 'busy')
     .map(panel => panel.context.path)
@@ -50,8 +54,8 @@ async function askAboutRunningCells(tracker: INotebookTracker, notebooks?: strin
     body:
       `${names(busy)} ${busy.length === 1 ? 'is' : 'are'} still running a cell. The pause can wait for ` +
       `${busy.length === 1 ? 'it' : 'them'} to finish, or interrupt ${busy.length === 1 ? 'it' : 'them'} and checkpoint what is there. ` +
-      // the server's wait is bounded (GkewsApp.busy_timeout): say what happens after it
-      "It waits up to the server's busy timeout (GkewsApp.busy_timeout, 60 s by default); a cell still running " +
+      // the server's wait is bounded (GkewsApp.busy_timeout): say how long, and what happens after it
+      `It waits up to ${waitLimit(busyTimeout)}; a cell still running ` +
       'then keeps its notebook running, not paused.',
     buttons: [
       Dialog.cancelButton(),
@@ -65,6 +69,16 @@ async function askAboutRunningCells(tracker: INotebookTracker, notebooks?: strin
     return null;
   }
   return answer.button.actions.includes('interrupt');
+}
+
+/** The server's busy timeout in words; an older server's status has none: its default. */
+function waitLimit(seconds: number | undefined): string {
+  if (seconds === undefined || !Number.isFinite(seconds)) {
+    return "the server's busy timeout (GkewsApp.busy_timeout, 60 s by default)";
+  }
+  const rounded = Math.round(seconds);
+  const amount = rounded >= 120 && rounded % 60 === 0 ? `${rounded / 60} min` : `${rounded} s`;
+  return `${amount} (the server's GkewsApp.busy_timeout)`;
 }
 
 /** The `notebooks` argument of a command: paths, or undefined for every notebook. */
@@ -100,7 +114,7 @@ export function addCommands(
         return;
       }
       const notebooks = notebooksArg(args);
-      const interrupt = await askAboutRunningCells(tracker, notebooks);
+      const interrupt = await askAboutRunningCells(tracker, notebooks, model.status?.busy_timeout);
       if (interrupt === null) {
         return;
       }

@@ -79,6 +79,8 @@ export interface IStatus {
   /** The last pause's snapshot; failed means the resume restores from the checkpoints. */
   snapshot?: { status: string; error?: string } | null;
   updated: number;
+  /** Seconds a pause waits for a running cell (GkewsApp.busy_timeout). */
+  busy_timeout?: number;
 }
 
 export interface ICheckpoint {

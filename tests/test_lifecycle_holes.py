@@ -404,6 +404,7 @@ async def test_an_interrupt_the_cell_ignores_is_bounded(jp_fetch, jp_serverapp, 
     assert (await post(jp_fetch, "pause", {"interrupt": True})).code == 202
     failed = await wait_for(jp_fetch, ("paused", "failed"), timeout=60)  # busy_timeout 2 s, one interrupt
     assert failed["state"] == "failed" and "ignored the interrupt" in failed["message"], failed["message"]
+    assert failed["busy_timeout"] == 2.0  # the page's busy-cell dialog quotes this server's wait, not a default
     gate.touch()
     out, ran = await printed(client, msg_id, until_idle=True)
     client.stop_channels()

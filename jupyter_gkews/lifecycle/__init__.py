@@ -59,6 +59,7 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
 
     def status(self) -> dict:
         out = copy.deepcopy(self.state)
+        out["busy_timeout"] = self.busy_timeout  # a setting, not state: the page's busy-cell dialog quotes it
         for nb in out["notebooks"]:  # as it is now: a kernel that lives on while paused may be gone since
             gone = gone_while_paused(nb)
             if gone:

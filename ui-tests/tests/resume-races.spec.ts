@@ -104,6 +104,8 @@ test('Resume pressed while the pause is still finishing is queued, then posted',
   await pauseWhileTheGatedCellRuns(page);
   // Enter takes the dialog's default, which must wait for the cell, never interrupt it
   await expect(page.locator('.jp-Dialog').getByRole('button', { name: 'Wait and pause' })).toBeFocused();
+  // how long the wait lasts is this server's busy timeout (8 s in ui-tests), not the 60 s default
+  await expect(page.locator('.jp-Dialog')).toContainText("It waits up to 8 s (the server's GkewsApp.busy_timeout)");
   await page.keyboard.press('Enter');
   await page.getByRole('button', { name: /^Resume after pause:/ }).click();
   await expect(statusItem(page)).toContainText('resume queued');
