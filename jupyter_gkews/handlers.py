@@ -160,6 +160,9 @@ class ResumeHandler(GkewsHandler):
         self.reply(202, await self.lifecycle.request_resume(body.get("notebooks")))
 
 
+RENAME_WAIT = 10.0  # seconds a list waits for the store moves of renames just made; then it lists as it is
+
+
 class CheckpointsHandler(GkewsHandler):
     query_params = ("notebook",)
 
@@ -173,6 +176,9 @@ class CheckpointsHandler(GkewsHandler):
                              'root, or leave it out to list every notebook\'s checkpoints')
         if notebook is not None:  # the same rules as every route that names a notebook
             notebook = clean_notebook_paths([notebook])[0]
+        renames = self.settings.get("gkews_renames")
+        if renames is not None:  # a rename just made: its checkpoints listed under the new name (bounded)
+            await renames.moved(timeout=RENAME_WAIT)
         self.reply(200, {"checkpoints": await (asyncio.to_thread(self.catalog.list, notebook))})
 
 

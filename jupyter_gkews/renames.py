@@ -58,6 +58,7 @@ class Renames:
         self._moves = asyncio.Lock()  # one store move at a time, in the order of the renames
         self._sessions = asyncio.Lock()  # the sessions follow one rename after the other, in order
         self._tasks: set[asyncio.Task] = set()
+        self._moving: set[asyncio.Future] = set()  # the store moves not done yet
 
     def renamed(self, old: str, new: str) -> asyncio.Task:
         """Start following the rename of old to new; call it on the event loop as the event arrives."""
@@ -67,7 +68,16 @@ class Renames:
         for t in (move, task):
             self._tasks.add(t)
             t.add_done_callback(self._tasks.discard)
+        self._moving.add(move)
+        move.add_done_callback(self._moving.discard)
         return task
+
+    async def moved(self, timeout: float) -> None:
+        """Wait (at most timeout seconds) until the checkpoints of every rename so far are moved: a list read
+        just after a rename (the page's sidebar reads it as the rename reaches it) shows them under the new
+        name, not the old one. The kernels' part (_tell) may wait behind a running cell: not waited for."""
+        if self._moving:
+            await asyncio.wait(list(self._moving), timeout=timeout)
 
     async def _follow(self, old: str, new: str, order: float, move: asyncio.Future) -> None:
         async with self._sessions:  # taken at once by the first rename's task: the renames' order

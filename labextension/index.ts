@@ -71,7 +71,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     // a panel open all along is held too, from the moment the pause releases its notebook
     model.changed.connect(() => tracker.forEach(panel => holdKernelStart(panel, model.status)));
 
-    const panel = new CheckpointPanel(model, app.serviceManager.sessions);
+    const panel = new CheckpointPanel(model, app.serviceManager.sessions, app.serviceManager.contents);
     const showCheckpoints = () => {
       if (labShell) {
         labShell.activateById(panel.id);

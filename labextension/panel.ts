@@ -1,5 +1,5 @@
 import { Dialog } from '@jupyterlab/apputils';
-import { Session } from '@jupyterlab/services';
+import { Contents, Session } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
 import { showDialog } from './dialog';
@@ -21,7 +21,8 @@ const AUTO_RETRY_MS = 2000;
 export class CheckpointPanel extends Widget {
   constructor(
     private model: GkewsModel,
-    private sessions: Session.IManager
+    private sessions: Session.IManager,
+    contents: Contents.IManager
   ) {
     super();
     this.id = 'jp-gkews-checkpoints';
@@ -56,6 +57,13 @@ export class CheckpointPanel extends Widget {
     }, this);
     // a kernel started or gone changes which notebooks can switch automatic checkpoints
     sessions.runningChanged.connect(() => void this.refresh(), this);
+    // a notebook renamed or deleted: its checkpoints follow it (the server moves them), also while paused,
+    // when no session of it runs to tell the list
+    contents.fileChanged.connect((_, change) => {
+      if (change.type === 'rename' || change.type === 'delete') {
+        void this.refresh();
+      }
+    }, this);
   }
 
   private drawnFor: string | null = null; // the session state the rows were drawn for

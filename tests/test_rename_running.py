@@ -448,3 +448,22 @@ def test_a_kernel_never_moves_its_history_into_a_deleted_notebook_s(tmp_path, mo
     assert told["moved"] == [] and "stay there" in told["error"], told
     assert [c["id"] for c in store.list("mine.ipynb")] == [mine["id"]]
     assert [c["id"] for c in store.list("gone.ipynb")] == [theirs["id"]]
+
+
+async def test_a_list_read_just_after_a_rename_names_the_new_path(jp_fetch, jp_serverapp, jp_root_dir, monkeypatch):
+    """The sidebar reads the list as the rename reaches the page: on a slow volume the store's move was not done
+    yet, so it showed the old name, and nothing read the list again (a paused notebook's, or one with no kernel)."""
+    from jupyter_gkews import renames
+    session = await open_notebook(jp_fetch, jp_root_dir, "first.ipynb")
+    await run_cell(jp_serverapp, session["kernel"]["id"], "x = 1")
+    saved = json.loads((await post(jp_fetch, "checkpoints/now", {"notebook": "first.ipynb"})).body)["id"]
+    move = renames.move_checkpoints
+
+    def slow_move(*args, **kwargs):  # a slow volume: the move takes a while
+        import time
+        time.sleep(1.5)
+        return move(*args, **kwargs)
+    monkeypatch.setattr(renames, "move_checkpoints", slow_move)
+    r = await jp_fetch("api", "contents", "first.ipynb", method="PATCH", body=json.dumps({"path": "second.ipynb"}))
+    assert json.loads(r.body)["path"] == "second.ipynb"
+    assert [(row["id"], row["notebook"]) for row in await listed(jp_fetch)] == [(saved, "second.ipynb")]

@@ -518,6 +518,40 @@ test('while its notebook is being paused, the sidebar turns its Restore off, and
   await expect(restore).toBeEnabled();
 });
 
+test('a renamed notebook is listed in the sidebar under its new name at once, kernel or not', async ({
+  page,
+  tmpPath
+}) => {
+  await openAndRun(page, tmpPath, ['before.ipynb', 'later.ipynb']);
+  await page.notebook.activate('before.ipynb');
+  await page.menu.clickMenuItem('Kernel>Checkpoint the current notebook now');
+  const sidebar = page.getByRole('region', { name: 'GPU session checkpoints' });
+  const listed = (name: string) => sidebar.getByRole('list', { name: `Checkpoints of ${tmpPath}/${name}` });
+  await expect(listed('before.ipynb')).toBeVisible();
+  // its kernel shut down: no session changes when its file is renamed, nothing else tells the list
+  await page.evaluate(async p => {
+    const sessions = (window as any).jupyterapp.serviceManager.sessions;
+    const model = (await sessions.findByPath(p)) as { id: string };
+    await sessions.shutdown(model.id);
+  }, `${tmpPath}/before.ipynb`);
+  // as the file browser renames it (through the page)
+  expect(await page.contents.renameFile(`${tmpPath}/before.ipynb`, `${tmpPath}/after.ipynb`)).toBe(true);
+  await expect(listed('after.ipynb')).toBeVisible();
+  await expect(listed('before.ipynb')).toHaveCount(0);
+  // and while paused, the checkpoints the pause took follow the notebook still open
+  await page.notebook.activate('later.ipynb');
+  await pauseButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: paused', PAUSED);
+  await expect(listed('later.ipynb')).toBeVisible();
+  expect(await page.contents.renameFile(`${tmpPath}/later.ipynb`, `${tmpPath}/renamed.ipynb`)).toBe(true);
+  await expect(listed('renamed.ipynb')).toBeVisible();
+  await expect(listed('later.ipynb')).toHaveCount(0);
+  await resumeButton(page).click();
+  await expect(statusItem(page)).toHaveText('GPU session: ready', READY);
+  const { prompt } = await typeAndRun(page, 'print(w + 1)', '42\n');
+  expect(prompt).toBe('[2]:');
+});
+
 test('Pause run as a command while there is nothing to pause says so, and asks nothing', async ({ page, tmpPath }) => {
   // (the buttons, menus and key bindings are off then; an extension or the palette API may still run it)
   await openAndRun(page, tmpPath, ['nothing.ipynb']);
