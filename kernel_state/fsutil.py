@@ -90,6 +90,40 @@ def write_json_durable(obj, final_path: str, tmp_dir: str) -> None:
     write_bytes_durable(data, final_path, tmp_dir)
 
 
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def rewrite_json_in_place(obj, path: str) -> None:
+    """Replace the small JSON file `path` (one of ours, there already) through its own blocks: on a full
+    volume, where no new file can be made, a file system that overwrites in place (ext4, xfs, tmpfs) still
+    takes it. Not atomic: a crash in the middle can leave it unreadable, so it is only the fallback of
+    write_json_durable for a full volume; copy-on-write ones (btrfs, zfs) refuse it as they refuse the other."""
+    data = json.dumps(obj, indent=1, sort_keys=False).encode()
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+    try:
+        view = memoryview(data)
+        offset = 0
+        while offset < len(data):
+            offset += os.pwrite(fd, view[offset:], offset)
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json_durable_or_in_place(obj, path: str, tmp_dir: str) -> None:
+    """write_json_durable; on a full volume, the file's own blocks (rewrite_json_in_place) when it exists."""
+    try:
+        write_json_durable(obj, path, tmp_dir)
+    except OSError as exc:
+        if exc.errno not in NO_SPACE or not os.path.isfile(path) or os.path.islink(path):
+            raise
+        try:
+            rewrite_json_in_place(obj, path)
+        except OSError:
+            raise exc from None  # the volume refused that too: the full volume is the reason to give
+
+
 def remove_quietly(path: str) -> None:
     try:
         os.unlink(path)

@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from . import config, pins
 from .errors import CheckpointError, CheckpointNotFound, CheckpointWriteError, CorruptManifest
 from .fsutil import (SymlinkRefused, create_private, fsync_dir, fsync_file, private_dir, remove_quietly, temp_path,
-                     write_bytes_durable, write_json_durable)
+                     write_bytes_durable, write_json_durable, write_json_durable_or_in_place)
 from .hashing import digest_bytes
 from .safetensors_io import write_blob
 from .timestamps import utc_epoch
@@ -66,6 +66,7 @@ _WRITE_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota
 SAVING = ("write the checkpoint to", "nothing of this checkpoint was kept, and the checkpoints saved before it "
           "(if any) are intact")
 CHANGING = ("change the checkpoint store at", "nothing was deleted or moved: the checkpoints are as they were")
+MOVING = ("move checkpoints in", "none is lost: those not moved are still listed under the old name")
 
 
 def write_error(exc: OSError, root: str, doing: tuple[str, str] = SAVING) -> CheckpointWriteError:
@@ -585,7 +586,7 @@ class Store:
         except SymlinkRefused as exc:
             raise _refuse_link(exc.filename, self.root) from None
         except OSError as exc:
-            raise write_error(exc, self.root) from None
+            raise write_error(exc, self.root, MOVING) from None
 
     def _move(self, old: str, new: str, only_token: str | None) -> list[str]:
         old, new = config.canonical_notebook(old), config.canonical_notebook(new)
@@ -620,14 +621,16 @@ class Store:
         whole = self.notebook_dir(old)
         if only_token is None and not dst_exists and sources == [whole]:
             # first the record, then one rename: a crash in between leaves a folder that notebooks() still
-            # calls old (its key is old's) and that a later move takes over
-            write_json_durable(record, os.path.join(whole, "notebook.json"), self.tmp_dir)
+            # calls old (its key is old's) and that a later move takes over. On a full volume the record goes
+            # through the blocks of the one there: left under old, the history was a new notebook's at old's path
+            # (its retention deleted it)
+            write_json_durable_or_in_place(record, os.path.join(whole, "notebook.json"), self.tmp_dir)
             os.rename(whole, dst)
             fsync_dir(base)
             return sorted((name[:-5] for _src, name in plan), reverse=True)
         private_dir(dst)
         if {k: info.get(k) for k in record} != record:
-            write_json_durable(record, os.path.join(dst, "notebook.json"), self.tmp_dir)
+            write_json_durable_or_in_place(record, os.path.join(dst, "notebook.json"), self.tmp_dir)
         mdir = os.path.join(dst, "manifests")
         private_dir(mdir)
         moved = []

@@ -323,3 +323,46 @@ def test_a_delete_and_a_probe_on_a_store_that_cannot_be_written_say_what_they_le
     message = str(caught.value)
     assert message.startswith(f"could not record the probes in {tmp_path}"), message
     assert "Free space there" in message and "the probes are as they were" in message, message
+
+
+def test_a_rename_on_a_full_volume_takes_the_history_along(tmp_path, monkeypatch):
+    """A rename while the volume was full left the checkpoints under the old name (the record of the move is a new
+    file): a new notebook at the old path then took that history over, and its retention deleted it. On a full
+    ext4, xfs or tmpfs no file can be made, but a file's own blocks can be written again: the record goes there."""
+    from kernel_state import fsutil, store as store_module
+    saved = kernel_state.save({"x": 1}, notebook="a.ipynb", root=tmp_path)
+
+    def full(*args, **kwargs):  # what a full volume answers to every new file
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    made = os.mkdir
+
+    def full_mkdir(path, *args):  # and to every new folder (one there already is there)
+        if os.path.lexists(path):
+            return made(path, *args)
+        full()
+    with monkeypatch.context() as m:
+        m.setattr(fsutil, "create_private", full)
+        m.setattr(store_module, "create_private", full)
+        m.setattr(os, "mkdir", full_mkdir)
+        moved = Store(str(tmp_path)).move_notebook("a.ipynb", "b.ipynb")
+    assert moved["moved"] == [saved["id"]]
+    store = Store(str(tmp_path))
+    assert store.notebooks() == ["b.ipynb"] and [c["id"] for c in store.list("b.ipynb")] == [saved["id"]]
+    # space freed, a new notebook at the old path saves with a retention of one: the renamed history stays
+    other = kernel_state.save({"y": 2}, notebook="a.ipynb", root=tmp_path, keep_last=1)
+    assert [c["id"] for c in store.list("a.ipynb")] == [other["id"]]
+    ns = {}
+    kernel_state.restore(ns, notebook="b.ipynb", root=tmp_path)
+    assert ns == {"x": 1}
+
+    # a volume that refuses that too (copy-on-write: btrfs, zfs) says it is full, and nothing moved
+    with monkeypatch.context() as m:
+        m.setattr(fsutil, "create_private", full)
+        m.setattr(fsutil, "rewrite_json_in_place", full)
+        with pytest.raises(CheckpointWriteError) as caught:
+            Store(str(tmp_path)).move_notebook("b.ipynb", "c.ipynb")
+    message = str(caught.value)
+    assert message.startswith(f"could not move checkpoints in {tmp_path}: the disk is full"), message
+    assert "Free space there" in message and "still listed under the old name" in message, message
+    assert Store(str(tmp_path)).notebooks() == ["a.ipynb", "b.ipynb"]
+    assert [c["id"] for c in Store(str(tmp_path)).list("b.ipynb")] == [saved["id"]]
