@@ -32,6 +32,7 @@ from . import checkpoint, config, counter, encoded_blob, pending_names
 from .compare import held_through
 from .dirty_pages import TRACKER
 from .errors import CheckpointError, CheckpointNotFound, CheckpointWriteError
+from .sizes import human_bytes
 from .fsutil import write_json_durable
 from .hashing import new_hasher
 from .identity import STARTED, TOKEN
@@ -643,7 +644,6 @@ def _why_none(cell: int, running_cell: int | None = None) -> str:
 
 def _kept_by_retention() -> str:
     """What automatic checkpoints keep, and the settings that keep more."""
-    from .magic import human_bytes
     limit = config.auto_max_bytes()
     return (f"automatic checkpoints keep the newest {config.auto_keep_last()}"
             f"{f' within {human_bytes(limit)}' if limit else ''} (raise GKEWS_AUTO_KEEP_LAST or "

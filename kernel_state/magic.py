@@ -13,16 +13,9 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from . import checkpoint
 from .errors import CheckpointError
+from .sizes import human_bytes
 
 ACTIONS = ("save", "restore", "list", "verify", "status", "probe", "delete", "auto", "rewind")
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return f"{n:.2f} TiB"
 
 
 def _skipped_lines(skipped: dict) -> list[str]:

@@ -28,6 +28,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import stat
 import threading
 import time
@@ -39,6 +40,7 @@ from .fsutil import (SymlinkRefused, create_private, fsync_dir, fsync_file, priv
                      write_bytes_durable, write_json_durable, write_json_durable_or_in_place)
 from .hashing import digest_bytes
 from .safetensors_io import write_blob
+from .sizes import human_bytes
 from .timestamps import utc_epoch
 
 MANIFEST_FORMAT = "gkews-checkpoint"
@@ -71,11 +73,19 @@ MOVING = ("move checkpoints in", "none is lost: those not moved are still listed
 
 def write_error(exc: OSError, root: str, doing: tuple[str, str] = SAVING) -> CheckpointWriteError:
     why = _WRITE_ERRNOS.get(exc.errno)
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    usage = _volume_usage(root) if full else None
     why = f"{why} ({exc.strerror or exc})" if why else exc.strerror or str(exc)
     where = f"{why}: {exc.filename}" if isinstance(exc.filename, str) and exc.filename != root else why
+    if usage:
+        where += f"; {usage['free']} free of {usage['total']} there, {usage['held']}"
     setting = "GKEWS_CHECKPOINT_ROOT (c.GkewsApp.checkpoint_root)"
-    fix = {errno.ENOSPC: f"Free space there, or point {setting} at a volume with room",
-           errno.EDQUOT: f"Free space there, or point {setting} at a volume with room",
+    room = f"Free space there, or point {setting} at a volume with room"
+    if usage and usage["auto"]:  # kernel undo's own checkpoints take part of it: say which knobs keep fewer
+        room += (" (or keep fewer automatic checkpoints: GKEWS_AUTO_KEEP_LAST, GKEWS_AUTO_MAX_BYTES; "
+                 "%gkews_checkpoint auto off stops them)")
+    fix = {errno.ENOSPC: room,
+           errno.EDQUOT: room,
            errno.EFBIG: f"Raise the file size limit (ulimit -f), or point {setting} at another volume",
            errno.EROFS: f"Point {setting} at a writable directory (this volume is mounted read-only)",
            errno.EACCES: f"Give this user write access there, or point {setting} at a writable directory",
@@ -83,6 +93,27 @@ def write_error(exc: OSError, root: str, doing: tuple[str, str] = SAVING) -> Che
            }.get(exc.errno, f"Point {setting} at a directory this user can create and write")
     action, outcome = doing
     return CheckpointWriteError(f"could not {action} {root}: {where}. {fix}; {outcome}.")
+
+
+def _volume_usage(root: str) -> dict | None:
+    """A full volume in words: its free and total space, and what the store holds of it (the blobs on disk; how
+    many checkpoints, and how many of them kernel undo's). None when that cannot be read: the message goes
+    without it. Reads the manifests without the lock (the caller may hold it): an estimate, for a message."""
+    try:
+        disk = shutil.disk_usage(root)
+        store = Store(root)
+        held = 0
+        with os.scandir(store.blob_dir) as entries:
+            for entry in entries:
+                if entry.is_file(follow_symlinks=False):
+                    held += entry.stat(follow_symlinks=False).st_size
+        rows = [row for notebook in store.notebooks() for row in store.list(notebook)]
+    except (OSError, CheckpointError, ValueError):
+        return None
+    auto = sum(1 for row in rows if row.get("auto"))
+    of_them = f", {auto} of them kernel undo's automatic ones" if auto else ""
+    return {"free": human_bytes(disk.free), "total": human_bytes(disk.total), "auto": auto,
+            "held": f"the checkpoint store holds {human_bytes(held)} of it in {len(rows)} checkpoint(s){of_them}"}
 
 
 class NotAStore(CheckpointError):

@@ -366,3 +366,27 @@ def test_a_rename_on_a_full_volume_takes_the_history_along(tmp_path, monkeypatch
     assert "Free space there" in message and "still listed under the old name" in message, message
     assert Store(str(tmp_path)).notebooks() == ["a.ipynb", "b.ipynb"]
     assert [c["id"] for c in Store(str(tmp_path)).list("b.ipynb")] == [saved["id"]]
+
+
+def test_a_full_volume_says_how_full_and_how_much_of_it_the_checkpoints_hold(tmp_path, monkeypatch):
+    """"the disk is full" alone did not say whether the checkpoints fill it, nor that kernel undo's own automatic
+    checkpoints (one after every cell) may be what does: the message gives the volume's free and total space,
+    the store's share and its automatic checkpoints, and the settings that keep fewer of them."""
+    from kernel_state import fsutil, store as store_module
+    for cell in (1, 2, 3):
+        kernel_state.save({"w": np.full(100_000, cell, dtype=np.float32)}, notebook="a.ipynb", root=tmp_path,
+                          auto_label={"cell": cell, "source": f"w = step({cell})"})
+    kernel_state.save({"x": 1}, notebook="a.ipynb", root=tmp_path)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(fsutil, "create_private", full)
+    monkeypatch.setattr(store_module, "create_private", full)
+    with pytest.raises(CheckpointWriteError) as caught:
+        kernel_state.save({"y": np.arange(1000)}, notebook="a.ipynb", root=tmp_path)
+    message = str(caught.value)
+    free = store_module.human_bytes(__import__("shutil").disk_usage(tmp_path).total)
+    assert f"free of {free} there, the checkpoint store holds 1.1" in message, message  # 3 x 400 KB, in MiB
+    assert "in 4 checkpoint(s), 3 of them kernel undo's automatic ones. Free space there" in message, message
+    assert "keep fewer automatic checkpoints: GKEWS_AUTO_KEEP_LAST, GKEWS_AUTO_MAX_BYTES" in message, message
+    assert message.count(os.strerror(errno.ENOSPC)) == 1 and "nothing of this checkpoint was kept" in message
