@@ -26,7 +26,6 @@ import collections
 import copyreg
 import functools
 import io
-import itertools
 import json
 import math
 import os
@@ -40,8 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import dill
 
-from . import (byvalue, cuda_io, module_objects, packed, pending_names, plain_values, reconstruct, shared_memory,
-               torch_modules, weak_containers)
+from . import (byvalue, cuda_io, module_objects, packed, pending_names, plain_values, reconstruct, set_order,
+               shared_memory, torch_modules, weak_containers)
 from .alignment import (array_from_layout, hook_dict, masked_view, small_root, subclass_view, tensor_extras, view_of,
                         view_of_bytearray)
 from .dirty_pages import PAGE, TRACKER
@@ -146,26 +145,6 @@ def named_nan(obj):
         return ("constant", "math", "nan")
     np = sys.modules.get("numpy")
     return ("constant", "numpy", "nan") if np is not None and obj is getattr(np, "nan", None) else None
-
-
-#: orders of a set's items tried to find one that fills a set as it was (each is a set built again)
-SET_TRIES = 256
-SET_SEARCH_LIMIT = 1_000  # items of the largest set looked at (256 sets of 1,000 items: some milliseconds)
-
-
-def set_insertion_order(items: list) -> list | None:
-    """An order of the items that fills a set laid out as `items` iterates, or None. Tried, within
-    SET_TRIES: the items with their first k moved to the end (undoes a wrap around the table), then with one
-    item moved to the end (one that collided with a later one), then both."""
-    n = len(items)
-
-    def rotated():
-        return (items[k:] + items[:k] for k in range(1, n))
-    moves = (r[:i] + r[i + 1:] + [r[i]] for r in itertools.chain([items], rotated()) for i in range(n))
-    for order in itertools.islice(itertools.chain(rotated(), moves), SET_TRIES):
-        if list(set(order)) == items:
-            return order
-    return None
 
 
 def type_name(value) -> str:
@@ -580,7 +559,7 @@ class Capture:
             if known[0] != self._current:
                 self._var_names.add(known[0])
             return ("set",) + known
-        if len(obj) > SET_SEARCH_LIMIT:  # each try builds a set: a large one keeps the order pickle gives it
+        if len(obj) > set_order.SEARCH_LIMIT:  # each try builds a set: a large one keeps the order pickle gives it
             return None
         items = list(obj)
         # only constants: the items go inside the reference, where no reference of theirs (a tensor's, another
@@ -589,12 +568,13 @@ class Capture:
             return None
         if list(set(items)) == items:
             return None
-        order = set_insertion_order(items)
-        if order is None:
+        found = set_order.insertion_order(items, set_order.table_size(obj))
+        if found is None:
             return None
+        order, table = found
         self._sets[id(obj)] = known = (self._current, len(self._sets))
         self._keep.append(obj)  # its id stays its own until the save ends
-        return ("set",) + known + (order,)
+        return ("set",) + known + (order,) + ((table,) if table is not None else ())
 
     def _path(self, obj):
         """A class or function defined inside a saved notebook class (`Outer.Inner`): the same object,

@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import dill
 
-from . import byvalue, cuda_io, packed, pandas_cow
+from . import byvalue, cuda_io, packed, pandas_cow, set_order
 from . import settings as process_settings
 from .alignment import address, aligned_copy, is_aligned, private_memory
 from .capture import NAMED_NANS
@@ -219,8 +219,8 @@ class Restorer:
                 found = getattr(found, attr)
             return found
         if kind == "set":  # capture._set_reference: filled in the order that iterates as the saved one did
-            if len(pid) > 3:
-                self._sets[pid[1], pid[2]] = set(pid[3])
+            if len(pid) > 3:  # its items in order, and the size of its table when it was sized at once
+                self._sets[pid[1], pid[2]] = set_order.build(pid[3], pid[4] if len(pid) > 4 else None)
             elif (pid[1], pid[2]) not in self._sets:
                 self.variable(pid[1])
             return self._sets[pid[1], pid[2]]
