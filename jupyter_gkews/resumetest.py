@@ -104,6 +104,20 @@ class ResumeTest:
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
         self.notebook = f"{folder}/resume-test-{stamp}.ipynb"
         self.result_file = f"{folder}/resume-test-{stamp}.result.json"
+        self.step = "checking the server"  # what it was doing: said when it stops there
+        self.created = False  # the scratch notebook exists on the server
+        self.pause_posted = False  # the server was asked to pause it (and may be paused now)
+
+    def left_behind(self) -> str:
+        """What a test that stopped here left on the server, and how to get the server back: '' for nothing."""
+        if not self.created:
+            return ""
+        said = f"left on the server: the scratch notebook {self.notebook} and its session"
+        if self.pause_posted:
+            said += (f"; the server was asked to pause it, so it may be pausing or paused: resume it (the Resume "
+                     f"button, or POST gkews/resume {{\"notebooks\": [\"{self.notebook}\"]}}) before the next test, "
+                     f"which runs only on an active server")
+        return said
 
     def _read_file(self, path: str) -> str | None:
         code, body = self.client.request("GET", f"api/contents/{urllib.parse.quote(path)}?content=1&format=text")
@@ -111,10 +125,14 @@ class ResumeTest:
 
     def prepare(self) -> dict:
         """Scratch notebook, secret, model, fingerprints, result file; then pause. Returns the record."""
+        self.step = "creating the scratch notebook"
+        self.created = True  # from here on, a stop leaves it (said by left_behind)
         self.client.create_notebook(self.notebook, [SETUP, observe_code()])
+        self.step = "starting its kernel"
         session = self.client.start_session(self.notebook)
         kid = session["kernel"]["id"]
         self.say(f"started a kernel for {self.notebook}")
+        self.step = "running its setup cell"
         self.client.execute(kid, SETUP, timeout=self.timeout)
         name = self.result_file.rsplit("/", 1)[-1]  # the kernel runs in the notebook's folder
         before = json.loads(self.client.execute(kid, observe_code(name), timeout=self.timeout).strip().splitlines()[-1])
@@ -122,6 +140,8 @@ class ResumeTest:
         self.say(f"recorded a secret, a {before['model']} model (weights {before['weights'][:12]}) and "
                  f"{self.result_file} in process {before['pid']}")
         t0 = time.monotonic()
+        self.step = "pausing"
+        self.pause_posted = True
         self.client.post_ok("gkews/pause", {"notebooks": [self.notebook], "reason": "resume-test"})
         self.say("pausing ...")
         paused = self.client.wait_for((State.PAUSED, State.FAILED), timeout=self.timeout, tolerate_unreachable=True)
@@ -135,6 +155,7 @@ class ResumeTest:
         """Resume, then ask the kernel what it holds and compare with the record."""
         t0 = time.monotonic()
         self.notebook, self.result_file = record["notebook"], record["result_file"]
+        self.step, self.created, self.pause_posted = "resuming", True, True
         state = self.client.wait_for((State.PAUSED, State.FAILED, State.RESUMING, State.ACTIVE), timeout=self.timeout,
                                      tolerate_unreachable=True)["state"]
         if state in (State.PAUSED, State.FAILED):
@@ -148,6 +169,7 @@ class ResumeTest:
         self.say(f"state {resumed['state']} after {time.monotonic() - t0:.1f} s; verdict {verdict}")
         if resumed["state"] != State.ACTIVE or verdict == Verdict.FAILED:
             return False, "the resume failed", [nb.get("error") or resumed["message"]]
+        self.step, self.pause_posted = "asking the resumed kernel what it holds", False
         after = json.loads(self.client.execute(nb.get("kernel_id") or record["kernel_id"], observe_code(),
                                                timeout=self.timeout).strip().splitlines()[-1])
         self.say(f"the kernel answers from process {after['pid']} (before: {record['before']['pid']}); "

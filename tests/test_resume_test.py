@@ -117,8 +117,10 @@ def test_a_cell_whose_magic_failed_is_a_failure(server, monkeypatch):
 @pytest.mark.parametrize("args, words", [
     (["--step=check"], "--step=check needs --url"),
     (["--url=http://127.0.0.1:9/", "--token=x"], "cannot reach the server at http://127.0.0.1:9/"),
-    (["--step=bogus"], "expected any of ['all', 'prepare', 'check']"),  # 1 would read "the resume failed"
-    (["--timeout=abc"], "The 'timeout' trait"),
+    # 1 would read "the resume failed"; and named as typed, not in traitlets' CRITICAL log line
+    (["--step=bogus"], "jupyter gkews resume-test: --step expected any of ['all', 'prepare', 'check'], not the str "
+                       "'bogus' (`jupyter gkews resume-test --help` lists the options)"),
+    (["--timeout=abc"], "jupyter gkews resume-test: --timeout expected a float, not the str 'abc'"),
     (["--url=notaurl", "--token=x"], "--url='notaurl' is not a server's address"),  # was a ValueError traceback
     (["--url=127.0.0.1:8888", "--token=x"], "give its base URL with the scheme, e.g. --url=http://127.0.0.1:8888/"),
     (["--url=http://[::1", "--token=x"], "--url='http://[::1' is not a server's address"),  # ValueError traceback
@@ -146,7 +148,8 @@ def test_a_timeout_that_is_not_more_than_zero_is_named(tmp_path, value):
     each request's timeout. It is refused at once, naming --timeout and what it must be."""
     r = jupyter_gkews("resume-test", f"--timeout={value}", home=tmp_path, timeout=120)
     assert r.returncode == 2, r.stdout + r.stderr
-    assert f"--timeout must be more than 0 seconds (each step's limit), not {float(value):g}" in r.stderr, r.stderr
+    assert f"--timeout must be a finite number of seconds more than 0 (each step's limit), not {float(value):g}" \
+        in r.stderr, r.stderr
     assert "cannot reach" not in r.stderr and "starting a jupyter server" not in r.stdout, r.stdout + r.stderr
 
 
@@ -228,3 +231,30 @@ def test_a_server_whose_extension_is_off_gets_no_scratch_notebook(tmp_path):
         assert server.get("api/sessions") == [] and server.request("GET", "api/contents/gkews-resume-test")[0] == 404
     finally:
         server.stop()
+
+
+def test_a_record_it_cannot_write_is_refused_before_anything_is_made(server, tmp_path):
+    """--step=prepare with a record in a folder that does not exist made a notebook and a kernel, paused them,
+    then said "cannot reach the server ... No such file or directory: the record": the server stayed paused, and
+    every later test refused to run on it."""
+    for record, words in [("/nonexistent/rt.json", "the folder /nonexistent does not exist"),
+                          (str(tmp_path), "is a folder: give the file prepare writes the record to")]:
+        r = jupyter_gkews("resume-test", f"--url={server.url}", f"--token={server.token}", "--step=prepare",
+                          f"--record={record}", home=tmp_path, timeout=120)
+        assert r.returncode == 2 and words in r.stderr and "cannot reach" not in r.stderr, r.stdout + r.stderr
+    assert server.status()["state"] == "active"
+    assert server.get("api/sessions") == [] and server.request("GET", "api/contents/gkews-resume-test")[0] == 404
+
+
+def test_a_test_that_stops_midway_says_what_it_left_and_how_to_get_the_server_back(server, tmp_path):
+    """A step longer than --timeout said "cannot reach the server" of a server it had reached (or "still pausing"
+    alone), and left the server paused, with its scratch notebook, saying neither."""
+    r = jupyter_gkews("resume-test", f"--url={server.url}", f"--token={server.token}", "--timeout=1.5",
+                      home=tmp_path, timeout=120)
+    assert r.returncode == 2 and "cannot reach" not in r.stderr, r.stdout + r.stderr
+    assert "left on the server: the scratch notebook gkews-resume-test/resume-test-" in r.stderr, r.stderr
+    state = server.wait_for(("active", "paused", "failed"), timeout=120)["state"]
+    if state != "active":  # it stopped after asking for the pause: the way back is said
+        assert "resume it (the Resume button, or POST gkews/resume" in r.stderr, r.stderr
+        server.post_ok("gkews/resume", {})
+        assert server.wait_for(("active", "failed"), timeout=120)["state"] == "active"

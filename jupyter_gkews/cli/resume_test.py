@@ -1,6 +1,7 @@
 """`jupyter gkews resume-test`: the release-checklist check that a notebook really resumes."""
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -53,7 +54,8 @@ class ResumeTestApp(StrictApp):
     def start(self) -> None:
         self._started = True
         if not (math.isfinite(self.timeout) and self.timeout > 0):  # 0 failed every request: "cannot reach"
-            self._usage(f"--timeout must be more than 0 seconds (each step's limit), not {self.timeout:g}")
+            self._usage(f"--timeout must be a finite number of seconds more than 0 (each step's limit), "
+                        f"not {self.timeout:g}")
         if self.step != "all" and not self.url:
             self._usage(f"--step={self.step} needs --url: the server must outlive this command between the steps")
         server = None
@@ -77,10 +79,17 @@ class ResumeTestApp(StrictApp):
             server = client = LocalServer(base)
             say(f"starting a jupyter server with the extension in {base}")
             server.start()
+        self._test = None
         try:
             code = self._run(client)
         except UNREACHABLE as exc:
-            print(f"cannot reach the server at {client.url}: {exc}. Check --url and that it runs.", file=sys.stderr)
+            test = self._test
+            if test is None or not test.created:
+                print(f"cannot reach the server at {client.url}: {exc}. Check --url and that it runs.",
+                      file=sys.stderr)
+            else:  # it answered before: this is a step that took too long, or a server that went away since
+                print(f"resume test stopped: the server at {client.url} did not answer while {test.step} ({exc}; "
+                      f"each request may take up to --timeout={self.timeout:g} s, at most 60)", file=sys.stderr)
             code = 2
         except (RuntimeError, AssertionError) as exc:
             print(f"resume test stopped: {exc}", file=sys.stderr)
@@ -90,7 +99,28 @@ class ResumeTestApp(StrictApp):
                 server.stop()
                 if not self.keep:
                     shutil.rmtree(base, ignore_errors=True)
+        left = self._test.left_behind() if code == 2 and server is None and self._test is not None else ""
+        if left:  # a server of its own is gone with all it held; another one keeps what the test made
+            print(left, file=sys.stderr)
         self.exit(code)
+
+    def _check_record_writable(self) -> None:
+        """--record must be a file prepare can write: found out after the pause, it left the server paused."""
+        path = os.path.abspath(self.record)
+        folder = os.path.dirname(path)
+        if os.path.isdir(path):
+            self._usage(f"--record={self.record} is a folder: give the file prepare writes the record to")
+        if not os.path.isdir(folder):
+            self._usage(f"--record={self.record}: the folder {folder} does not exist; make it, or give a record "
+                        f"file in a folder that does")
+        try:
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".gkews-record-"):
+                pass
+            if os.path.exists(path) and not os.access(path, os.W_OK):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+        except OSError as exc:
+            self._usage(f"--record={self.record} cannot be written ({exc.strerror or exc}): give a record file "
+                        f"this user can write; nothing was made on the server")
 
     def _usage(self, message: str) -> None:
         print(message, file=sys.stderr)
@@ -116,7 +146,7 @@ class ResumeTestApp(StrictApp):
             self._usage(f"the server at {client.url} is {body['state']} ({body['message']}): the test pauses and "
                         f"resumes a notebook of its own, and would change what its user paused or resumes. Run it "
                         f"when the state is active, or without --url (it starts a server of its own)")
-        test = ResumeTest(client, say, self.timeout)
+        test = self._test = ResumeTest(client, say, self.timeout)
         if self.step == "check":
             try:
                 with open(self.record) as f:
@@ -132,10 +162,18 @@ class ResumeTestApp(StrictApp):
                             f": it was checked already (a check that passes removes it), or the record is from "
                             f"another server. Run --step=prepare again for a new test")
         else:
+            if self.step == "prepare":
+                self._check_record_writable()  # before anything is made on the server
             record = test.prepare()
             if self.step == "prepare":
-                with open(self.record, "w") as f:
-                    json.dump(record, f)
+                try:
+                    with open(self.record, "w") as f:
+                        json.dump(record, f)
+                except OSError as exc:  # checked before; the volume filled or changed since
+                    print(f"could not write the record {self.record} ({exc}); it is, for --step=check:\n"
+                          f"{json.dumps(record)}", file=sys.stderr)
+                    test.pause_posted = False  # paused, as prepare means to be: the record is what is missing
+                    return 2
                 say(f"prepared and paused; after the upgrade run --step=check --record={self.record}")
                 return 0
         passed, conclusion, problems = test.check(record)

@@ -14,6 +14,7 @@ import difflib
 import sys
 
 from jupyter_core.application import JupyterApp
+from traitlets import TraitError
 from traitlets.config.loader import ArgumentError, KVArgParseConfigLoader, _DefaultOptionDict, _KVArgParser
 
 
@@ -83,6 +84,22 @@ class StrictApp(JupyterApp):
             self.exit(2)
         if self.subapp is None:
             self._refuse_unknown_settings()
+
+    def update_config(self, config) -> None:
+        # a value one of this command's own options cannot take (`--step=bogus`, `--timeout=abc`): named as the
+        # user typed it, exit code 2, not traitlets' "CRITICAL | Bad config encountered during initialization"
+        try:
+            super().update_config(config)
+        except TraitError as exc:
+            from ..app import bad_setting
+            words = bad_setting(exc)
+            for alias, target in self.aliases.items():
+                target = target[0] if isinstance(target, tuple) else target
+                if isinstance(alias, str) and words.startswith(f"c.{target} "):
+                    words = f"--{alias}{words[len(target) + 2:]}"
+                    break
+            print(f"{self.command}: {words} (`{self.command} --help` lists the options)", file=sys.stderr)
+            self.exit(2)
 
     def settings_classes(self) -> list[type]:
         """The classes whose --Class.trait settings this command reads."""
