@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import warnings
 
 ALIGNMENT = 64
 _PAGE_FROM = 1 << 20  # from this size on, an anonymous mapping: page-aligned and zeroed lazily by the OS
@@ -138,3 +139,11 @@ def tensor_extras(t, grad, backward_hooks, post_hooks):
     if post_hooks and not getattr(t, "_post_accumulate_grad_hooks", None):
         t._post_accumulate_grad_hooks = hook_dict(post_hooks)
     return t
+
+
+def writeable(arr) -> bool:
+    """arr.flags.writeable, without the FutureWarning numpy gives for reading it on an output of
+    np.broadcast_arrays: it showed under every save and verify of such an array, pointing at this module."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return bool(arr.flags.writeable)

@@ -42,7 +42,7 @@ import dill
 from . import (byvalue, cuda_io, module_objects, packed, pending_names, plain_values, reconstruct, set_order,
                shared_memory, torch_modules, weak_containers)
 from .alignment import (array_from_layout, hook_dict, masked_view, small_root, subclass_view, tensor_extras, view_of,
-                        view_of_bytearray)
+                        view_of_bytearray, writeable)
 from .dirty_pages import PAGE, TRACKER
 from .dtype_json import dtype_to_json
 from .errors import CheckpointWriteError
@@ -733,19 +733,19 @@ class Capture:
         copy each array, compacted, into the pickle's buffer: unaligned, and no longer a view)."""
         if not arr.size:
             return array_from_layout, (b"", arr.dtype, tuple(arr.shape), arr.dtype, tuple(arr.shape), 0,
-                                       tuple(np.empty(arr.shape, arr.dtype).strides), _writeable(arr))
+                                       tuple(np.empty(arr.shape, arr.dtype).strides), writeable(arr))
         root = _root_of(arr)
         owner = _bytearray_of(root)
         if owner is not None:  # pickled with its bytearray, through the memo: still a view of it after a restore
             start = np.frombuffer(owner, dtype=np.uint8).ctypes.data
             return view_of_bytearray, (owner, arr.dtype, tuple(arr.shape), arr.ctypes.data - start,
-                                       tuple(arr.strides), _writeable(arr))
+                                       tuple(arr.strides), writeable(arr))
         held = self._small_roots.get(id(root))
         if held is None:
             held = self._small_roots[id(root)] = _SmallRoot(root)
             self._keep.append(held)
         return view_of, (held, arr.dtype, tuple(arr.shape), arr.ctypes.data - held.carrier.ctypes.data,
-                         tuple(arr.strides), _writeable(arr))
+                         tuple(arr.strides), writeable(arr))
 
     def reduction(self, obj):
         """The reduction this save's pickler used for `obj`, if it went through reduce()."""
@@ -928,7 +928,7 @@ class Capture:
                   "shape": list(arr.shape), "strides": list(arr.strides), "dtype": arr.dtype.str}
         if arr.dtype.fields is not None:  # a structured memmap: '|V16' alone would lose its fields
             record["dtype_fields"] = dtype_to_json(arr.dtype)
-        if not _writeable(arr):
+        if not writeable(arr):
             record["writeable"] = False
         if memmap and isinstance(root, np.memmap) and isinstance(root.filename, str):
             record["memmap"] = _memmap_source(root)
@@ -1187,14 +1187,6 @@ def _without_lazy_dict(t: type, rv: tuple) -> tuple:
             and isinstance(rv[2][-1], dict) and not rv[2][-1]:
         return rv[:2] + (rv[2][:-1] + (None,),) + rv[3:]
     return rv
-
-
-def _writeable(arr) -> bool:
-    """arr.flags.writeable, without the FutureWarning numpy gives for reading it on an output of
-    np.broadcast_arrays: it showed under every save and verify of such an array, pointing at this module."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        return bool(arr.flags.writeable)
 
 
 def _state_set_directly(t: type, rv: tuple) -> tuple:

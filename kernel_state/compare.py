@@ -11,7 +11,8 @@ with what makes two values equal:
   except in an optimizer's param groups: load_state_dict rebuilds them with "params" last);
 - set, frozenset, weakref.WeakSet: type and the sorted digests of the elements (independent of iteration
   order); a subclass also its class and instance __dict__;
-- numpy arrays pickled inline: dtype (a structured one with its fields), shape and the bytes in C order;
+- numpy arrays pickled inline: dtype (a structured one with its fields), shape and the bytes in C order,
+  and (here and in the tables) the read-only flag when it is set;
   object arrays element by element; numpy dtypes and scalars by value, like ints (numpy shares or copies
   equal dtypes as it likes);
 - builtin methods: name, and the object they are bound to; a method bound to an imported module's own
@@ -45,6 +46,7 @@ import types
 import weakref
 
 from . import module_objects, plain_values
+from .alignment import writeable
 from .hashing import new_hasher
 
 _SCALARS = (int, float, str, bytes, bool, type(None))
@@ -239,6 +241,7 @@ class _Digest:
         if np is not None and type(obj) in (np.ndarray, np.memmap) and not obj.dtype.hasobject:
             # a subclass (a masked array: its mask and fill value) is compared through its reduction
             self.emit("ndarray", dtype_key(obj.dtype), obj.shape)
+            self._read_only(obj)
             self.hasher.update(_raw_bytes(np, obj))
             return
         if np is not None and type(obj) is np.ma.MaskedArray and not obj.dtype.hasobject and not (
@@ -328,8 +331,15 @@ class _Digest:
             source = r.get("memmap")
             self.emit("array", self._storage_index(r["buffer"]), r["offset"], r["shape"], r["strides"],
                       dtype_key(obj.dtype), source and (source["path"], source["file_offset"]))
+            self._read_only(obj)
             return True
         return False
+
+    def _read_only(self, arr) -> None:
+        # a restore keeps the flag (a write then raises), so it is part of the value; said only when set, so
+        # the digests of writeable arrays are those earlier checkpoints hold
+        if not writeable(arr):
+            self.emit("read-only")
 
     def _tensor_attrs(self, t) -> None:
         # Python attributes set on it (`p.no_decay = True`); not torch.compile's markers (`_dynamo_static_input_type`,

@@ -554,3 +554,22 @@ def test_rebinding_a_name_whose_value_another_variable_holds_by_value_changes_no
                            "cfg['log'] is log, cfg['log'], str(dt)]") == \
             ["float32", [1, "a"], "torch.float32", "Linear", True, [1, 2], "int8"]
         assert _all_match(fresh.value(VERIFY)) == []
+
+
+def test_an_array_made_read_only_or_writeable_reads_changed(tmp_path):
+    """A restore keeps an array's read-only flag (a write then raises), but verify said "bit-identical" after
+    `x.flags.writeable = False`, and after setting it back on a restored read-only array."""
+    from test_fidelity_state import changed
+    build = ("import numpy as np\nsmall = np.arange(3.0)\nbig = np.arange(100_000.0)\n"
+             "frozen = np.arange(4.0); frozen.flags.writeable = False\nother = [1, 2]")
+    with Kernel(tmp_path) as first:
+        first.run(build)
+        first.run("%gkews_checkpoint save")
+        assert changed(first) == []
+        first.run("small.flags.writeable = False; big.flags.writeable = False")
+        assert changed(first) == ["big", "small"]
+    with Kernel(tmp_path) as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert changed(fresh) == [] and fresh.value("frozen.flags.writeable") is False
+        fresh.run("frozen.flags.writeable = True")
+        assert changed(fresh) == ["frozen"]
