@@ -72,7 +72,10 @@ def refuse(obj) -> None:
         if obj.is_alive():
             # dill would save the Thread object, but never the running code: it would come back dead
             raise TypeError(f"cannot pickle a running thread ({obj.name}): its stack lives only in this process")
-        return
+        # one not started or finished holds the locks it waits on: skipped as "a lock", which named no thread
+        raise TypeError(f"cannot pickle a thread ({obj.name}, {'finished' if obj.ident else 'not started'}): a "
+                        f"Thread object holds live locks of this process; keep what it computed in a variable of "
+                        f"its own")
     what = live_resource(obj)
     if what is not None and isinstance(obj, io.IOBase) and obj.closed:  # (`with open(...) as f:` leaves f)
         raise TypeError(f"cannot pickle {type(obj).__qualname__!r} object: {what.replace('an open', 'a closed', 1)}: "

@@ -26,6 +26,7 @@ sock = socket.socket()
 _r, _w = os.pipe(); pipe = os.fdopen(_w, "w")
 lock = threading.Lock(); rlock = threading.RLock(); cond = threading.Condition()
 worker = threading.Thread(target=time.sleep, args=(60,), daemon=True); worker.start()
+done_worker = threading.Thread(target=len, args=((),), name="loader"); done_worker.start(); done_worker.join()
 child = subprocess.Popen(["sleep", "60"])
 scratch = tempfile.TemporaryDirectory(dir={str(outside)!r})
 mapped = mmap.mmap(reader.fileno(), 0, access=mmap.ACCESS_READ)
@@ -48,6 +49,7 @@ with open({str(data)!r}, "rb") as done: head = done.read(2)
             "rlock": "cannot pickle 'RLock' object: a lock",
             "cond": "cannot pickle 'RLock' object: a lock",
             "worker": "cannot pickle a running thread",
+            "done_worker": "cannot pickle a thread (loader, finished): a Thread object holds live locks",  # "a lock"
             "child": "cannot pickle 'Popen' object: a child process is a live resource",
             "scratch": "cannot pickle 'TemporaryDirectory' object: a temporary file or directory",
             "mapped": "cannot pickle 'mmap' object: a memory map",
