@@ -12,6 +12,7 @@ import mmap
 import socket
 import sys
 import threading
+import types
 import weakref
 
 _LOCKS = (type(threading.Lock()), type(threading.RLock()))
@@ -66,8 +67,40 @@ def _database_or_segment(obj) -> str | None:
     return None
 
 
+# What a checkpoint never holds, and a restore never loads: what opens, writes or deletes files, or starts
+# processes, when called (a `__reduce__` returning `(io.open, (path, "w"))` truncated that file at every restore)
+_OPENS = {("builtins", "open"), ("io", "open"), ("_io", "open"), ("io", "open_code"), ("_io", "open_code"),
+          ("io", "FileIO"), ("_io", "FileIO"), ("codecs", "open"), ("dill._dill", "_create_filehandle"),
+          ("subprocess", "Popen"), ("tempfile", "TemporaryDirectory"), ("tempfile", "SpooledTemporaryFile"),
+          ("socket", "socket"), ("_socket", "socket")}
+# modules whose classes a value may hold (os.stat_result, subprocess.CompletedProcess), but none of their functions
+_TYPES_ONLY = {"os", "posix", "nt", "shutil", "subprocess", "pty", "socket", "_socket", "tempfile", "io", "_io"}
+# a path's methods that change the file system (its others only read)
+_PATH_WRITES = {"open", "write_text", "write_bytes", "touch", "mkdir", "rmdir", "unlink", "rename", "replace",
+                "chmod", "lchmod", "symlink_to", "hardlink_to", "link_to"}
+_CALLABLES = (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.MethodDescriptorType,
+              types.WrapperDescriptorType, types.MethodWrapperType, types.ClassMethodDescriptorType)
+
+
+def outside_call(module, name, obj) -> bool:
+    """Whether `obj`, a function or class known as module.name, opens, writes or deletes files, or starts
+    processes, when called."""
+    if module == "pathlib":
+        return name.rpartition(".")[2] in _PATH_WRITES and not isinstance(obj, type)
+    return (module, name) in _OPENS or module in _TYPES_ONLY and not isinstance(obj, type)
+
+
+def outside_call_reason(module: str, name: str) -> str:
+    return (f"{module}.{name} could open, write or delete a file (or start a process) outside the checkpoint "
+            f"store: a checkpoint never holds it, so that a restore never runs it")
+
+
 def refuse(obj) -> None:
     """Raise the TypeError that makes capture skip the variable holding `obj`, with the reason."""
+    if isinstance(obj, _CALLABLES):
+        module, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+        if isinstance(module, str) and isinstance(name, str) and outside_call(module, name, obj):
+            raise TypeError(f"cannot pickle {name!r}: {outside_call_reason(module, name)}")
     if isinstance(obj, threading.Thread):
         if obj.is_alive():
             # dill would save the Thread object, but never the running code: it would come back dead

@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import dill
 
-from . import byvalue, cuda_io, packed, pandas_cow, set_order
+from . import byvalue, cuda_io, packed, pandas_cow, resources, set_order
 from . import settings as process_settings
 from .alignment import address, aligned_copy, is_aligned, private_memory
 from .capture import NAMED_NANS
@@ -46,14 +46,26 @@ class _Hooks:
     def persistent_load(self, pid):
         return self.restorer.resolve(pid)
 
+    def find_class(self, module, name):
+        found = _REBUILT.get((module, name)) or super().find_class(module, name)
+        refuse_outside_call(module, name, found)
+        return found
+
 
 class FastUnpickler(_Hooks, pickle.Unpickler):
     pass
 
 
 class DillUnpickler(_Hooks, dill.Unpickler):
-    def find_class(self, module, name):
-        return _REBUILT.get((module, name)) or super().find_class(module, name)
+    pass
+
+
+def refuse_outside_call(module: str, name: str, found) -> None:
+    """A pickle naming what opens, writes or deletes files (resources.outside_call): refused where it names it,
+    before anything is called (a checkpoint of this version never holds one; an older or a hand-made one may)."""
+    if resources.outside_call(module, name, found):
+        raise pickle.UnpicklingError(f"its pickle names {resources.outside_call_reason(module, name)}; re-run the "
+                                     f"cell that made it")
 
 
 # a notebook class is rebuilt without running its notebook hooks again (byvalue.create_type)

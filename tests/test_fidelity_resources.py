@@ -1,5 +1,6 @@
-"""A restore writes nowhere outside the checkpoint store: live resources are skipped, named with the
-cell that made them, and the files they point at keep their bytes and their mtime."""
+"""A restore writes nowhere outside the checkpoint store: live resources, and values whose pickle would open or
+delete files, are skipped, named with the cell that made them, and the files they point at keep their bytes and
+their mtime."""
 from __future__ import annotations
 
 import os
@@ -162,3 +163,49 @@ def test_the_cell_that_made_a_skipped_value_is_found_parsing_each_cell_once(monk
         found = [history.defining_cell(shell, name) for name in ("log", "gen", "lock", "sock", "ev", "cond")]
     assert found[1] == {"cell": 3, "source": "gen = (i for i in range(3))", "line": 2, "lines": 2}
     assert found[2] is None and len(parsed) <= 1000, len(parsed)
+
+
+VICTIM = {"path": ""}
+
+
+class Truncates:
+    """A value whose pickle calls io.open(path, "w") as it loads: every restore emptied that file."""
+
+    def __reduce__(self):
+        import io
+        return (io.open, (VICTIM["path"], "w"))
+
+
+class Removes:
+    def __reduce__(self):
+        return (os.remove, (VICTIM["path"],))
+
+
+def test_a_value_whose_pickle_opens_or_deletes_a_file_is_never_saved_nor_loaded(tmp_path, monkeypatch):
+    import functools
+    import pathlib
+    import kernel_state
+    from kernel_state import resources
+    victim = tmp_path / "results.csv"
+    victim.write_text("epoch,loss\n1,0.5\n")
+    VICTIM["path"] = str(victim)
+    ns = {"truncates": Truncates(), "removes": Removes(), "opener": functools.partial(open, str(victim), "w"),
+          "writer": pathlib.Path(victim).write_text, "reader": pathlib.Path(victim).read_text,
+          "where": pathlib.Path(victim), "kept": [1, 2]}
+    saved = kernel_state.save(ns, notebook="a.ipynb", root=str(tmp_path / "store"))
+    assert saved["saved"] == ["reader", "where", "kept"], saved
+    reasons = {name: info["reason"] for name, info in saved["skipped"].items()}
+    assert "io.open could open, write or delete a file (or start a process) outside the checkpoint store" \
+           in reasons["truncates"], reasons
+    assert "posix.remove could" in reasons["removes"] or "nt.remove could" in reasons["removes"], reasons
+    assert "io.open could" in reasons["opener"] and "pathlib.Path.write_text could" in reasons["writer"], reasons
+
+    # a checkpoint that holds one anyway (an earlier version's, or made by hand): refused where its pickle names
+    # it, before anything is called
+    monkeypatch.setattr(resources, "outside_call", lambda module, name, obj: False)
+    kernel_state.save({"truncates": Truncates(), "kept": [3]}, notebook="b.ipynb", root=str(tmp_path / "store"))
+    monkeypatch.undo()
+    back = {}
+    result = kernel_state.restore(back, notebook="b.ipynb", root=str(tmp_path / "store"))
+    assert back == {"kept": [3]} and victim.read_text() == "epoch,loss\n1,0.5\n", back
+    assert "its pickle names io.open could open, write or delete a file" in result["failed"]["truncates"], result
