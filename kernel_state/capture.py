@@ -274,6 +274,7 @@ class Capture:
         self._var_raw = False  # or to a storage outside the tensor table (torch's own reductions)
         self._new_checked: set[tuple] = set()  # (variable, class, arguments) whose __new__ was looked at
         self._sets: dict[int, tuple] = {}  # id of a set saved by reference (_set_reference) -> (variable, number)
+        self.string_sets = False  # a set or frozenset of strings was saved: its order depends on the hash seed
         self._shared: dict[int, tuple] = {}
         self._reductions: dict[int, tuple] = {}
         self._small_roots: dict[int, _SmallRoot] = {}  # id of a small array's root: its pickled memory
@@ -501,6 +502,8 @@ class Capture:
             self._var_memo = True
             self._var_names.add(shared[0])
             return ("memo",) + shared
+        if type(obj) in (set, frozenset) and len(obj) > 1 and not self.string_sets:
+            self.string_sets = any(isinstance(x, (str, bytes)) for x in obj)
         if type(obj) is set and len(obj) > 1:
             return self._set_reference(obj)
         if type(obj) in _CONTAINERS:  # most of what a model's pickle meets: never a tensor nor a resource

@@ -654,7 +654,7 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
             restorer.warnings.append(f"the random state was not restored: {exc}")
     put_back = [f"import folder {folder} on sys.path" for folder in folders]
     if manifest.get("settings") and not wanted and settings:  # a full restore: what the next cell computes with
-        done, notes = process_settings.apply(manifest["settings"])
+        done, notes = process_settings.apply(manifest["settings"], manifest["identity"].get("token") == TOKEN)
         put_back += done
         restorer.warnings.extend(notes)
     skipped = {n: s for n, s in manifest["skipped"].items() if not wanted or n in wanted}

@@ -118,7 +118,7 @@ def missing_import_folders(saved: dict | None) -> list[str]:
             and not os.path.isdir(entry)]
 
 
-def apply(saved: dict) -> tuple[list[str], list[str]]:
+def apply(saved: dict, same_process: bool = False) -> tuple[list[str], list[str]]:
     """Set back what differs from now; returns (what was set, described; warnings)."""
     done, warnings = [], []
     now = capture()
@@ -140,10 +140,15 @@ def apply(saved: dict) -> tuple[list[str], list[str]]:
         step(f"numpy errors {_shown(errors, now.get('numpy_errors', {}))}", lambda: np.seterr(**errors))
     _torch(saved.get("torch") or {}, now.get("torch") or {}, step, warnings.append)
     seed = saved.get("hash_seed")
-    if seed is not None and seed != now["hash_seed"]:  # fixed when the process started: said, not set
+    if seed not in (None, "random") and seed != now["hash_seed"]:  # fixed when the process started: said, not set
         warnings.append(f"sets of strings may iterate in another order than in the saving kernel, which ran with "
                         f"PYTHONHASHSEED={seed} (this one: {now['hash_seed'] or 'random'}); a kernel started with "
                         f"PYTHONHASHSEED={seed} iterates them as it did")
+    elif seed in (None, "random") and saved.get("string_sets") and not same_process:
+        # a random seed is never the same twice: no kernel iterates those sets as the saving one did
+        warnings.append("sets of strings may iterate in another order than in the saving kernel, which ran with a "
+                        "random hash seed (no PYTHONHASHSEED): kernels started with a fixed PYTHONHASHSEED (the "
+                        "jupyter-gkews server gives its kernels one) keep that order through a restore")
     cwd = saved.get("cwd")
     if cwd and cwd != now["cwd"]:
         if os.path.isdir(cwd):

@@ -212,6 +212,28 @@ def test_a_restore_under_another_hash_seed_says_sets_may_iterate_otherwise(tmp_p
         assert sorted(other.value(order)) == sorted(expected)
 
 
+def test_a_restore_of_sets_saved_under_a_random_hash_seed_says_they_may_iterate_otherwise(tmp_path):
+    """A kernel the server did not start has a random hash seed (the manifest recorded none): a restore in another
+    process brought a set of strings back in another order and said nothing. It says so when the checkpoint holds
+    such a set, and not when it holds none, nor into the same process."""
+    from kernel_state import settings
+    with Kernel(tmp_path / "a", extra_env={"PYTHONHASHSEED": "random"}) as first:
+        first.run("words = set('the quick brown fox jumps over a lazy dog'.split())\nnumbers = {1, 2, 3}")
+        first.run("%gkews_checkpoint save")
+        assert "random hash seed" not in first.run("%gkews_checkpoint restore")  # the same process: same order
+    with Kernel(tmp_path / "a", extra_env={"PYTHONHASHSEED": "random"}) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "sets of strings may iterate in another order than in the saving kernel, which ran with a random " \
+               "hash seed (no PYTHONHASHSEED)" in out, out
+    with Kernel(tmp_path / "b", extra_env={"PYTHONHASHSEED": "random"}) as first:
+        first.run("numbers = {1, 2, 3}\nnames = ['a', 'b']")
+        first.run("%gkews_checkpoint save")
+    with Kernel(tmp_path / "b", extra_env={"PYTHONHASHSEED": "random"}) as fresh:
+        assert "hash seed" not in fresh.run("%gkews_checkpoint restore")
+    # no PYTHONHASHSEED at all is recorded as none: the same words
+    assert any("random hash seed" in w for w in settings.apply({"hash_seed": None, "string_sets": True})[1])
+
+
 def test_verify_reads_the_random_state_a_restore_would_put_back(tmp_path):
     """A draw after the checkpoint changes the next numbers of the experiment, and a restore rewinds them:
     verify said "Verified" all the same. It names the generators that moved, and says when it cannot."""
