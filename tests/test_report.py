@@ -404,6 +404,10 @@ def test_bad_report_options_name_the_fix(tmp_path):
             until, r.returncode, r.stderr)
     r = jupyter_gkews("report", f"--state-dir={tmp_path / 's'}", home=tmp_path)
     assert r.returncode == 0 and "(no pause in the event log yet)" in r.stdout
+    # the last day the message names was refused itself, where its last second (253402300799) was taken
+    for until in ("9999-12-31", "253402300799"):
+        r = jupyter_gkews("report", f"--state-dir={tmp_path / 's'}", f"--until={until}", home=tmp_path)
+        assert r.returncode == 0 and "(no pause in the event log yet)" in r.stdout, (until, r.stderr)
     # the pauses wrote checkpoints, but not where --checkpoint-root says: it said "holds 0.0 MiB now"
     week = StateStore(str(tmp_path / "week"))
     for e in workstation_week():
@@ -411,7 +415,7 @@ def test_bad_report_options_name_the_fix(tmp_path):
     r = jupyter_gkews("report", f"--state-dir={tmp_path / 'week'}", f"--checkpoint-root={tmp_path / 'nonexistent'}",
                       home=tmp_path)
     assert r.returncode == 2 and "MiB now" not in r.stdout
-    assert (f"no checkpoint store at {tmp_path / 'nonexistent'}, yet the event log says the pauses wrote 600.0 MiB"
+    assert (f"no checkpoint store at {tmp_path / 'nonexistent'}, yet the event log says the pauses wrote 600.00 MiB"
             in r.stderr and "--checkpoint-root=DIR" in r.stderr), r.stderr
     # a folder that is no store was counted whole as the bytes "kept" (all of /tmp: 27 GiB); cleanup refused it
     (tmp_path / "mine").mkdir()
@@ -439,6 +443,10 @@ def test_an_event_log_that_is_no_file_is_named_as_such_and_html_needs_a_name(tmp
     StateStore(str(state)).append_event(ev(time.time(), "started", 0, "active"))
     r = jupyter_gkews("report", f"--state-dir={state}", "--html=", home=tmp_path)
     assert r.returncode == 2 and "--html needs a file name (--html=week.html)" in r.stderr, r.stderr
+    # a file given as the state directory read "no event log at FILE/events.jsonl: no server has run with it"
+    r = jupyter_gkews("report", f"--state-dir={state / 'events.jsonl'}", home=tmp_path)
+    assert r.returncode == 2 and f"the state directory {state / 'events.jsonl'} is a file, not a directory" \
+        in r.stderr, r.stderr
 
 
 def test_the_state_dir_defaults_to_the_servers(tmp_path):

@@ -8,6 +8,7 @@ import stat
 import sys
 
 from kernel_state.errors import CheckpointError
+from kernel_state.sizes import human_bytes
 from kernel_state.store import Store
 from kernel_state.timestamps import utc_epoch
 from jupyter_core.application import base_aliases, base_flags
@@ -31,9 +32,9 @@ def parse_until(value: str) -> float:
         except ValueError:
             continue
         # -5 was a week of 1969, reported as empty; 1e17 overflowed the calendar (a traceback)
-        if not (math.isfinite(until) and 0 < until < LAST_DAY_END):
+        if not (math.isfinite(until) and 0 < until <= LAST_DAY_END):
             raise ValueError(f"--until={value!r} is not a time between 1970-01-01 and 9999-12-31: {forms}")
-        return until
+        return min(until, LAST_DAY_END - 1)  # the end of 9999-12-31 (its last second: the calendar's last)
     raise ValueError(f"--until={value!r} is not a date: {forms}")
 
 
@@ -70,6 +71,10 @@ class ReportApp(ServerConfigApp):
     def start(self) -> None:
         settings = self.server_settings()
         store = StateStore(settings.state_dir)
+        if os.path.exists(store.directory) and not os.path.isdir(store.directory):  # it read "no event log at"
+            print(f"the state directory {store.directory} is a file, not a directory: point --state-dir=DIR at "
+                  f"the server's state directory (c.GkewsApp.state_dir)", file=sys.stderr)
+            self.exit(2)
         if os.path.lexists(store.events_path) and not os.path.isfile(store.events_path):
             print(f"the event log {store.events_path} is not a file (a folder, or a link to nothing): point "
                   f"--state-dir=DIR at the server's state directory, or put its events.jsonl back", file=sys.stderr)
@@ -108,7 +113,7 @@ class ReportApp(ServerConfigApp):
             totals["checkpoint_bytes_on_disk"] = disk_usage(root)
         elif totals["checkpoint_bytes"]:  # the pauses wrote checkpoints, but not here: the wrong root
             print(f"no checkpoint store at {root}, yet the event log says the pauses wrote "
-                  f"{totals['checkpoint_bytes'] / 2**20:.1f} MiB of checkpoints; {ROOT_FIX}", file=sys.stderr)
+                  f"{human_bytes(totals['checkpoint_bytes'])} of checkpoints; {ROOT_FIX}", file=sys.stderr)
             self.exit(2)
         if self.html:
             try:
