@@ -108,10 +108,21 @@ class _ProgressLine:
             return
         from IPython.display import display
         text = f"saving: {p['variables_done']}/{p['variables_total']} variables, {human_bytes(p['bytes_done'])} written"
+        self._last = p
         if self._handle is None:
             self._handle = display({"text/plain": text}, raw=True, display_id=True)
         else:
             self._handle.update({"text/plain": text}, raw=True)
+
+    def end(self, result: dict | None) -> None:
+        """The line's last words: it stayed at its last count ("8/17 variables, 0 B written") above "Saved"."""
+        if self._handle is None:
+            return
+        if result is not None:
+            text = f"saving: done, {human_bytes(result['bytes_written'])} written"
+        else:
+            text = f"saving: stopped after {self._last['variables_done']}/{self._last['variables_total']} variables"
+        self._handle.update({"text/plain": text}, raw=True)
 
 
 @magics_class
@@ -172,8 +183,12 @@ class CheckpointMagics(Magics):
 
     # -- actions ----------------------------------------------------------------------------------
     def _save(self, args):
-        result = checkpoint.save(self.shell.user_ns, notebook=args.notebook, names=args.names or None,
-                                 exclude=args.exclude, progress=_ProgressLine(), random_state=args.random_state)
+        progress, result = _ProgressLine(), None
+        try:
+            result = checkpoint.save(self.shell.user_ns, notebook=args.notebook, names=args.names or None,
+                                     exclude=args.exclude, progress=progress, random_state=args.random_state)
+        finally:
+            progress.end(result)
         saved = _count(len(result["saved"]), "variable")
         print(f"Saved checkpoint {result['id']} for {result['notebook']!r}: {saved}, "
               f"{human_bytes(result['bytes'])} ({human_bytes(result['bytes_written'])} written) "

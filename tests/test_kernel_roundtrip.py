@@ -93,6 +93,8 @@ def test_long_saves_show_progress(store):
         out = k.run("%gkews_checkpoint save")
         assert "saving: 2/2 variables, " in out and "MiB written" in out
         assert "Saved checkpoint" in out
+        # what the line shows in the end (its last update): it stayed at a count short of the whole
+        assert out[out.rindex("saving: "):].startswith("saving: done, 64.0"), out
     finally:
         k.close()
 
