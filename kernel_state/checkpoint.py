@@ -213,6 +213,7 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "notebook": nb,
         "identity": identity(), "versions": _versions(),
         "variables": capture.variables, "skipped": skipped, "modules": modules,
+        **({"named": True} if names else {}),  # `save NAMES`: the notebook's other variables are not in it
         **({"module_folders": folders} if folders else {}),
         "tensors": capture.tensors, "arrays": capture.arrays, "storages": capture.storages,
         "blobs": capture.blobs, "probes": _evaluate_probes(ns, store, nb) if probes else [],

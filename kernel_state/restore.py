@@ -652,6 +652,11 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
             restorer.warnings.extend(notes)
         except Exception as exc:
             restorer.warnings.append(f"the random state was not restored: {exc}")
+    if manifest.get("named") and not wanted:  # it came back whole, and looked like the notebook's whole state
+        restorer.warnings.append(
+            f"checkpoint {manifest['id']} holds only the variables its save named ({', '.join(manifest['variables'])}"
+            f"): the notebook's other variables are as they were; an earlier checkpoint may hold them "
+            f"(%gkews_checkpoint list shows each one's variables, restore --checkpoint ID brings one back)")
     put_back = [f"import folder {folder} on sys.path" for folder in folders]
     if manifest.get("settings") and not wanted and settings:  # a full restore: what the next cell computes with
         done, notes = process_settings.apply(manifest["settings"], manifest["identity"].get("token") == TOKEN)

@@ -359,3 +359,25 @@ def test_verify_names_what_the_checkpoint_does_not_hold(store):
         out = k.run("%gkews_checkpoint verify")
         assert ("Verified: the live state is the checkpointed state. Not covered (not in the checkpoint: made "
                 "since, or left out of its save): a, new_var.") in out, out
+
+
+def test_a_restore_of_a_save_of_some_variables_says_it_holds_only_those(store):
+    """`save w` made the newest checkpoint hold w alone; a plain restore in a new kernel brought back w and
+    said nothing of the notebook's other variables, which an earlier checkpoint held."""
+    k = Kernel(store)
+    try:
+        k.run("w = 1\nb = 2\ncfg = {'lr': 0.1}")
+        k.run("%gkews_checkpoint save")
+        k.run("w = 3")
+        k.run("%gkews_checkpoint save w")
+    finally:
+        k.close()
+    k = Kernel(store)
+    try:
+        out = k.run("%gkews_checkpoint restore")
+        assert "Restored 1 variable from checkpoint" in out, out
+        assert "holds only the variables its save named (w): the notebook's other variables are as they were; " \
+               "an earlier checkpoint may hold them" in out, out
+        assert "holds only" not in k.run("%gkews_checkpoint restore w")  # asked for by name: nothing to add
+    finally:
+        k.close()
