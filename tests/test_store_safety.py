@@ -69,6 +69,9 @@ def test_cleanup_pointed_at_a_home_folder_refuses(tmp_path):
     before = users_folder(tmp_path / "home")
     done = jupyter_gkews("cleanup", f"--checkpoint-root={tmp_path / 'home'}", "--keep-last=1", home=tmp_path / "jp")
     assert done.returncode == 2 and "is not a gkews checkpoint store" in done.stderr, done.stderr
+    # the fix in this command's terms: the server's setting pointed elsewhere would clean another store
+    assert "Give this command the server's checkpoint store with --checkpoint-root=DIR" in done.stderr, done.stderr
+    assert "GKEWS_CHECKPOINT_ROOT" not in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert tree(tmp_path / "home") == before
 
@@ -390,3 +393,16 @@ def test_a_full_volume_says_how_full_and_how_much_of_it_the_checkpoints_hold(tmp
     assert "in 4 checkpoint(s), 3 of them kernel undo's automatic ones. Free space there" in message, message
     assert "keep fewer automatic checkpoints: GKEWS_AUTO_KEEP_LAST, GKEWS_AUTO_MAX_BYTES" in message, message
     assert message.count(os.strerror(errno.ENOSPC)) == 1 and "nothing of this checkpoint was kept" in message
+
+
+@pytest.mark.parametrize("code, words", [
+    (errno.EROFS, "Run it where that volume can be written (it is mounted read-only here)"),
+    (errno.EACCES, "Give this user write access there (the server's user)"),
+])
+def test_cleanup_says_the_fix_of_a_store_it_cannot_change_in_its_own_terms(code, words):
+    """A read-only store told the cleanup to point the server's GKEWS_CHECKPOINT_ROOT at a writable directory:
+    another store to clean, not this one."""
+    from jupyter_gkews.cli.cleanup import for_this_command
+    from kernel_state.store import CHANGING, write_error
+    message = for_this_command(str(write_error(OSError(code, os.strerror(code)), "/srv/store", CHANGING)))
+    assert words in message and "GKEWS_CHECKPOINT_ROOT" not in message, message

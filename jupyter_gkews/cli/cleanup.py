@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 
 from jupyter_core.application import base_aliases, base_flags
@@ -43,9 +44,25 @@ class CleanupApp(ServerConfigApp):
             print(f"{exc}; fix it in jupyter_server_config.py or on the command line", file=sys.stderr)
             self.exit(2)
         except CheckpointError as exc:  # not a store, or a link inside it: the message says what to do
-            print(exc, file=sys.stderr)
+            print(for_this_command(str(exc)), file=sys.stderr)
             self.exit(2)
         print(json.dumps(report, indent=1) if self.as_json else describe(report))
+
+
+_SETTING = r"GKEWS_CHECKPOINT_ROOT(?: \(c\.GkewsApp\.checkpoint_root\))?"
+# the store's fixes name the server's setting; a cleanup is pointed with --checkpoint-root, and pointing it at
+# another folder would clean another store: its own words
+_FIXES = [(re.compile(rf"[Pp]oint {_SETTING} at an empty or new directory"),
+           "give this command the server's checkpoint store with --checkpoint-root=DIR"),
+          (re.compile(rf"Point {_SETTING} at a writable directory \(this volume is mounted read-only\)"),
+           "Run it where that volume can be written (it is mounted read-only here)"),
+          (re.compile(rf", or point {_SETTING} at a writable directory"), " (the server's user)")]
+
+
+def for_this_command(message: str) -> str:
+    for pattern, words in _FIXES:  # in the case of what it replaces ("Point" begins a sentence)
+        message = pattern.sub(lambda m, w=words: w[0].upper() + w[1:] if m[0][0].isupper() else w, message)
+    return message
 
 
 main = CleanupApp.launch_instance
