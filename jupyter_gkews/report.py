@@ -165,6 +165,7 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
     now = time.time()
     until = now if until is None else until
     asked, until = until, min(until, now)
+    later = sum(1 for e in events if e.get("time", 0) > until)  # said: a clock set ahead hid a whole week
     events = follow_renames([e for e in events if e.get("time", 0) <= until])
     cycles = build_cycles(events)
     deleted = deleted_while_paused(events)
@@ -224,7 +225,8 @@ def build_report(events: list[dict], until: float | None = None) -> dict:
         "resume_test": {"notebooks_resumed": sum(test_verdicts.values()), "verdicts": test_verdicts,
                         "success_rate": success_rate(test_verdicts)},
     }
-    return {"until": until, "cycles": rows, "totals": totals, "week": week(events, cycles, asked, until)}
+    return {"until": until, "cycles": rows, "totals": totals, "week": week(events, cycles, asked, until),
+            "events_after_until": later}
 
 
 # -- text ---------------------------------------------------------------------------------------------
@@ -261,6 +263,10 @@ def text(report: dict) -> str:
     out = [line(COLUMNS), line(["-" * w for w in widths])] + [line(r) for r in rows]
     if not rows:
         out.append("(no pause in the event log yet)")
+    later = report.get("events_after_until", 0)
+    if later:
+        out.append(f"({later} event(s) of the log are dated after {_when(report['until'])} UTC and left out: "
+                   f"an earlier --until, or a clock that was set ahead when they were written)")
     t, w = report["totals"], report["week"]
     rate = "-" if t["success_rate"] is None else f"{t['success_rate'] * 100:.0f}%"
     out += [

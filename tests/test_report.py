@@ -151,6 +151,19 @@ def test_until_leaves_out_what_came_after_it(tmp_path):
     assert last["verdicts"] == {} and last["ready_seconds"] is None
 
 
+def test_events_dated_after_the_report_are_said_to_be_left_out():
+    """A log written under a clock set ahead (every event in the future) read "(no pause in the event log yet)"
+    and nothing else, as if no server had paused."""
+    ahead = time.time() + 30 * 86400
+    events = [e for c, day in enumerate((0, 1)) for e in pause_events(c + 1, ahead + day * 86400, ahead - 600)]
+    said = report_text(build_report(events))
+    assert "(no pause in the event log yet)" in said
+    assert f"({len(events)} event(s) of the log are dated after " in said and "left out: an earlier --until, or " \
+        "a clock that was set ahead when they were written)" in said, said
+    past = [e for e in pause_events(1, time.time() - 3600, time.time() - 4000)]
+    assert "dated after" not in report_text(build_report(past))
+
+
 def test_one_cause_of_failure_is_one_group_whatever_checkpoint_it_names():
     """Each cycle's failure named its own checkpoint id, so the same cause never grouped."""
     events = []
