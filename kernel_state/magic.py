@@ -294,6 +294,9 @@ class CheckpointMagics(Magics):
         remove = expr.split(None, 1)[0] == "--remove"
         if remove:
             expr = expr[len("--remove"):].strip()
+            if not expr:  # it answered "no probe '' is recorded"
+                raise UsageError("probe --remove takes the expression to stop re-checking: %gkews_checkpoint probe "
+                                 "--remove EXPR (%gkews_checkpoint probe lists them)")
         try:
             result = checkpoint.probe(expr, self.shell.user_ns, remove=remove)
         except (CheckpointError, ValueError) as exc:  # a full disk says its fix in a line, as a save does

@@ -134,6 +134,8 @@ odd = Odd()
         assert {p["expr"]: p["verdict"] for p in result["probes"]} == {"set(words)": "match", "odd": "match"}
         assert "Probe removed: odd." in fresh.run("%gkews_checkpoint probe --remove odd")
         assert "no probe 'odd' is recorded" in fresh.run("%gkews_checkpoint probe --remove odd", allow_error=True)
+        assert "probe --remove takes the expression to stop re-checking" in fresh.run(
+            "%gkews_checkpoint probe --remove", allow_error=True)  # it said "no probe '' is recorded"
         assert fresh.run("%gkews_checkpoint probe").strip() == "probes: set(words)"
 
 
