@@ -18,6 +18,14 @@ import sys
 
 
 def exit_as_a_shutdown_would(status: int = 0) -> None:
+    # ipykernel's streams first, while its IOPub thread still runs: one of its atexit handlers stops that thread,
+    # and a stream still watching its pipe then failed to forward the last bytes ("RuntimeError: Event loop is
+    # closed", a traceback in the server's log at every pause that shut a held kernel down)
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "watch_fd_thread", None) is not None:
+            with contextlib.suppress(BaseException):
+                stream.flush()
+                stream.close()
     with contextlib.suppress(BaseException):
         atexit._run_exitfuncs()
     close_open_files()

@@ -18,11 +18,18 @@ pytestmark = pytest.mark.timeout(600)
 
 
 def test_resume_test_on_a_server_it_starts(tmp_path):
-    r = jupyter_gkews("resume-test", home=tmp_path)
+    r = jupyter_gkews("resume-test", "--keep", home=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.splitlines()[-1] == "fresh process: restored from checkpoint"
     assert "recorded a secret, a torch model" in r.stdout  # torch is installed by make test
     assert "verdict restored-from-checkpoint" in r.stdout
+    base = r.stdout.split("starting a jupyter server with the extension in ", 1)[1].split()[0]
+    try:
+        # the kernel its pause shut down left no traceback in the server's log (ipykernel's stream watcher)
+        log = open(f"{base}/server-1.log", errors="replace").read()
+        assert "Kernel shutdown" in log and "Event loop is closed" not in log, log[-3000:]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture
