@@ -26,6 +26,7 @@ import collections
 import copyreg
 import functools
 import io
+import itertools
 import json
 import math
 import os
@@ -502,8 +503,8 @@ class Capture:
             self._var_memo = True
             self._var_names.add(shared[0])
             return ("memo",) + shared
-        if type(obj) in (set, frozenset) and len(obj) > 1 and not self.string_sets:
-            self.string_sets = any(isinstance(x, (str, bytes)) for x in obj)
+        if type(obj) in (set, frozenset) and len(obj) > 1 and not self.string_sets:  # its first items tell
+            self.string_sets = any(isinstance(x, (str, bytes)) for x in itertools.islice(obj, 64))
         if type(obj) is set and len(obj) > 1:
             return self._set_reference(obj)
         if type(obj) in _CONTAINERS:  # most of what a model's pickle meets: never a tensor nor a resource
