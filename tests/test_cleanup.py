@@ -114,7 +114,7 @@ def test_the_newest_complete_checkpoint_survives_every_limit(tmp_path):
         f.write("{ torn")
     r = jupyter_gkews("cleanup", f"--checkpoint-root={root}", "--keep-last=1", "--max-bytes=1",
                       "--max-age-days=0.00001", home=tmp_path)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr  # the damaged manifest kept the unused blobs: said, and exit 1
     assert store.checkpoint_ids(A) == ["29991231-235959-999-ffff", ids[A][0]]
     assert store.checkpoint_ids(B) == ids[B][:1]
     # while a damaged manifest exists nobody can tell which blobs it needs: none is collected
@@ -144,7 +144,7 @@ def test_a_damaged_manifest_that_blocks_collection_is_named(tmp_path):
         f.truncate(10)
     for args in (["--dry-run"], []):
         r = jupyter_gkews("cleanup", f"--checkpoint-root={root}", "--keep-last=1", *args, home=tmp_path)
-        assert r.returncode == 0, r.stderr
+        assert r.returncode == 1, r.stderr  # it exited 0: a cron job saw nothing wrong while the store grew
         assert f"no unused blob was removed: manifest {ids[B][0]}.json cannot be read" in r.stdout, r.stdout
         assert damaged in r.stdout
     assert Store(str(root)).checkpoint_ids(A) == ids[A][:1]  # checkpoints still go; their blobs wait

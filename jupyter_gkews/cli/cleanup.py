@@ -47,6 +47,8 @@ class CleanupApp(ServerConfigApp):
             print(for_this_command(str(exc)), file=sys.stderr)
             self.exit(2)
         print(json.dumps(report, indent=1) if self.as_json else describe(report))
+        if report.get("blobs_kept"):  # a damaged manifest kept every unused blob: a cron job must notice
+            self.exit(1)
 
 
 _SETTING = r"GKEWS_CHECKPOINT_ROOT(?: \(c\.GkewsApp\.checkpoint_root\))?"
