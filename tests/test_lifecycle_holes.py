@@ -590,11 +590,12 @@ async def restarted(serverapp, kernel_id: str, timeout: float = 60) -> None:
 
 
 #: a value whose restore ends the kernel process: a resume from its checkpoint fails (not for want of it)
+# (os._exit is what a checkpoint never holds now: kernel_state/resources.py; a signal kills the process as well)
 KILLS_ITS_RESTORE = """
 class Bomb:
     def __reduce__(self):
-        import os
-        return (os._exit, (1,))
+        import signal
+        return (signal.raise_signal, (signal.SIGKILL,))
 bomb = Bomb()
 """
 
