@@ -214,6 +214,7 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
         "identity": identity(), "versions": _versions(),
         "variables": capture.variables, "skipped": skipped, "modules": modules,
         **({"named": True} if names else {}),  # `save NAMES`: the notebook's other variables are not in it
+        **({"excluded": left_out} if (left_out := sorted(n for n in exclude if n in ns)) else {}),  # --exclude
         **({"module_folders": folders} if folders else {}),
         "tensors": capture.tensors, "arrays": capture.arrays, "storages": capture.storages,
         "blobs": capture.blobs, "probes": _evaluate_probes(ns, store, nb) if probes else [],

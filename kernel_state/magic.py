@@ -253,6 +253,10 @@ class CheckpointMagics(Magics):
                         "an earlier kernel"
                     earlier = f" of {who} ({_process(r.get('identity'))})"
                 after = f"  auto, after [{label.get('cell')}]{earlier}: {label.get('source', '')}"
+            elif r.get("only") is not None:
+                after = f"  only {', '.join(r['only']) or '(nothing saved)'}"
+            elif r.get("excluded"):
+                after = f"  without {', '.join(r['excluded'])}"
             print(f"{r['id']:<26} {r['created']:<21} {human_bytes(r['bytes']):>11} {r['variables']:>9} "
                   f"{r['skipped']:>7}{after}")
 

@@ -656,7 +656,14 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
         restorer.warnings.append(
             f"checkpoint {manifest['id']} holds only the variables its save named ({', '.join(manifest['variables'])}"
             f"): the notebook's other variables are as they were; an earlier checkpoint may hold them "
-            f"(%gkews_checkpoint list shows each one's variables, restore --checkpoint ID brings one back)")
+            f"(%gkews_checkpoint list marks the saves of some variables, restore --checkpoint ID brings one back)")
+    if manifest.get("excluded") and not wanted:
+        one = len(manifest["excluded"]) == 1
+        restorer.warnings.append(
+            f"checkpoint {manifest['id']} was saved with --exclude {' '.join(manifest['excluded'])}: "
+            f"{'that variable is as it was' if one else 'those variables are as they were'}; an earlier checkpoint "
+            f"may hold {'it' if one else 'them'} (%gkews_checkpoint list marks the saves of some variables, "
+            f"restore --checkpoint ID brings one back)")
     put_back = [f"import folder {folder} on sys.path" for folder in folders]
     if manifest.get("settings") and not wanted and settings:  # a full restore: what the next cell computes with
         done, notes = process_settings.apply(manifest["settings"], manifest["identity"].get("token") == TOKEN)

@@ -758,7 +758,7 @@ class Store:
 
     @staticmethod
     def read_manifest_file(path: str, lean: bool = False) -> dict:
-        """The manifest, checked. lean: only `auto`, `created` and `blobs` (what retention and the collection
+        """The manifest, checked. lean: only `auto`, `created`, `blobs` and `partial` (what retention and the collection
         read at every save, in every manifest of the store), shared and not to be changed: the same bytes
         are not parsed again."""
         name = os.path.basename(path)
@@ -887,6 +887,9 @@ class Store:
             if bool(manifest.get("auto")) == auto:  # the other set's limits are not these
                 manifests[cid] = manifest
         kept = list(manifests)  # newest first
+        # saves of some variables (`save NAMES`, --exclude) after the newest whole one: that one stays, else
+        # five `save results` would retire the only checkpoint holding the model
+        whole = next((cid for cid in kept if not manifests[cid].get("partial")), None)
         doomed = kept[keep:]
         kept = kept[:keep]
         if max_age:
@@ -894,6 +897,9 @@ class Store:
             old = [cid for cid in kept[1:] if _created_epoch(manifests[cid]) < cutoff]
             doomed += old
             kept = [cid for cid in kept if cid not in old]
+        if whole in doomed:
+            doomed.remove(whole)
+            kept.append(whole)
 
         def size():
             blobs: dict[str, int] = {}
@@ -901,7 +907,11 @@ class Store:
                 blobs.update(manifests[cid]["blobs"])
             return sum(blobs.values())
         while budget and len(kept) > 1 and size() > budget:
-            doomed.append(kept.pop())
+            droppable = [cid for cid in kept[1:] if cid != whole]
+            if not droppable:
+                break
+            kept.remove(droppable[-1])
+            doomed.append(droppable[-1])
         return pins.without_pinned(self.root, doomed)
 
     def _collect(self, dropped: set[str] = frozenset(), dry_run: bool = False) -> tuple[int, str | None]:
@@ -1006,7 +1016,8 @@ _known_lock = threading.Lock()
 
 def _remember(digest: str, manifest: dict) -> None:
     """What to know of the manifest whose bytes have this digest (hashed once, by the caller)."""
-    view = {"auto": manifest.get("auto"), "created": manifest.get("created"), "blobs": dict(manifest["blobs"])}
+    view = {"auto": manifest.get("auto"), "created": manifest.get("created"), "blobs": dict(manifest["blobs"]),
+            "partial": bool(manifest.get("named") or manifest.get("excluded"))}
     with _known_lock:
         old = _LEAN.pop(digest, None)
         _known["listed"] += len(view["blobs"]) + 1 - (len(old["blobs"]) + 1 if old else 0)
@@ -1041,6 +1052,9 @@ def summary(manifest: dict) -> dict:
         "identity": manifest.get("identity", {}),
         "auto": bool(manifest.get("auto")),
         "label": manifest.get("label"),
+        # a save of some variables: which (`save NAMES`) or which it left out (--exclude)
+        **({"only": sorted(manifest["variables"])} if manifest.get("named") else {}),
+        **({"excluded": list(manifest["excluded"])} if manifest.get("excluded") else {}),
     }
 
 

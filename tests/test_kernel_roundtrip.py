@@ -381,3 +381,36 @@ def test_a_restore_of_a_save_of_some_variables_says_it_holds_only_those(store):
         assert "holds only" not in k.run("%gkews_checkpoint restore w")  # asked for by name: nothing to add
     finally:
         k.close()
+
+
+def test_saves_of_some_variables_never_retire_the_last_whole_checkpoint(store):
+    """A whole save holding the model, then more `save results` than GKEWS_KEEP_LAST keeps: retention retired
+    the only checkpoint that held the model, and a new kernel could not get it back. The newest whole one stays
+    (and so does one saved with --exclude: it lacks what it left out); the list marks the partial saves, and a
+    restore of an --exclude save says what it left as it was."""
+    k = Kernel(store, extra_env={"GKEWS_KEEP_LAST": "2"})
+    try:
+        k.run("import numpy as np\nweights = np.arange(1000.0)\nresults = []")
+        k.run("%gkews_checkpoint save")
+        for i in range(4):
+            k.run(f"results.append({i})")
+            k.run("%gkews_checkpoint save results")
+        k.run("%gkews_checkpoint save --exclude weights")
+        listed = k.run("%gkews_checkpoint list")
+    finally:
+        k.close()
+    rows = [line for line in listed.splitlines()[1:] if line.strip()]
+    assert len(rows) == 3, listed  # the two newest, and the whole one
+    assert "without weights" in rows[0] and "only results" in rows[1], listed
+    assert "only" not in rows[2] and "without" not in rows[2], listed
+    k = Kernel(store)
+    try:
+        out = k.run("%gkews_checkpoint restore")
+        assert "was saved with --exclude weights: that variable is as it was" in out, out
+        assert "NameError" in k.run("weights", allow_error=True)
+        whole = rows[2].split()[0]
+        out = k.run(f"%gkews_checkpoint restore --checkpoint {whole}")
+        assert "Restored" in out, out
+        assert k.run("print(weights.sum(), results)").strip() == "499500.0 []"
+    finally:
+        k.close()
