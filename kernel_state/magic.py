@@ -1,6 +1,7 @@
 """%gkews_checkpoint: save, restore, list, verify, status, probe and delete from a notebook cell."""
 from __future__ import annotations
 
+import argparse
 import contextlib
 import math
 import os
@@ -77,6 +78,19 @@ def _verify_conclusion(result: dict) -> str:
     return "Not verified: " + "; ".join(reasons) + "." + outside
 
 
+class _Once(argparse.Action):
+    """An option that takes one value: given twice (`--checkpoint A --checkpoint B`), argparse kept the last and
+    the magic acted on a checkpoint the user may not have meant."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen = namespace.__dict__.setdefault("_given", set())
+        if self.dest in seen:
+            raise UsageError(f"{self.option_strings[-1]} was given twice ({getattr(namespace, self.dest)} and "
+                             f"{values}): give it once")
+        seen.add(self.dest)
+        setattr(namespace, self.dest, values)
+
+
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
@@ -130,11 +144,13 @@ class CheckpointMagics(Magics):
     @magic_arguments()
     @argument("action", choices=ACTIONS, help="what to do")
     @argument("names", nargs="*", help="variables to save or restore (default: all); the id for delete")
-    @argument("--exclude", nargs="+", default=[], metavar="NAME", help="save: leave these variables out")
-    @argument("--checkpoint", metavar="ID", help="restore/verify: this checkpoint instead of the newest; "
+    # extend: `--exclude a --exclude b` left out b alone, and saved the a it was told to leave out
+    @argument("--exclude", nargs="+", action="extend", default=[], metavar="NAME",
+              help="save: leave these variables out")
+    @argument("--checkpoint", action=_Once, metavar="ID", help="restore/verify: this checkpoint instead of the newest; "
               "rewind: this automatic checkpoint (also one from before a restart) instead of a cell number")
-    @argument("--device", choices=("cpu", "cuda"), help="restore: put every tensor on this device")
-    @argument("--notebook", help="checkpoints of this notebook path (default: this kernel's notebook)")
+    @argument("--device", action=_Once, choices=("cpu", "cuda"), help="restore: put every tensor on this device")
+    @argument("--notebook", action=_Once, help="checkpoints of this notebook path (default: this kernel's notebook)")
     @argument("--no-random-state", dest="random_state", action="store_false",
               help="save: leave the global random generators out; restore: leave them as they are")
     @line_magic

@@ -167,6 +167,13 @@ def test_magic_is_loaded_without_load_ext_and_explains_itself(store):
         assert "UsageError: x is both named and excluded" in out, out
         out = k.run("%gkews_checkpoint save --exclude xx")  # a typo: x was saved, not left out
         assert "Note: --exclude xx: no such variable in this kernel, so nothing was left out for it." in out, out
+        # argparse kept the last of a repeated option: `--exclude a --exclude b` saved the a it was told to leave out
+        k.run("big = 3")
+        k.run("%gkews_checkpoint save --exclude x --exclude big")
+        assert "without big, x" in k.run("%gkews_checkpoint list").splitlines()[1]
+        out = k.run("%gkews_checkpoint restore --checkpoint A --checkpoint B", allow_error=True)
+        assert "UsageError: --checkpoint was given twice (A and B): give it once" in out, out
+        k.run("del big")
         # restore refuses a name the checkpoint lacks as save does, and restores nothing of the rest
         k.run("y = 2\n%gkews_checkpoint save")
         k.run("x = 10; y = 20")
