@@ -3,7 +3,7 @@
  * the timeline. Pure functions, so that the wording is unit-tested.
  */
 import type { IAttachment } from './model';
-import { GkewsError, INotebookStatus, IProgress, ISkipped, IStatus } from './types';
+import { GkewsError, ICheckpoint, INotebookStatus, IProgress, ISkipped, IStatus } from './types';
 
 /** What a pause left running: not checkpointed (it failed, or a cell kept it busy), so never released. */
 export const LEFT_RUNNING = ['not-checkpointed', 'busy'];
@@ -59,6 +59,20 @@ export function display(status: IStatus | null, connected: boolean, attachment?:
 
 export function plural(n: number, word: string): string {
   return `${n} ${word}${n === 1 ? '' : 's'}`;
+}
+
+/** A sidebar row: when, how big, how many variables; a save of some variables says which. */
+export function checkpointLine(c: ICheckpoint): string {
+  if (c.error) {
+    return `${c.id}: unreadable (${c.error})`;
+  }
+  let line = `${new Date(c.created).toLocaleString()} · ${formatBytes(c.bytes)} · ${plural(c.variables, 'variable')} · ${c.skipped} skipped`;
+  if (c.only) {
+    line += ` · only ${c.only.join(', ') || '(nothing saved)'}`;
+  } else if (c.excluded?.length) {
+    line += ` · without ${c.excluded.join(', ')}`;
+  }
+  return line;
 }
 
 export function formatBytes(n: number | undefined | null): string {

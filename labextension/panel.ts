@@ -4,7 +4,7 @@ import { Widget } from '@lumino/widgets';
 
 import { showDialog } from './dialog';
 import { checkpointIcon } from './icons';
-import { formatBytes, pausedKernelNote, plural } from './describe';
+import { checkpointLine, formatBytes, pausedKernelNote, plural } from './describe';
 import { toast } from './toast';
 import { GkewsModel } from './model';
 import { GkewsError, ICheckpoint } from './types';
@@ -185,9 +185,7 @@ export class CheckpointPanel extends Widget {
     li.dataset.checkpoint = c.id;
     const info = document.createElement('span');
     info.className = 'jp-gkews-Checkpoint-info';
-    info.textContent = c.error
-      ? `${c.id}: unreadable (${c.error})`
-      : `${new Date(c.created).toLocaleString()} · ${formatBytes(c.bytes)} · ${plural(c.variables, 'variable')} · ${c.skipped} skipped`;
+    info.textContent = checkpointLine(c);
     info.title = c.id;
     const cell = c.auto && c.label ? c.label.cell : null;
     if (c.auto && c.label && !c.error) {

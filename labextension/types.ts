@@ -94,6 +94,9 @@ export interface ICheckpoint {
   /** Kernel undo: an automatic checkpoint, labelled with the cell it was taken after. */
   auto?: boolean;
   label?: { cell: number | null; source: string } | null;
+  /** A save of some variables: the ones it holds (`save NAMES`), or the ones it left out (`--exclude`). */
+  only?: string[];
+  excluded?: string[];
 }
 
 export interface ICheckpointNow {

@@ -3,6 +3,7 @@
  * notifications would say as the server's status changes.
  */
 import {
+  checkpointLine,
   clip,
   display,
   doneElsewhere,
@@ -677,5 +678,25 @@ describe('doneElsewhere', () => {
     expect(doneElsewhere('resume', refused(status({ state: 'active' })))).toBeNull(); // never paused: an error
     expect(doneElsewhere('resume', new GkewsError('boom', 500, resumed))).toBeNull();
     expect(doneElsewhere('pause', new Error('unreachable'))).toBeNull();
+  });
+});
+
+describe('the sidebar row of a checkpoint', () => {
+  const base = {
+    id: '20261207-010203-004-abcd',
+    created: '2026-12-07T01:02:03Z',
+    notebook: 'train.ipynb',
+    bytes: 2048,
+    variables: 2,
+    skipped: 0
+  };
+
+  it('says which variables a save of some of them holds, or left out', () => {
+    expect(checkpointLine(base)).toMatch(/· 2\.0 KB · 2 variables · 0 skipped$/);
+    expect(checkpointLine({ ...base, only: ['results', 'step'] })).toMatch(/· only results, step$/);
+    expect(checkpointLine({ ...base, excluded: ['model'] })).toMatch(/· without model$/);
+    expect(checkpointLine({ ...base, error: 'bad checksum' })).toBe(
+      '20261207-010203-004-abcd: unreadable (bad checksum)'
+    );
   });
 });
