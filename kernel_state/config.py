@@ -225,3 +225,11 @@ def auto_max_bytes(value: int | None = None) -> int:
     if n < 0:
         raise ValueError(f"GKEWS_AUTO_MAX_BYTES must be 0 (no budget) or positive (got {n})")
     return n
+
+
+def magic_quoted(path: str) -> str:
+    """A path as the magic's command line (a shell's split) takes it back whole: one with a space, a quote or a
+    backslash in double quotes."""
+    if path and not any(c.isspace() or c in "\"'\\" for c in path):
+        return path
+    return '"' + path.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -5,12 +5,13 @@ import argparse
 import contextlib
 import math
 import os
+import shlex
 import sys
 import time
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
 from . import checkpoint
 from .errors import CheckpointError
@@ -89,6 +90,16 @@ class _Once(argparse.Action):
                              f"{values}): give it once")
         seen.add(self.dest)
         setattr(namespace, self.dest, values)
+
+
+def _words(line: str) -> list[str]:
+    """The magic's arguments as a shell splits them: `--notebook "my nb.ipynb"` names my nb.ipynb (IPython's own
+    split kept the quotes as part of the name, and a path with a space had no spelling that worked)."""
+    try:
+        return shlex.split(line)
+    except ValueError as exc:  # "No closing quotation"
+        raise UsageError(f"{exc} in: {line.strip()}; put a name with spaces in double quotes, "
+                         f'as in --notebook "my notebook.ipynb"') from None
 
 
 def _count(n: int, noun: str) -> str:
@@ -183,7 +194,7 @@ class CheckpointMagics(Magics):
         if stripped.split(None, 1)[:1] == ["probe"]:
             expr = stripped[len("probe"):].strip()
             return self._probe(expr)
-        args = parse_argstring(self.gkews_checkpoint, line)
+        args = self.gkews_checkpoint.parser.parse_args(_words(line))
         if args.names and args.action in ("list", "verify", "status"):  # argparse would take and ignore them
             usage = " [--checkpoint ID]" if args.action == "verify" else ""
             raise UsageError(f"{args.action} takes no names (got {' '.join(args.names)}): "

@@ -642,7 +642,8 @@ class Store:
             raise HistoryExists(
                 f"{new!r} already has {len(own)} checkpoint(s) of its own in {self.root} (of an earlier notebook "
                 f"at that path), so the checkpoints of {old!r} were not moved over them: they stay under {old!r} "
-                f"(%gkews_checkpoint list --notebook {old} shows them, restore --notebook {old} --checkpoint ID "
+                f"(%gkews_checkpoint list --notebook {config.magic_quoted(old)} shows them, restore --notebook "
+                f"{config.magic_quoted(old)} --checkpoint ID "
                 f"brings one back)")
         lineage = [a for a in dict.fromkeys(
             [a for src in sources for a in self._notebook_info(src).get("renamed_from", [])]

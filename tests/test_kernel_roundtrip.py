@@ -421,3 +421,23 @@ def test_saves_of_some_variables_never_retire_the_last_whole_checkpoint(store):
         assert k.run("print(weights.sum(), results)").strip() == "499500.0 []"
     finally:
         k.close()
+
+
+def test_the_restore_command_a_deleted_notebook_s_status_gives_works_for_a_path_with_spaces(store):
+    """The status of a notebook deleted while paused says which command brings its variables back in another
+    notebook; for `with space/my nb.ipynb` it failed as given ("unrecognized arguments: space/my nb.ipynb"),
+    and quoted, the quotes became part of the name: no spelling of it worked."""
+    from jupyter_gkews.lifecycle.resume import mark_lost
+    with Kernel(store, notebook="with space/my nb.ipynb") as k:
+        k.run("secret = 'kept'")
+        cid = k.value("__import__('kernel_state').save(notebook='with space/my nb.ipynb')['id']")
+    nb = {"path": "with space/my nb.ipynb", "checkpoint": cid}
+    mark_lost(nb, "so no kernel will be started for it")
+    command = nb["next_step"].split("in another notebook run ", 1)[1]
+    assert command == f'%gkews_checkpoint restore --notebook "with space/my nb.ipynb" --checkpoint {cid}', command
+    with Kernel(store, notebook="rescue.ipynb") as k:
+        out = k.run(command)
+        assert "Restored 1 variable" in out, out
+        assert k.value("secret") == "kept"
+        out = k.run('%gkews_checkpoint list --notebook "with space/my nb.ipynb')
+        assert "UsageError: No closing quotation" in out and 'in double quotes' in out, out

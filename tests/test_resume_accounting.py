@@ -15,7 +15,7 @@ from jupyter_gkews.metrics import MetricsRecorder
 from jupyter_gkews.report import build_report
 from jupyter_gkews.report import text as report_text
 from kernel_state.store import Store
-from serverkit import events, gkews_server_config, open_notebook, post, run_cell, status, wait_for
+from serverkit import events, gkews_server_config, open_notebook, post, run_cell, status, wait_for, wait_until
 from serverproc import Server
 from test_metrics import delta, scrape
 from test_report import MONDAY, H, ev, pause_events, resume_events
@@ -594,3 +594,72 @@ async def test_a_notebook_the_resume_found_gone_is_resumed_once_its_file_is_back
     assert nb["verdict"] == "restored-from-checkpoint" and "deleted" not in nb, nb
     schema.validate_response("status", resumed)
     assert (await run_cell(jp_serverapp, nb["kernel_id"], "print(x + 1)")).strip() == "42"
+
+
+async def test_a_notebook_deleted_while_it_is_being_paused_is_not_restored_into_a_new_one(
+        jp_fetch, jp_serverapp, jp_root_dir, monkeypatch):
+    """Deleted through the contents API while the pause checkpointed it: the pause released it as paused, the
+    deletion was forgotten, and a notebook created at that path later got the deleted one's variables at the
+    next resume (`print(secret)` said 'OLD STATE' in a new, empty notebook)."""
+    path = "work/victim.ipynb"
+    kid = (await open_notebook(jp_fetch, jp_root_dir, path))["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "secret = 'OLD STATE'")
+    lifecycle, deleted = jp_serverapp.web_app.settings["gkews_lifecycle"], asyncio.Event()
+    waits = lifecycle._wait_idle
+
+    async def wait_idle_once_deleted(nb, interrupt):  # the deletion lands while the pause is at the notebook
+        await deleted.wait()
+        return await waits(nb, interrupt)
+
+    monkeypatch.setattr(lifecycle, "_wait_idle", wait_idle_once_deleted)
+    assert (await post(jp_fetch, "pause")).code == 202
+    await jp_fetch("api", "contents", path, method="DELETE")
+    deleted.set()
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert paused["state"] == "paused", paused["message"]
+    assert f"deleted while being paused, not to be resumed: {path}" in paused["message"], paused["message"]
+    nb = paused["notebooks"][0]
+    assert nb["status"] == "lost" and "was deleted while it was being paused" in nb["error"], nb
+    assert [e["path"] for e in await events(jp_fetch) if e["event"] == "notebook-deleted"] == [path]
+    new = (await open_notebook(jp_fetch, jp_root_dir, path))["kernel"]["id"]
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert f"deleted while paused, not resumed: {path}" in resumed["message"], resumed["message"]
+    assert await run_cell(jp_serverapp, new, "print('secret' in globals())") == "False\n"
+
+
+async def test_a_notebook_deleted_while_it_is_being_resumed_gets_its_kernel_shut_down(
+        jp_fetch, jp_serverapp, jp_root_dir, monkeypatch):
+    """Deleted through the contents API while the resume brought it back: the resume said "1
+    restored-from-checkpoint", and the kernel it started ran on for a file no one can open (on a GPU node,
+    holding a GPU). Now it is not resumed, its kernel is shut down, and the message names it."""
+    path, kept = "work/case.ipynb", "work/kept.ipynb"
+    for p in (path, kept):
+        kid = (await open_notebook(jp_fetch, jp_root_dir, p))["kernel"]["id"]
+        await run_cell(jp_serverapp, kid, "x = 1")
+    assert (await post(jp_fetch, "pause")).code == 202
+    assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
+    lifecycle, deleted = jp_serverapp.web_app.settings["gkews_lifecycle"], asyncio.Event()
+    starts = lifecycle.backend.start_kernel
+
+    async def start_then_wait(nb):  # the deletion lands once the kernels are started, before the restores
+        kernel_id = await starts(nb)
+        await deleted.wait()
+        return kernel_id
+
+    monkeypatch.setattr(lifecycle.backend, "start_kernel", start_then_wait)
+    assert (await post(jp_fetch, "resume")).code == 202
+    await wait_until(lambda: lifecycle.state["phase"] == "restoring", "the resume to start the kernels")
+    gone = next(nb for nb in lifecycle.state["notebooks"] if nb["path"] == path)
+    await jp_fetch("api", "contents", path, method="DELETE")
+    deleted.set()
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["state"] == "active", resumed["message"]
+    assert resumed["message"].startswith("resumed: 1 restored-from-checkpoint; deleted while paused, not "
+                                         f"resumed: {path}"), resumed["message"]
+    nb = next(nb for nb in resumed["notebooks"] if nb["path"] == path)
+    assert nb["status"] == "lost" and "was deleted during its resume, so its kernel was shut down" in nb["error"]
+    await wait_until(lambda: gone["kernel_id"] not in jp_serverapp.kernel_manager, "its kernel to be shut down")
+    other = next(nb for nb in resumed["notebooks"] if nb["path"] == kept)
+    assert other["verdict"] == "restored-from-checkpoint"
+    assert await run_cell(jp_serverapp, other["kernel_id"], "print(x)") == "1\n"

@@ -56,6 +56,9 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
         self._pins: dict | None = None  # the checkpoints last pinned in the store (kernel_state.pins)
         self._pins_failing: str | None = None  # why the pins last could not be written (logged once)
         self._in_resume: set[int] = set()  # id() of the notebook entries the running resume brings back
+        # id() of the notebook entries deleted (contents API) while the running pause or resume worked on them:
+        # that transition ends them as lost (Pause._lost_midway, Resume._deleted_during_resume)
+        self._deleted_midway: set[int] = set()
 
     def status(self) -> dict:
         out = copy.deepcopy(self.state)
@@ -139,8 +142,13 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
         the deleted one's variables into it (it checked only whether a file was there)."""
         lost = []
         for nb in self.state["notebooks"]:
-            if under(nb["path"], path) and awaiting_resume(nb) and nb.get("type") != "console" \
-                    and nb.get("status") in (NotebookStatus.RELEASED, NotebookStatus.FAILED):
+            if not under(nb["path"], path) or nb.get("type") == "console":
+                continue
+            if id(nb) in self._in_resume or (self.state["state"] == State.PAUSING and not awaiting_resume(nb)):
+                # the running pause or resume is at work on it: a pause went on to release it as paused, and a
+                # later resume restored its variables into a notebook created at that path since
+                self._deleted_midway.add(id(nb))
+            elif awaiting_resume(nb) and nb.get("status") in (NotebookStatus.RELEASED, NotebookStatus.FAILED):
                 mark_lost(nb, "so no kernel will be started for it, nor its state restored into a notebook "
                               "created at that path since")
                 lost.append(nb["path"])

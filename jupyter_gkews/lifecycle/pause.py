@@ -11,6 +11,7 @@ from ..errors import BadRequest, Conflict, KernelCallError
 from ..state import now
 from ..states import PAUSE_FROM, Event, NotebookStatus, PauseReason, Phase, State, awaiting_resume
 from .paths import clean_notebook_paths, named, session_path
+from .resume import mark_lost
 
 
 class Pause:
@@ -201,6 +202,10 @@ class Pause:
                 nb.update(released.get(nb["path"], {}))  # a kernel may live on (GPU suspend): its status, message
             self.state["timeline"]["environment_stopped"] = now()
             message = f"paused {len(done)} notebook(s)"
+            gone_midway = await self._lost_midway(done)
+            if gone_midway:
+                message += f"; deleted while being paused, not to be resumed: {', '.join(gone_midway)} (its " \
+                           f"checkpoint stays in the store)"
             if carried:  # a pause from paused: the ones paused before stay paused
                 message += f" ({len(done) + len(carried)} paused in all)"
             if snapshot and snapshot.get("status") == "failed":
@@ -237,8 +242,21 @@ class Pause:
                              + (f" {undone[0].upper()}{undone[1:]}." if undone else ""),
                              "Check the server log; the checkpoints already written are kept. Pause again.")
         finally:
+            self._deleted_midway = set()
             if self.state["state"] != State.PAUSED:  # the kernels go on: let them run the cells waiting
                 await self._release_holds()
+
+    async def _lost_midway(self, released: list[dict]) -> list[str]:
+        """The notebooks deleted (contents API) while this pause checkpointed and released them: lost, as one
+        deleted once paused; a notebook created at that path since is another one, never resumed into."""
+        lost = []
+        for nb in released:
+            if id(nb) in self._deleted_midway:
+                mark_lost(nb, "so no kernel will be started for it, nor its state restored into a notebook "
+                              "created at that path since", when="while it was being paused")
+                lost.append(nb["path"])
+                await self._persist(Event.NOTEBOOK_DELETED, path=nb["path"], notebooks=[nb["path"]], noticed="pause")
+        return lost
 
     async def _wait_idle(self, nb: dict, interrupt: bool) -> bool:
         """Wait (bounded) for the kernel to finish its cell; with interrupt, interrupt it once and wait

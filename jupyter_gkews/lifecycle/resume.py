@@ -6,6 +6,7 @@ import asyncio
 import re
 
 from jupyter_core.utils import ensure_async
+from kernel_state.config import magic_quoted
 from kernel_state.errors import CheckpointError
 from kernel_state.store import Store, variable_blobs
 
@@ -91,6 +92,9 @@ class Resume:
             for nb in notebooks:
                 nb.update(verdict=None, error=None, failed={})
                 nb.pop("next_step", None)  # an earlier resume's advice
+                if id(nb) in self._deleted_midway:  # through the contents API, since this resume began
+                    await self._deleted_during_resume(nb, deleted)
+                    continue
                 if await self._deleted_while_paused(nb):
                     # the user's doing, as through the contents API: not a resume (no verdict), not a failure
                     mark_lost(nb, "so no kernel was started for it (if it was not deleted, this server may run on "
@@ -124,6 +128,9 @@ class Resume:
                 if nb.get("verdict") != Verdict.FAILED and not lost:
                     await self._verify_or_restore(nb, self._hold_file(held[id(nb)]))
                 await self._let_go(*{held[id(nb)], nb["kernel_id"]})  # the cells sent while paused run now
+                if not lost and id(nb) in self._deleted_midway:
+                    await self._deleted_during_resume(nb, deleted)
+                    lost = True
                 if nb.get("verdict") in BACK_VERDICTS and self._kernel_changes(nb["kernel_id"]) != changes:
                     self._lost_to_a_kernel_change(nb)
                 self.state["progress"]["notebooks_done"] += 1
@@ -168,6 +175,23 @@ class Resume:
                              "Resume again; the checkpoints are kept.")
         finally:
             self._in_resume = set()
+            self._deleted_midway = set()
+
+    async def _deleted_during_resume(self, nb: dict, deleted: list[str]) -> None:
+        """Its file was deleted (contents API) while this resume brought it back: not resumed, and the kernel the
+        resume started or verified for it is shut down (it held memory, a GPU, for a file no one can open; the
+        page's own delete stops a notebook's kernel so too)."""
+        km = self.serverapp.kernel_manager
+        if nb["kernel_id"] in km:
+            try:
+                await km.shutdown_kernel(nb["kernel_id"], now=True)
+            except Exception:  # gone meanwhile: nothing runs in it either
+                if self.log:
+                    self.log.warning("gkews: could not shut down the kernel of %s", nb["path"], exc_info=True)
+        mark_lost(nb, "so its kernel was shut down and its state is not restored into a notebook created at that "
+                      "path since", when="during its resume")
+        deleted.append(nb["path"])
+        await self._persist(Event.NOTEBOOK_DELETED, path=nb["path"], notebooks=[nb["path"]], noticed="resume")
 
     async def _stop_unrestored(self, started: list[dict]) -> list[str]:
         """A resume that failed after starting kernels left them in their start hold, answering nothing, until its
@@ -414,15 +438,15 @@ def _holds(manifest: dict, name: str, damaged) -> bool:
     return damaged is None or not any(b.startswith(damaged.group(1)) for b in variable_blobs(manifest, name))
 
 
-def mark_lost(nb: dict, why: str) -> None:
+def mark_lost(nb: dict, why: str, when: str = "while paused") -> None:
     """A paused notebook whose file was deleted: no kernel for it, and where its checkpoint is. Its user deleted
     it: it is not resumed, so it has no verdict (not a failed resume: the metrics and the report leave it out of
     the resumes and count it apart, from its `notebook-deleted` event)."""
     checkpoint = nb["checkpoint"]
     nb.update(status=NotebookStatus.LOST, verdict=None, deleted=True,
-              error=f"the notebook file {nb['path']} was deleted while paused, {why}",
+              error=f"the notebook file {nb['path']} was deleted {when}, {why}",
               next_step=f"its checkpoint {checkpoint} stays in the store: in another notebook run "
-                        f"%gkews_checkpoint restore --notebook {nb.get('saved_as') or nb['path']} "
+                        f"%gkews_checkpoint restore --notebook {magic_quoted(nb.get('saved_as') or nb['path'])} "
                         f"--checkpoint {checkpoint}")
 
 
