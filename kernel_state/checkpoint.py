@@ -375,7 +375,22 @@ def restore(namespace=None, *, notebook=None, root=None, checkpoint=None, names=
     if not names and remove is None:
         _unsaved[(store.root, nb)] = {n: {**r, "carried_from": r.get("carried_from", manifest["id"])}
                                       for n, r in manifest["skipped"].items() if n not in ns}
+    _carry_unrestored(ns, store.root, nb, manifest["id"], result["failed"])
     return result
+
+
+def _carry_unrestored(ns: dict, root: str, nb: str, checkpoint_id: str, failed: dict) -> None:
+    """Variables this restore could not bring back (a module missing here, a damaged blob) are in that checkpoint
+    alone: each later save names them as skipped, with the checkpoint that holds them (`kept_in`), which
+    retention keeps while a checkpoint it keeps names it. A save that left them out without a word, five times,
+    had retention delete the only copy."""
+    carried = _unsaved.setdefault((root, nb), {})
+    for name, why in failed.items():
+        if name not in ns:
+            carried[name] = {"reason": f"not restored from checkpoint {checkpoint_id} ({why}); that checkpoint "
+                                       f"still holds it and is kept while a checkpoint says so: once fixed, "
+                                       f"%gkews_checkpoint restore {name} --checkpoint {checkpoint_id}",
+                             "kept_in": checkpoint_id}
 
 
 def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict:

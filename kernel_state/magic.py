@@ -28,7 +28,8 @@ def _skipped_lines(skipped: dict) -> list[str]:
             length = info.get("lines") or 1  # older checkpoints did not record the cell's length
             at = f" (line {info['line']} of its {length}: re-run the whole cell)" if length > 1 else ""
             where = f"; re-run cell [{info['cell']}]: {info['source']}{at}"
-        since = f" (not saved since checkpoint {info['carried_from']})" if info.get("carried_from") else ""
+        since = f" (not saved since checkpoint {info['carried_from']})" \
+            if info.get("carried_from") and not info.get("kept_in") else ""  # kept_in's reason says where it is
         lines.append(f"  {name}: {info['reason']}{since}{where}")
     return lines
 

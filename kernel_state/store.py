@@ -759,7 +759,7 @@ class Store:
 
     @staticmethod
     def read_manifest_file(path: str, lean: bool = False) -> dict:
-        """The manifest, checked. lean: only `auto`, `created`, `blobs` and `partial` (what retention and the collection
+        """The manifest, checked. lean: only `auto`, `created`, `blobs`, `partial` and `keeps` (what retention and the collection
         read at every save, in every manifest of the store), shared and not to be changed: the same bytes
         are not parsed again."""
         name = os.path.basename(path)
@@ -879,7 +879,7 @@ class Store:
         return {"deleted": deleted, "bytes_freed": freed + collected, "blobs_kept": kept}
 
     def _expired(self, notebook: str, keep: int, budget: int, max_age: float, auto: bool = False) -> list[str]:
-        manifests = {}
+        manifests, others = {}, {}
         for cid in self.checkpoint_ids(notebook):
             try:
                 manifest = self.load_manifest(notebook, cid, lean=True)
@@ -887,6 +887,8 @@ class Store:
                 continue
             if bool(manifest.get("auto")) == auto:  # the other set's limits are not these
                 manifests[cid] = manifest
+            else:
+                others[cid] = manifest
         kept = list(manifests)  # newest first
         # saves of some variables (`save NAMES`, --exclude) after the newest whole one: that one stays, else
         # five `save results` would retire the only checkpoint holding the model
@@ -901,6 +903,13 @@ class Store:
         if whole in doomed:
             doomed.remove(whole)
             kept.append(whole)
+        # the only copy of what a restore could not bring back, while a checkpoint kept says so (and so on down)
+        needed = {k for cid in kept + list(others) for k in (manifests.get(cid) or others[cid]).get("keeps", ())}
+        while needed & set(doomed):
+            for cid in needed & set(doomed):
+                doomed.remove(cid)
+                kept.append(cid)
+            needed |= {k for cid in kept for k in manifests[cid].get("keeps", ())}
 
         def size():
             blobs: dict[str, int] = {}
@@ -908,7 +917,7 @@ class Store:
                 blobs.update(manifests[cid]["blobs"])
             return sum(blobs.values())
         while budget and len(kept) > 1 and size() > budget:
-            droppable = [cid for cid in kept[1:] if cid != whole]
+            droppable = [cid for cid in kept[1:] if cid != whole and cid not in needed]
             if not droppable:
                 break
             kept.remove(droppable[-1])
@@ -1018,7 +1027,10 @@ _known_lock = threading.Lock()
 def _remember(digest: str, manifest: dict) -> None:
     """What to know of the manifest whose bytes have this digest (hashed once, by the caller)."""
     view = {"auto": manifest.get("auto"), "created": manifest.get("created"), "blobs": dict(manifest["blobs"]),
-            "partial": bool(manifest.get("named") or manifest.get("excluded"))}
+            "partial": bool(manifest.get("named") or manifest.get("excluded")),
+            # the checkpoints holding variables a restore could not bring back (checkpoint._carry_unrestored)
+            "keeps": sorted({r["kept_in"] for r in manifest["skipped"].values()
+                             if isinstance(r, dict) and isinstance(r.get("kept_in"), str)})}
     with _known_lock:
         old = _LEAN.pop(digest, None)
         _known["listed"] += len(view["blobs"]) + 1 - (len(old["blobs"]) + 1 if old else 0)

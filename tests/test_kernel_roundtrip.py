@@ -441,3 +441,34 @@ def test_the_restore_command_a_deleted_notebook_s_status_gives_works_for_a_path_
         assert k.value("secret") == "kept"
         out = k.run('%gkews_checkpoint list --notebook "with space/my nb.ipynb')
         assert "UsageError: No closing quotation" in out and 'in double quotes' in out, out
+
+
+def test_what_a_restore_could_not_bring_back_is_named_by_later_saves_and_its_checkpoint_kept(store, tmp_path):
+    """A restore failed for `results` (its class's module was not importable there); the saves after it held
+    the rest without a word, and after GKEWS_KEEP_LAST of them retention deleted the only checkpoint holding
+    `results`. Now each later save names it as skipped, with the checkpoint that holds it, which retention keeps;
+    once the module is back, the command the message gives brings it back."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "helpers2.py").write_text("class Box:\n    def __init__(self, v): self.v = v\n")
+    with Kernel(store, cwd=project) as k:
+        k.run("from helpers2 import Box\nresults = Box([1, 2, 3])")
+        saved = k.value("__import__('kernel_state').save()['id']")
+    (project / "helpers2.py").rename(project / "helpers2_moved.py")
+    with Kernel(store, cwd=project, extra_env={"GKEWS_KEEP_LAST": "2"}) as k:
+        out = k.run("%gkews_checkpoint restore")
+        assert "Not restored (2)" in out and "results" in out, out
+        k.run("other = 0")
+        for _ in range(4):
+            out = k.run("%gkews_checkpoint save")
+        assert f"results: not restored from checkpoint {saved} (" in out, out
+        assert f"once fixed, %gkews_checkpoint restore results --checkpoint {saved}" in out, out
+        listed = k.run("%gkews_checkpoint list")
+        assert saved in listed, listed  # retention kept it beside the two newest
+        (project / "helpers2_moved.py").rename(project / "helpers2.py")
+        out = k.run(f"%gkews_checkpoint restore results Box --checkpoint {saved}")
+        assert "Restored 2 variables" in out, out
+        assert k.value("results.v") == [1, 2, 3]
+        k.run("%gkews_checkpoint save")
+        k.run("%gkews_checkpoint save")  # not said any more: the old checkpoint is left to retention
+        assert saved not in k.run("%gkews_checkpoint list")
