@@ -759,9 +759,9 @@ class Store:
 
     @staticmethod
     def read_manifest_file(path: str, lean: bool = False) -> dict:
-        """The manifest, checked. lean: only `auto`, `created`, `blobs`, `partial` and `keeps` (what retention and the collection
-        read at every save, in every manifest of the store), shared and not to be changed: the same bytes
-        are not parsed again."""
+        """The manifest, checked. lean: only `auto`, `created`, `blobs`, `partial` and `keeps` (what retention
+        and the collection read at every save, in every manifest of the store), shared and not to be changed:
+        the same bytes are not parsed again."""
         name = os.path.basename(path)
         try:
             with open(path, "rb") as f:
