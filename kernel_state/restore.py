@@ -6,8 +6,10 @@ they were saved from when it exists here, otherwise to the CPU with a warning.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import io
+import os
 import pickle
 import time
 import types
@@ -585,6 +587,9 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
     restorer = Restorer(store, manifest, device)
     folders = process_settings.extend_sys_path(manifest.get("settings"))  # before anything imports from them
     wanted = list(names) if names else None
+    full = bool(manifest.get("settings")) and not wanted and settings  # sets back what the next cell computes with
+    cwd_before = os.getcwd()
+    cwd_set, cwd_note = process_settings.enter_working_directory(manifest["settings"]) if full else (None, None)
     restored, failed = [], {}
     before: dict = {}  # each name the restore sets: what the namespace held (_ABSENT: nothing)
 
@@ -625,13 +630,16 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
             for name in remove:
                 before.setdefault(name, namespace.get(name, _ABSENT))
                 namespace.pop(name, None)
-    except BaseException:  # an interrupt (or worse) part way: the namespace as it was
+    except BaseException:  # an interrupt (or worse) part way: the namespace (and the folder) as they were
         with held_off():
             for name, old in before.items():
                 if old is _ABSENT:
                     namespace.pop(name, None)
                 else:
                     namespace[name] = old
+            if cwd_set:
+                with contextlib.suppress(OSError):
+                    os.chdir(cwd_before)
         raise
     _rebase_notebook_classes(namespace, restored, restorer.warnings)
     try:  # frames that shared memory lazily must copy on their first write again, not write through
@@ -665,10 +673,10 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
             f"may hold {'it' if one else 'them'} (%gkews_checkpoint list marks the saves of some variables, "
             f"restore --checkpoint ID brings one back)")
     put_back = [f"import folder {folder} on sys.path" for folder in folders]
-    if manifest.get("settings") and not wanted and settings:  # a full restore: what the next cell computes with
+    if full:
         done, notes = process_settings.apply(manifest["settings"], manifest["identity"].get("token") == TOKEN)
-        put_back += done
-        restorer.warnings.extend(notes)
+        put_back += done + ([cwd_set] if cwd_set else [])
+        restorer.warnings.extend(notes + ([cwd_note] if cwd_note else []))
     skipped = {n: s for n, s in manifest["skipped"].items() if not wanted or n in wanted}
     return {"checkpoint": manifest["id"], "created": manifest.get("created"), "restored": restored,
             "failed": failed, "skipped_at_save": skipped, "warnings": restorer.warnings,

@@ -149,14 +149,25 @@ def apply(saved: dict, same_process: bool = False) -> tuple[list[str], list[str]
         warnings.append("sets of strings may iterate in another order than in the saving kernel, which ran with a "
                         "random hash seed (no PYTHONHASHSEED): kernels started with a fixed PYTHONHASHSEED (the "
                         "jupyter-gkews server gives its kernels one) keep that order through a restore")
-    cwd = saved.get("cwd")
-    if cwd and cwd != now["cwd"]:
-        if os.path.isdir(cwd):
-            step(f"working directory {cwd}", lambda: os.chdir(cwd))
-        else:
-            warnings.append(f"the working directory {cwd} is gone: the kernel stays in {now['cwd']} (relative "
-                            f"paths lead there)")
     return done, warnings
+
+
+def enter_working_directory(saved: dict | None) -> tuple[str | None, str | None]:
+    """A full restore's first step, before anything is unpickled: the saving kernel's working directory, where a
+    helper module (`from helpers import Box`, found through sys.path's '') is; set after the values, the restore
+    said "No module named 'helpers'" and the next one worked. Returns (what was set, described; a warning)."""
+    cwd, now = (saved or {}).get("cwd"), os.getcwd()
+    if not cwd or cwd == now:
+        return None, None
+    if not os.path.isdir(cwd):
+        return None, f"the working directory {cwd} is gone: the kernel stays in {now} (relative paths lead there)"
+    try:
+        os.chdir(cwd)
+    except OSError as exc:
+        return None, f"working directory {cwd} was not set back: {exc}"
+    import importlib
+    importlib.invalidate_caches()  # '' on sys.path names another folder now
+    return f"working directory {cwd}", None
 
 
 def _torch(saved: dict, now: dict, step, warn) -> None:

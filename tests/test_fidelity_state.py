@@ -1013,3 +1013,20 @@ def test_a_set_of_strings_iterates_as_it_did_under_the_same_hash_seed(tmp_path, 
         verdicts = same.value("{n: v['verdict'] for n, v in __import__('kernel_state').verify()['variables']"
                               ".items()}")
         assert set(verdicts.values()) == {"match"}, verdicts
+
+
+def test_a_helper_module_in_the_saved_working_directory_loads_in_the_same_restore(tmp_path):
+    """`from helpers3 import Box` in a kernel started in the project folder; a fresh kernel started elsewhere
+    restored it: "Settings set back as saved: working directory ..." and, in the same output, "Box:
+    ModuleNotFoundError: No module named 'helpers3'; install helpers3" (the folder was entered after the
+    values were loaded; a second restore worked)."""
+    project = tmp_path / "proj3"
+    project.mkdir()
+    (project / "helpers3.py").write_text("class Box:\n    def __init__(self, v): self.v = v\n")
+    with Kernel(tmp_path / "store", cwd=project) as first:
+        first.run("from helpers3 import Box\nresults = Box([1, 2, 3])\n%gkews_checkpoint save")
+    with Kernel(tmp_path / "store", cwd=tmp_path) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        assert "Not restored" not in out and f"working directory {project}." in out, out
+        assert fresh.value("[results.v, type(results).__module__, __import__('os').getcwd()]") == \
+            [[1, 2, 3], "helpers3", str(project)]
