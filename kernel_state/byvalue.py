@@ -79,11 +79,31 @@ def loads(data: bytes):
     return LOADER.get()(data)
 
 
-def load_function(data: bytes, qualname: str):
-    """dill rebuilds a function's __qualname__ from its code; functools.wraps had set another one."""
+# The closure cells the restore that is unpickling has made, by their number in the save (Capture._cell_numbers)
+CELLS: contextvars.ContextVar = contextvars.ContextVar("gkews_byvalue_cells", default=None)
+
+
+def load_function(data: bytes, qualname: str, cells: tuple = ()):
+    """dill rebuilds a function's __qualname__ from its code; functools.wraps had set another one. A closure
+    cell another function of this restore shares (the same number) is that function's cell."""
     function = loads(data)
     function.__qualname__ = qualname
+    made = CELLS.get()
+    if cells and made is not None and function.__closure__ and len(cells) == len(function.__closure__):
+        closure = tuple(made.setdefault(n, cell) for n, cell in zip(cells, function.__closure__))
+        if any(a is not b for a, b in zip(closure, function.__closure__)):
+            function = _with_closure(function, closure)
     return function
+
+
+def _with_closure(fn: types.FunctionType, closure: tuple) -> types.FunctionType:
+    """The same function over other cells (a function's __closure__ cannot be assigned)."""
+    new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, closure)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    new.__dict__.update(fn.__dict__)
+    new.__qualname__, new.__module__, new.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
+    new.__annotations__ = fn.__annotations__
+    return new
 
 
 # -- a class's hooks: its class statement ran them; what they did is in the saved state -------------

@@ -263,6 +263,7 @@ class Capture:
         self._storage_keys: dict[tuple, str] = {}
         self._seen: dict[str, list] = {}
         self._keep: list = []
+        self._cells: dict[int, int] = {}  # id() of a notebook function's closure cell -> its number in this save
         self._viewed: dict[tuple, object] = {}  # ("tensor" | "array", table key) -> the live object (_views)
         self._pack: list = []
         self._packs_present: dict[str, bool] = {}
@@ -616,7 +617,8 @@ class Capture:
                 return rv
             if dill_pickler or not defined_interactively(obj):
                 return NotImplemented
-            return byvalue.load_function, (self._by_value(obj), obj.__qualname__)
+            cells = self._cell_numbers(obj)
+            return byvalue.load_function, (self._by_value(obj), obj.__qualname__) + ((cells,) if cells else ())
         if byvalue.is_cached_function(obj) and defined_interactively(obj.__wrapped__):
             return byvalue.reduce_cached(obj)
         if t is functools.cached_property:
@@ -731,6 +733,18 @@ class Capture:
         finally:
             self._nested -= 1
         return byvalue.refuse_main_references(obj, buf.getvalue())
+
+    def _cell_numbers(self, fn) -> tuple:
+        """The numbers of a notebook function's closure cells in this save: each function goes into a pickle of
+        its own, so two closures of one call (`add`, `get` over one `total`) came back each with a cell of its
+        own, and `add(10)` no longer moved what `get()` reads. The restore gives cells of one number one cell."""
+        numbers = []
+        for cell in fn.__closure__ or ():
+            if id(cell) not in self._cells:
+                self._cells[id(cell)] = len(self._cells)
+                self._keep.append(cell)  # its id stays its own until the save ends
+            numbers.append(self._cells[id(cell)])
+        return tuple(numbers)
 
     def _small_array(self, arr):
         """A small array is pickled inline as a view of its root's memory (numpy's own unpickling would

@@ -92,6 +92,7 @@ class Restorer:
         self._loading: set[str] = set()
         self._memos: dict[str, dict] = {}
         self._sets: dict[tuple, set] = {}  # ("set", variable, number) references -> the set restored
+        self._cells: dict[int, object] = {}  # closure cells of notebook functions, by number (byvalue.CELLS)
         self._mapped: dict = {}
         self._cuda_warned = False
 
@@ -206,9 +207,11 @@ class Restorer:
             data = self.pickle_bytes(record["pickle"])
             unpickler = self._unpickler(record.get("pickler", "pickle"), data)
             token = byvalue.LOADER.set(lambda nested: self._unpickler("dill", nested).load())
+            cells = byvalue.CELLS.set(self._cells)
             try:
                 value = unpickler.load()
             finally:
+                byvalue.CELLS.reset(cells)
                 byvalue.LOADER.reset(token)
             if record.get("shared"):  # later variables refer to objects inside this one
                 memo = unpickler.memo

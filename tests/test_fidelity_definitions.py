@@ -458,3 +458,29 @@ def test_a_proxy_delegating_through_getattr_comes_back(tmp_path):
     seen = "[p.inner, p.count(2), s.inner, s.tag, list(s.keys()), nested['again'] is p, nested['p'].index(3)]"
     with unchanged_after_restore(tmp_path, setup, seen) as fresh:
         assert fresh.value("[p.append(4), p.inner][1]") == [1, 2, 3, 4]
+
+
+def test_closures_over_one_variable_still_share_it_after_a_restore_and_a_rewind(tmp_path):
+    """`add, get = make_acc()` over one `total`: restored in a fresh kernel (and rewound in kernel undo), each
+    function came back with a cell of its own: `add(10)` no longer changed what `get()` reads (5 instead of
+    15), also inside one variable (`pair`), without a word."""
+    from test_kernel_undo import settle
+    build = ("def make_acc():\n    total = 0\n    def add(v):\n        nonlocal total; total += v; return total\n"
+             "    def get(): return total\n    return add, get\n"
+             "add, get = make_acc(); add(5)\npair = make_acc(); pair[0](3)")
+    check = "[add(10), pair[0](1), get(), pair[1](), add.__closure__[0] is get.__closure__[0]][2:]"
+    with Kernel(tmp_path / "store") as first:
+        first.run(build + "\n%gkews_checkpoint save")
+    with Kernel(tmp_path / "store") as fresh:
+        fresh.run("%gkews_checkpoint restore")
+        assert "4/4 variables bit-identical" in fresh.run("%gkews_checkpoint verify")  # make_acc, add, get, pair
+        assert fresh.value(check) == [15, 4, True]
+    with Kernel(tmp_path / "undo", notebook="undo.ipynb") as k:
+        k.run("%gkews_checkpoint auto on")
+        k.run(build)
+        cell = k.value("__import__('IPython').get_ipython().execution_count") - 1
+        settle(k)
+        k.run("add(100); pair[0](100)")
+        settle(k)
+        assert "Rewound" in k.run(f"%gkews_checkpoint rewind {cell}")
+        assert k.value(check) == [15, 4, True]
