@@ -170,7 +170,8 @@ class CheckpointsHandler(GkewsHandler):
     @authorized
     @answers_errors
     async def get(self):
-        notebook = self.get_argument("notebook", None, strip=False)
+        raw = self.request.query_arguments.get("notebook")  # get_argument turns a NUL into a space: listed nothing
+        notebook = self.decode_argument(raw[-1], name="notebook") if raw else None
         if notebook == "":
             raise BadRequest('the "notebook" parameter is empty: give a notebook path relative to the contents '
                              'root, or leave it out to list every notebook\'s checkpoints')

@@ -97,11 +97,11 @@ class NotebookActions:
             # the kernel's own message points to its magic; a client of this route lists over REST, and an id
             # of another notebook's is a mix-up worth naming
             owner = await asyncio.to_thread(CheckpointCatalog(self.lifecycle.checkpoint_root).owner, checkpoint_id)
-            listing = f"GET gkews/checkpoints?notebook={urllib.parse.quote(notebook)} lists {notebook!r}'s"
+            listing = f"GET gkews/checkpoints?notebook={urllib.parse.quote(notebook)} lists those of {notebook!r}"
             if owner is not None and owner != notebook:
-                raise NotFound(f"checkpoint {checkpoint_id} is one of {owner!r}'s checkpoints, not {notebook!r}'s: "
-                               f"restore it into {owner!r}, or pick one of {notebook!r}'s ({listing}); nothing was "
-                               f"changed") from None
+                raise NotFound(f"checkpoint {checkpoint_id} is one of the checkpoints of {owner!r}, not of "
+                               f"{notebook!r}: restore it into {owner!r}, or pick one of {notebook!r} ({listing}); "
+                               f"nothing was changed") from None
             raise NotFound(f"no checkpoint {checkpoint_id} for notebook {notebook!r} ({listing}); nothing was "
                            f"changed") from None
         return {"notebook": notebook, "checkpoint": checkpoint_id, **result}

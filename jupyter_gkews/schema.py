@@ -91,6 +91,9 @@ def validate_request(request: str, body) -> dict:
             if isinstance(item, str) and len(item) > longest:  # named by its start: the message stays short
                 raise BadRequest(f'"{field}" holds a path of {len(item)} characters ({item[:40]!r}...); no file '
                                  f"path is longer than {longest}")
+            if item == "":  # it is a list of paths: "must be a list of notebook paths" named the wrong fault
+                raise BadRequest(f'"{field}" holds an empty path: name each notebook by its path relative to the '
+                                 f'contents root, as in "work/train.ipynb"')
     unknown = set(body) - set(schema["properties"])
     if unknown:
         raise BadRequest(f"unknown field(s) {', '.join(sorted(unknown))}; accepted: "

@@ -126,8 +126,8 @@ async def test_restoring_another_notebooks_checkpoint_names_whose_it_is(jp_fetch
     r = await post(jp_fetch, f"checkpoints/{theirs}/restore", {"notebook": "a.ipynb"})
     assert r.code == 404, r.body
     message = json.loads(r.body)["message"]
-    assert f"checkpoint {theirs} is one of 'sp ace #1.ipynb''s checkpoints, not 'a.ipynb''s" in message, message
-    assert "GET gkews/checkpoints?notebook=a.ipynb lists 'a.ipynb''s" in message and "%gkews" not in message
+    assert f"checkpoint {theirs} is one of the checkpoints of 'sp ace #1.ipynb', not of 'a.ipynb'" in message, message
+    assert "GET gkews/checkpoints?notebook=a.ipynb lists those of 'a.ipynb'" in message and "%gkews" not in message
     r = await post(jp_fetch, "checkpoints/20260101-000000-000-abcd/restore", {"notebook": "a.ipynb"})
     assert r.code == 404 and "no checkpoint 20260101-000000-000-abcd for notebook 'a.ipynb'" in json.loads(
         r.body)["message"]
@@ -148,7 +148,8 @@ async def test_a_checkpoint_saved_after_a_rename_is_not_the_old_paths_to_restore
     await run_cell(jp_serverapp, new["kernel"]["id"], "v = 'new x'")
     r = await post(jp_fetch, f"checkpoints/{after}/restore", {"notebook": "r/x.ipynb"})
     assert r.code == 404, r.body
-    assert f"checkpoint {after} is one of 'r/y.ipynb''s checkpoints, not 'r/x.ipynb''s" in json.loads(r.body)["message"]
+    assert f"checkpoint {after} is one of the checkpoints of 'r/y.ipynb', not of 'r/x.ipynb'" in \
+        json.loads(r.body)["message"]
     assert (await run_cell(jp_serverapp, new["kernel"]["id"], "print(v)")).strip() == "new x"
     with pytest.raises(AssertionError, match="does not exist for notebook 'r/x.ipynb'"):  # the magic says the same
         await run_cell(jp_serverapp, new["kernel"]["id"], f"%gkews_checkpoint restore --checkpoint {after}")

@@ -29,6 +29,9 @@ def clean_notebook_paths(paths) -> list[str] | None:
         # a backslash is an ordinary character of a POSIX file name (run\1.ipynb), but never a way out. So is a
         # leading ~: the contents API expands no home folder (~draft.ipynb, and even ~/a.ipynb, are in the root)
         escape = posixpath.normpath(p.replace("\\", "/"))
+        if p.startswith("/") and p.strip("/"):  # absolute: no request names a file by its place on the disk
+            raise BadRequest(f"notebook path {p!r} is outside the contents root as written (it starts with /); give "
+                             f"a path relative to it ({p.lstrip('/')!r} names the one in the root)")
         if p.startswith(("/", "\\")) or escape == ".." or escape.startswith("../"):
             raise BadRequest(f"notebook path {p!r} is outside the contents root; give a path relative to it")
         out[posixpath.normpath(p)] = None

@@ -35,6 +35,10 @@ class Resume:
             if wanted is not None:
                 known, named_here = {nb["path"] for nb in paused + gone}, set(wanted)
                 unknown = [p for p in wanted if p not in known]
+                moved = {nb["saved_as"]: nb["path"] for nb in paused + gone if nb.get("saved_as") in unknown}
+                if moved:  # renamed while paused: it was paused, under the name given
+                    raise BadRequest("; ".join(f"{old!r} was renamed to {new!r} while paused: name it {new!r}"
+                                               for old, new in moved.items()))
                 if unknown:
                     raise BadRequest(f"{named(unknown)} was not paused; paused notebooks: "
                                      f"{', '.join(nb['path'] for nb in paused) or 'none'}")
