@@ -382,10 +382,11 @@ def _refuse_shared_paths(targets: list[dict]) -> None:
         if len(sharing) < 2:
             continue
         kernels = ", ".join(t["kernel_id"] for t in sharing)
+        paused = "neither was paused" if len(sharing) == 2 else "none was paused"
         for t in sharing:
             t.update(status=NotebookStatus.NOT_CHECKPOINTED,
                      error=f"{len(sharing)} sessions are at {path} with different kernels ({kernels}), and a "
-                           f"checkpoint is a path's: {'neither' if len(sharing) == 2 else 'none'} was paused, each keeps running with what it holds; "
+                           f"checkpoint is a path's: {paused}, each keeps running with what it holds; "
                            f"save one under another name (File > Save Notebook As) or shut one of the kernels "
                            f"down, then pause again")
 
