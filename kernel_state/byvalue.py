@@ -63,11 +63,35 @@ def main_references(data: bytes) -> list[str]:
 def refuse_main_references(obj, data: bytes) -> bytes:
     """`data`, unless it names something in `__main__`: then the TypeError that skips its variable."""
     refused = main_references(data)
+    own = _own_instances(obj) if refused else []
+    if own:  # dill names the class from inside its own pickle: "define it in a module" missed the cause
+        raise TypeError(f"{obj.__qualname__} holds instances of itself in its class attributes "
+                        f"({', '.join(own)}): a class saved by value cannot hold its own instances (a default, a "
+                        f"registry, a sentinel); define it in a module and import it (the class is then named, and "
+                        f"its instances saved), or exclude these variables")
     if refused:
         raise TypeError(f"{getattr(obj, '__qualname__', type(obj).__qualname__)} can only be saved as a reference "
                         f"to __main__.{refused[0]}, which a fresh kernel does not have; define it in a module "
                         f"and import it, or exclude this variable")
     return data
+
+
+def _own_instances(obj) -> list[str]:
+    """The class attributes of a notebook class (or of a function's class) that hold its own instances, directly or
+    in a list, tuple, set or dict: `Node.ROOT = Node()`, `registry = []` filled by `__init__`."""
+    cls = obj if isinstance(obj, type) else None
+    if cls is None:
+        return []
+    found = []
+    for name, value in vars(cls).items():
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple, set,
+                                                                                           frozenset)) else [value]
+        try:
+            if any(isinstance(item, cls) for item in items):
+                found.append(f"{cls.__qualname__}.{name}")
+        except Exception:  # a container whose iteration fails: not what this names
+            continue
+    return found
 
 
 # The restore that is unpickling a variable: a by-value pickle inside it refers to its tensors, arrays

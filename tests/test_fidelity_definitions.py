@@ -234,12 +234,18 @@ callbacks = [predict]
 
 
 def test_a_class_holding_an_instance_of_itself_is_refused_at_save(tmp_path):
-    """dill can only name such a class in `__main__`: refused at save with the reason, not at restore."""
+    """dill can only name such a class in `__main__`: refused at save with the reason, not at restore. The reason
+    was "can only be saved as a reference to __main__.Registry, which a fresh kernel does not have": it named
+    neither the attribute nor the cause (a registry filled by `__init__`, a default, a sentinel)."""
     with Kernel(tmp_path) as k:
-        k.run("class Registry:\n    default = None\nRegistry.default = Registry()\nfine = 1")
+        k.run("class Registry:\n    default = None\nRegistry.default = Registry()\nfine = 1\n"
+              "class Tracked:\n    instances = []\n    def __init__(self): Tracked.instances.append(self)\n"
+              "t = Tracked()")
         out = k.run("%gkews_checkpoint save")
-        assert "Registry: TypeError: Registry can only be saved as a reference to __main__.Registry" in out, out
-        assert "Skipped 1 (not saved):" in out and "PicklingWarning" not in out
+        assert "Registry: TypeError: Registry holds instances of itself in its class attributes (Registry.default): " \
+               "a class saved by value cannot hold its own instances" in out, out
+        assert "t: TypeError: Tracked holds instances of itself in its class attributes (Tracked.instances)" in out
+        assert "Skipped 3 (not saved):" in out and "PicklingWarning" not in out
 
 
 def test_a_named_tuple_keeps_its_methods_and_properties(tmp_path):
