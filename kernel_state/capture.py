@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 import dill
 
 from . import (byvalue, cuda_io, module_objects, packed, pending_names, plain_values, reconstruct, set_order,
-               shared_memory, torch_modules, weak_containers)
+               shared_memory, skip_hints, torch_modules, weak_containers)
 from .alignment import (array_from_layout, hook_dict, masked_view, small_root, subclass_view, tensor_extras, view_of,
                         view_of_bytearray, writeable)
 from .dirty_pages import PAGE, TRACKER
@@ -396,7 +396,7 @@ class Capture:
             raise VariableSkipped(
                 f"it is nested deeper than Python's recursion limit ({sys.getrecursionlimit()}) lets a pickle go "
                 "(RecursionError); keep it flatter (a list of rows, not a chain of lists), or save it yourself")
-        raise VariableSkipped(f"{type(exc).__name__}: {str(exc)[:300]}")
+        raise VariableSkipped(skip_hints.hint(f"{type(exc).__name__}: {str(exc)[:300]}"))
 
     def _check_new(self, rv: tuple) -> None:
         """Warn, once per variable and class, of an object whose class's __new__ cannot load it (reconstruct)."""

@@ -101,6 +101,10 @@ def refuse(obj) -> None:
         module, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
         if isinstance(module, str) and isinstance(name, str) and outside_call(module, name, obj):
             raise TypeError(f"cannot pickle {name!r}: {outside_call_reason(module, name)}")
+    shell = sys.modules.get("IPython.core.interactiveshell")
+    if shell is not None and isinstance(obj, shell.InteractiveShell):  # it reached its history database first
+        raise TypeError("IPython's own shell (get_ipython()) is the kernel itself, never saved; call get_ipython() "
+                        "again after a restore")
     if isinstance(obj, threading.Thread):
         if obj.is_alive():
             # dill would save the Thread object, but never the running code: it would come back dead

@@ -209,3 +209,22 @@ def test_a_value_whose_pickle_opens_or_deletes_a_file_is_never_saved_nor_loaded(
     result = kernel_state.restore(back, notebook="b.ipynb", root=str(tmp_path / "store"))
     assert back == {"kept": [3]} and victim.read_text() == "epoch,loss\n1,0.5\n", back
     assert "its pickle names io.open could open, write or delete a file" in result["failed"]["truncates"], result
+
+
+def test_the_refusals_a_notebook_meets_most_say_what_to_keep_instead(tmp_path):
+    """A memoryview, an SQLite connection, a DataLoader's iterator and get_ipython() were skipped with the
+    pickler's own words ("cannot pickle memoryview objects", "('{} cannot be pickled',
+    '_SingleProcessDataLoaderIter')"); the shell's even named an SQLite connection (its history database)."""
+    from kernels import Kernel
+    with Kernel(tmp_path) as k:
+        out = k.run("import sqlite3, torch\nmv = memoryview(b'abc')\nip = get_ipython()\n"
+                    "conn = sqlite3.connect(':memory:')\n"
+                    "it = iter(torch.utils.data.DataLoader(list(range(10)), batch_size=2))\n%gkews_checkpoint save")
+        assert "mv: TypeError: cannot pickle memoryview objects (a memoryview: keep the bytes, bytearray or array " \
+               "it views instead, which is saved)" in out, out
+        assert "ip: TypeError: IPython's own shell (get_ipython()) is the kernel itself, never saved; call " \
+               "get_ipython() again after a restore" in out, out
+        assert "conn: TypeError: cannot pickle 'sqlite3.Connection' object (an SQLite connection or cursor: the " \
+               "database's tables are not saved with it" in out, out
+        assert "(a DataLoader's iterator (iter(loader)): the DataLoader itself is saved: call iter() on it again " \
+               "after a restore)" in out, out
