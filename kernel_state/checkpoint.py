@@ -82,6 +82,12 @@ def select_variables(ns: dict, shell, names=None, exclude=()) -> tuple[list, dic
     return chosen, modules
 
 
+def _made_here(module: types.ModuleType) -> bool:
+    """A module object made by the notebook (`types.ModuleType("cfg")`), which no import can give back: it has no
+    spec, and sys.modules does not hold it under its name."""
+    return getattr(module, "__spec__", None) is None and sys.modules.get(module.__name__) is not module
+
+
 def _ipython_object(value) -> bool:
     """Whether a value under one of IPython's names is IPython's own (`exit`, `get_ipython`) when the shell's
     hidden names do not say so (a namespace other than the shell's): what IPython defined, not the user."""
@@ -179,6 +185,11 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
     if names is None:  # a part of the namespace may hold only a part of the GPU storages: each waits alone
         capture.prefetch_device(store.root)
     skipped, deferred = {}, []
+    for made in [a for a in modules if _made_here(ns[a])]:  # saved by name, it could not be imported again
+        skipped[made] = {"reason": f"module {modules.pop(made)} was made in this kernel (types.ModuleType), not "
+                                   f"imported: a restore could only import it by name, and nothing has that name; "
+                                   f"keep what it holds in variables, or put it in a .py file and import it",
+                         **(defining_cell(shell, made) or {})}
 
     def add(name, value, defer: bool) -> None:
         capture.defer_forward = defer
@@ -353,7 +364,7 @@ def restore(namespace=None, *, notebook=None, root=None, checkpoint=None, names=
         held = sorted(known)
         shown = ", ".join(held[:20]) + (f" and {len(held) - 20} more" if len(held) > 20 else "")
         raise ValueError(f"checkpoint {manifest['id']} has no variable named {', '.join(map(repr, unknown))}; "
-                         f"it holds: {shown or 'nothing'} (%gkews_checkpoint list shows the others)")
+                         f"it holds: {shown or 'nothing'}{_held_elsewhere(store, nb, manifest['id'], unknown)}")
     later = [] if names or remove is not None else [n for n, _v in select_variables(ns, _shell)[0] if n not in known]
     _activity.update(operation="restore")
     try:
@@ -377,6 +388,22 @@ def restore(namespace=None, *, notebook=None, root=None, checkpoint=None, names=
                                       for n, r in manifest["skipped"].items() if n not in ns}
     _carry_unrestored(ns, store.root, nb, manifest["id"], result["failed"])
     return result
+
+
+def _held_elsewhere(store: Store, nb: str, asked: str, names: list[str]) -> str:
+    """Where the names a checkpoint lacks are: the newest other checkpoint of the notebook holding them all (a
+    `save NAMES` made the newest one hold only those), as the command that restores them."""
+    for cid in store.checkpoint_ids(nb):
+        if cid == asked:
+            continue
+        try:
+            other = store.load_manifest(nb, cid)
+        except CheckpointError:
+            continue
+        if all(n in other["variables"] or n in other["modules"] for n in names):
+            return (f"; checkpoint {cid} holds {', '.join(names)}: %gkews_checkpoint restore {' '.join(names)} "
+                    f"--checkpoint {cid}")
+    return " (%gkews_checkpoint list shows the others)"
 
 
 def _carry_unrestored(ns: dict, root: str, nb: str, checkpoint_id: str, failed: dict) -> None:

@@ -472,3 +472,19 @@ def test_what_a_restore_could_not_bring_back_is_named_by_later_saves_and_its_che
         k.run("%gkews_checkpoint save")
         k.run("%gkews_checkpoint save")  # not said any more: the old checkpoint is left to retention
         assert saved not in k.run("%gkews_checkpoint list")
+
+
+def test_a_name_the_newest_checkpoint_lacks_is_found_in_an_earlier_one_and_a_made_module_is_skipped(store):
+    """After `save données`, `restore données C` said only "has no variable named 'C'", though the checkpoint
+    before held C; and a module made in the notebook (types.ModuleType) was saved by its name, which a restore
+    could not import ("install mymod and restore again")."""
+    with Kernel(store) as k:
+        k.run("import types\nclass C:\n    pass\ndonnées = 1\nmod = types.ModuleType('mymod')")
+        out = k.run("%gkews_checkpoint save")
+        assert "mod: module mymod was made in this kernel (types.ModuleType), not imported" in out, out
+        whole = k.value("__import__('kernel_state').list_checkpoints()[0]['id']")
+        k.run("données = 2\n%gkews_checkpoint save données")
+        out = k.run("%gkews_checkpoint restore données C", allow_error=True)
+        assert f"has no variable named 'C'; it holds: données; checkpoint {whole} holds C: %gkews_checkpoint " \
+               f"restore C --checkpoint {whole}" in out, out
+        assert "Restored 1 variable" in k.run(f"%gkews_checkpoint restore C --checkpoint {whole}")
