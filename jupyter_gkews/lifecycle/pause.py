@@ -250,8 +250,8 @@ class Pause:
         """The notebooks deleted (contents API) while this pause checkpointed and released them: lost, as one
         deleted once paused; a notebook created at that path since is another one, never resumed into."""
         lost = []
-        for nb in released:
-            if id(nb) in self._deleted_midway:
+        for nb in released:  # a kernel that lives on (GPU suspend) is as one deleted once paused: resumed live
+            if id(nb) in self._deleted_midway and nb.get("status") not in LIVE_STATUSES:
                 mark_lost(nb, "so no kernel will be started for it, nor its state restored into a notebook "
                               "created at that path since", when="while it was being paused")
                 lost.append(nb["path"])
