@@ -135,11 +135,13 @@ def test_a_local_module_that_is_gone_says_where_it_came_from(tmp_path):
     with Kernel(tmp_path / "store", cwd=here) as first:
         first.run("import helpers_gkews, json\ncfg = helpers_gkews.Config()")  # an instance of its class too
         assert "Skipped" not in first.run("%gkews_checkpoint save")
+    saved_in = here.resolve()
+    here.rename(tmp_path / "moved")  # gone (a full restore enters the saved working directory, where it was)
     with Kernel(tmp_path / "store", cwd=tmp_path) as fresh:
         failed = fresh.call({"op": "restore", "notebook": "work/experiment.ipynb"})["result"]["failed"]
         assert sorted(failed) == ["cfg", "helpers_gkews"], failed
         for name in failed:  # the instance's reason was a bare "No module named 'helpers_gkews'"
-            assert f"put {here.resolve()} on sys.path (or start the kernel there)" in failed[name], failed
+            assert f"put {saved_in} on sys.path (or start the kernel there)" in failed[name], failed
             assert "install it" not in failed[name] and "install helpers" not in failed[name], failed
         assert fresh.value("json.__name__") == "json"
 
