@@ -172,7 +172,9 @@ STATUS = _obj({
 CHECKPOINT = _obj({"id": {"type": "string", "pattern": f"^{CHECKPOINT_ID}$"}, "created": _STR, "notebook": _STR,
                    "bytes": _INT, "variables": _INT, "skipped": _INT, "error": _STR, "auto": _BOOL,
                    "label": {"type": ["object", "null"],
-                             "description": "kernel undo: the cell an automatic checkpoint was taken after"}},
+                             "description": "kernel undo: the cell an automatic checkpoint was taken after"},
+                   "only": {**_STR_LIST, "description": "a save of named variables (`save NAMES`): those it holds"},
+                   "excluded": {**_STR_LIST, "description": "a save with --exclude: the variables it left out"}},
                   required=["id", "created", "notebook", "bytes", "variables", "skipped"],
                   description="one item of GET checkpoints")
 

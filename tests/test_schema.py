@@ -99,7 +99,7 @@ def test_the_documented_status_example_is_valid():
     ("pause", {"notebook": ["a"]}, "unknown field(s) notebook; accepted: interrupt, notebooks, reason"),
     ("pause", {"reason": "idle policy"}, '"reason" must be "user" (the default) or "resume-test"'),
     ("pause", {"notebooks": "a.ipynb"}, '"notebooks" must be a list'),
-    ("pause", {"notebooks": ["a.ipynb", ""]}, '"notebooks" must be a list'),
+    ("pause", {"notebooks": ["a.ipynb", ""]}, '"notebooks" holds an empty path: name each notebook by its path'),
     ("pause", {"interrupt": 1}, '"interrupt" must be true or false'),
     ("checkpoint-now", {}, 'give the notebook as {"notebook": '),
     ("restore", {"notebook": 3}, 'give the notebook as {"notebook": '),

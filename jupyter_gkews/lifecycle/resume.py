@@ -386,6 +386,12 @@ class Resume:
     async def _resume_restored(self, notebooks: list[dict], found: dict) -> None:
         self.state["timeline"].update(resume_requested=now(), capacity_obtained=now())
         self.state["restored_from"] = found
+        snapshot = self.state.get("snapshot")
+        if isinstance(snapshot, dict) and snapshot.get("status") == "ready":
+            # Ready before this process saw itself restored from it (on a loaded node the restore came between
+            # the pause's two looks): it is the snapshot this process came back from, as the backend says when
+            # it sees the restore first
+            snapshot["status"] = "restored"
         await self._enter(State.RESUMING, Phase.RESTORING, f"this process was restored from a snapshot "
                           f"({found['reason']}): verifying every kernel", Event.RESTORED_DETECTED, evidence=found)
         await self._resume(notebooks, why="restored from a snapshot", acquired=True)
