@@ -138,6 +138,8 @@ NOTEBOOK = _obj({
     "process": {"type": ["object", "null"], "description": "during the release: its kernel's pid and start time, "
                 "for a server restarted then to stop a kernel that outlived it"},
     "saved_as": _STR, "reopened": _BOOL,
+    "no_file": {**_BOOL, "description": "its session's path named no file on this server when it was paused (a "
+                                        "client that keeps the notebook elsewhere): resumed all the same"},
     "deleted": {**_BOOL, "description": "its file was deleted while paused: not resumed (no verdict)"},
     "found_missing": {**_BOOL, "description": "deleted: the resume found its file gone (the server did not see it "
                                               "deleted); a later resume brings it back once the file is there again"},

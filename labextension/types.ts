@@ -53,6 +53,8 @@ export interface INotebookStatus {
   process?: { pid: number; start: number | null } | null;
   saved_as?: string;
   reopened?: boolean;
+  /** Its session's path named no file on this server when paused (a client keeping the notebook elsewhere). */
+  no_file?: boolean;
   /** Its file was deleted while paused: not resumed, so no verdict (its checkpoint stays in the store). */
   deleted?: boolean;
   /** Deleted as the resume found it: its file was gone; a later resume brings it back if the file is there again. */

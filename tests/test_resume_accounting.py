@@ -588,12 +588,7 @@ async def test_a_notebook_the_resume_found_gone_is_resumed_once_its_file_is_back
     [nb] = (await wait_for(jp_fetch, ("active", "failed")))["notebooks"]
     assert nb["deleted"] and nb["found_missing"] and "another folder" in nb["error"], nb
     away.rename(jp_root_dir / path)
-    assert (await post(jp_fetch, "resume")).code == 202
-    resumed = await wait_for(jp_fetch, ("active", "failed"))
-    [nb] = resumed["notebooks"]
-    assert nb["verdict"] == "restored-from-checkpoint" and "deleted" not in nb, nb
-    schema.validate_response("status", resumed)
-    assert (await run_cell(jp_serverapp, nb["kernel_id"], "print(x + 1)")).strip() == "42"
+    await _resumed_with_x_back(jp_fetch, jp_serverapp)
 
 
 async def test_a_notebook_deleted_while_it_is_being_paused_is_not_restored_into_a_new_one(
@@ -663,3 +658,27 @@ async def test_a_notebook_deleted_while_it_is_being_resumed_gets_its_kernel_shut
     other = next(nb for nb in resumed["notebooks"] if nb["path"] == kept)
     assert other["verdict"] == "restored-from-checkpoint"
     assert await run_cell(jp_serverapp, other["kernel_id"], "print(x)") == "1\n"
+
+
+async def test_a_session_whose_notebook_file_was_never_on_this_server_is_resumed(jp_fetch, jp_serverapp):
+    """A client that keeps its notebooks elsewhere (VS Code on a remote Jupyter server names the session after
+    its local file) has a session at a path with no file here: its pause released the kernel, and its resume
+    called the notebook deleted while paused and started nothing; its variables were never brought back."""
+    path = "Untitled-1.ipynb"
+    r = await jp_fetch("api", "sessions", method="POST", body=json.dumps(
+        {"path": path, "name": path, "type": "notebook", "kernel": {"name": "python3"}}))
+    kid = json.loads(r.body)["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "x = 41")
+    assert (await post(jp_fetch, "pause")).code == 202
+    assert (await wait_for(jp_fetch, ("paused", "failed")))["state"] == "paused"
+    await _resumed_with_x_back(jp_fetch, jp_serverapp)
+
+
+async def _resumed_with_x_back(jp_fetch, jp_serverapp) -> None:
+    """Resume: the one notebook is restored from its checkpoint, not taken for deleted, and its x = 41 is back."""
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    [nb] = resumed["notebooks"]
+    assert nb["verdict"] == "restored-from-checkpoint" and "deleted" not in nb, nb
+    schema.validate_response("status", resumed)
+    assert (await run_cell(jp_serverapp, nb["kernel_id"], "print(x + 1)")).strip() == "42"

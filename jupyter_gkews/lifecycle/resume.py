@@ -252,8 +252,8 @@ class Resume:
         memory, a GPU, for a file no one can open)."""
         if nb.get("status") not in (NotebookStatus.RELEASED, NotebookStatus.FAILED):
             return False  # its kernel lived on: verified as it is
-        if nb.get("type") == "console":
-            return False  # a console's path names no file
+        if nb.get("type") == "console" or nb.get("no_file"):
+            return False  # a console's path names no file, nor did this one's when it was paused
         try:
             return not await ensure_async(self.serverapp.contents_manager.file_exists(nb["path"]))
         except Exception:  # a contents service that cannot say: start the kernel as before
