@@ -70,6 +70,8 @@ CHUNKS_ALGORITHM = "xxh3-128-chunks"
 VIEW_LIMIT = 16 << 20    # a variable's views of part of a storage are fingerprinted on their own up to this
 PROTOCOL = 5
 _PLAIN = (int, float, str, bytes, bool, type(None), complex)
+_FLAT = {int, float, str, bytes, bool, type(None)}
+FLAT_MIN = 1024  # a dict or list of plain scalars from this length on is pickled without the hooks (_flat)
 _NEWOBJ = (copyreg.__newobj__, copyreg.__newobj_ex__)  # protocol 2's `cls.__new__(cls, *args)`
 _CONTAINERS = {dict, list, tuple, set, frozenset, collections.OrderedDict}
 # what both picklers save by their own code, before any reducer_override
@@ -211,6 +213,19 @@ class DillPickler(_Hooks, dill.Pickler):
 PICKLERS = {"pickle": FastPickler, "dill": DillPickler}
 
 
+def _flat(value) -> bool:
+    """A dict or list of at least FLAT_MIN items, all int, str, bytes, bool, None or a float that is not a NaN
+    (a NaN's identity goes through the hooks: named_nan)."""
+    t = type(value)
+    if t is not dict and t is not list or len(value) < FLAT_MIN:
+        return False
+    for part in (value, value.values()) if t is dict else (value,):
+        kinds = set(map(type, part))
+        if not kinds <= _FLAT or float in kinds and not all(x == x for x in part if type(x) is float):
+            return False
+    return True
+
+
 def _memo_of(pickler) -> dict:
     memo = pickler.memo
     return memo.copy() if hasattr(memo, "copy") else dict(memo)
@@ -339,9 +354,14 @@ class Capture:
             self._attrs_sent, self._extras_sent, self._extras = set(), set(), {}
             self._nested = int(kind == "dill")
             buf = io.BytesIO()
+            # a dict or list of plain scalars: pickled without the hooks (the same bytes: none would act), and
+            # only the container itself can be a later variable's; a vocabulary of a million keys spent a
+            # second, after every cell with kernel undo, in the hooks and in copying the pickler's memo
+            flat = kind == "pickle" and _flat(value) and self.reference(value) is None
             try:
-                pickler = PICKLERS[kind](buf, protocol=PROTOCOL)
-                pickler.capture = self
+                pickler = pickle.Pickler(buf, protocol=PROTOCOL) if flat else PICKLERS[kind](buf, protocol=PROTOCOL)
+                if not flat:
+                    pickler.capture = self
                 with warnings.catch_warnings():  # what dill cannot do ends in the skip's own reason
                     warnings.simplefilter("ignore", dill.PicklingWarning)
                     pickler.dump(value)
@@ -389,7 +409,8 @@ class Capture:
             self.variables[name] = record
             self.saved_vars.add(name)
             if kind == "pickle":  # dill edits its memo as it goes: its indices are not the unpickler's
-                self._share(name, _memo_of(pickler))
+                # a dict or list is memoized before its items: index 0
+                self._share(name, {id(value): (0, value)} if flat else _memo_of(pickler))
             return record
         exc = errors[0]
         if isinstance(exc, RecursionError):  # pickling recurses once per level: the limit is Python's

@@ -39,6 +39,7 @@ from __future__ import annotations
 import copyreg
 import enum
 import functools
+import itertools
 import marshal
 import struct
 import sys
@@ -52,6 +53,7 @@ from .hashing import new_hasher
 _SCALARS = (int, float, str, bytes, bool, type(None))
 _UNSALTED = (int, float, complex, bool, type(None))  # hashes that are the same in every process
 _REPR_LIMIT = 10 ** 4300  # repr() refuses ints from here on (CPython's default int_max_str_digits)
+_FLAT_DICT = 32  # a dict this long of keys of one scalar type and values of one: emitted in bulk (_flat_dict)
 # caches, not definitions; and annotations, which dill does not carry for every kind of class
 _SKIP_CLASS_ATTRS = {"__dict__", "__weakref__", "__slotnames__", "_abc_impl", "__annotations__",
                      "__orig_bases__"}
@@ -101,6 +103,18 @@ def dtype_key(dtype) -> str:
     if dtype.fields is None:
         return dtype.str
     return f"{dtype.str}{[(n, dtype_key(dtype.fields[n][0]), *dtype.fields[n][1:]) for n in dtype.names]}"
+
+
+def _scalar_reprs(items: list):
+    """(type name, the repr of each value) when walk emits these scalars as (type name, value) and they are all of
+    one type; None otherwise (mixed types, an int too large for repr)."""
+    kinds = set(map(type, items))
+    t = kinds.pop()
+    if kinds or t not in (str, bytes, bool, int, float, type(None)):
+        return None
+    if t is int and not (-_REPR_LIMIT < min(items) and max(items) < _REPR_LIMIT):
+        return None
+    return t.__name__, map(repr, map(_float, items) if t is float else items)
 
 
 class _Digest:
@@ -166,6 +180,8 @@ class _Digest:
             return
         if t is dict:
             self.emit("dict", len(obj))
+            if len(obj) >= _FLAT_DICT and self._flat_dict(obj):
+                return
             for key, value in obj.items():
                 self.walk(key)
                 self.walk(value)
@@ -288,6 +304,18 @@ class _Digest:
             self.emit("dtype", dtype_key(obj), None if obj.metadata is None else sorted(obj.metadata.items()))
         else:
             self.emit("numpy-scalar", dtype_key(obj.dtype), obj.tobytes())
+
+    def _flat_dict(self, obj: dict) -> bool:
+        """A dict of scalar keys of one type and scalar values of one (a vocabulary, a table of counts): the
+        bytes walk emits item by item, formatted in bulk; walked, a million keys took seconds of a save. False,
+        having emitted nothing, for any other."""
+        keys, values = _scalar_reprs(list(obj)), _scalar_reprs(list(obj.values()))
+        if keys is None or values is None:
+            return False
+        item = f"({keys[0]!r}, %s)\0({values[0]!r}, %s)\0"  # emit's repr((type name, value)) and its separator
+        while flat := tuple(itertools.chain.from_iterable(zip(itertools.islice(keys[1], 65536), values[1]))):
+            self.hasher.update((item * (len(flat) // 2) % flat).encode())
+        return True
 
     def _plain(self, obj) -> None:
         """A list, tuple, set or frozenset (not the fast path's tuple of scalars): its items."""

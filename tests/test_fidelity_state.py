@@ -9,6 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from kernel_state.store import Store
 from kernels import Kernel
 
 torch = pytest.importorskip("torch")
@@ -1030,3 +1031,43 @@ def test_a_helper_module_in_the_saved_working_directory_loads_in_the_same_restor
         assert "Not restored" not in out and f"working directory {project}." in out, out
         assert fresh.value("[results.v, type(results).__module__, __import__('os').getcwd()]") == \
             [[1, 2, 3], "helpers3", str(project)]
+
+
+LARGE_PLAIN = '''
+import math
+vocab = {f"tok{i}": i for i in range(5000)}
+vocab.update({"neg0": -0.0, "inf": float("inf"), "big": 2 ** 100, "flag": True, "none": None, b"raw": 1.5})
+holder = {"v": None}
+words = [f"file {i}.png" for i in range(5000)]
+holder["v"], holder["w"], alias = vocab, words, vocab
+nans = [math.nan] * 2000 + [1.0]
+'''
+
+
+def test_large_plain_dicts_and_lists_come_back_equal_and_shared_as_they_were(tmp_path, monkeypatch):
+    """A dict or list of many plain scalars (a vocabulary, a list of file names) is pickled without the hooks:
+    a million keys spent a second in them, after every cell with kernel undo. The bytes are the ones the hooks
+    made, and what other variables share with it is shared after a restore; a list of NaNs keeps its one NaN."""
+    import kernel_state
+    from kernel_state import capture
+    ns = {}
+    exec(LARGE_PLAIN, ns)
+    ns = {k: v for k, v in ns.items() if not k.startswith("__") and k != "math"}
+    plain = kernel_state.save(dict(ns), notebook="a.ipynb", root=str(tmp_path / "plain"))["id"]
+    monkeypatch.setattr(capture, "FLAT_MIN", 10 ** 9)
+    hooked = kernel_state.save(dict(ns), notebook="a.ipynb", root=str(tmp_path / "hooked"))["id"]
+    monkeypatch.undo()
+    pickles = [{n: r["pickle"] for n, r in Store(str(tmp_path / where)).load_manifest("a.ipynb", cid)
+                ["variables"].items()} for where, cid in (("plain", plain), ("hooked", hooked))]
+    assert pickles[0] == pickles[1]
+
+    with Kernel(tmp_path / "store") as first:
+        first.run(LARGE_PLAIN)
+        first.run("%gkews_checkpoint save")
+        expected = first.value("repr((vocab, words, nans))")
+    with Kernel(tmp_path / "store") as fresh:
+        assert "Not restored" not in fresh.run("%gkews_checkpoint restore")
+        assert fresh.value("repr((vocab, words, nans))") == expected
+        assert fresh.value("[holder['v'] is vocab, alias is vocab, holder['w'] is words, nans[0] is nans[1]]") \
+            == [True] * 4
+        assert changed(fresh) == []
