@@ -273,6 +273,7 @@ class Capture:
         self.defer_forward = False  # stage's first pass: see Deferred
         self._nested = 0  # inside a pickle whose memo later variables cannot refer to (dill's)
         self.saved_vars: set[str] = set()
+        self.modules_named: set[str] = set()  # of the classes and functions the pickles name (module_sources)
         self._tensor_keys: dict[int, str] = {}
         self._array_keys: dict[int, str] = {}
         self._storage_keys: dict[tuple, str] = {}
@@ -629,14 +630,20 @@ class Capture:
                 return byvalue.reduce_enum(obj)
             if byvalue.is_namedtuple_class(obj) and defined_interactively(obj):
                 return byvalue.reduce_namedtuple(obj)
-            if dill_pickler or not defined_interactively(obj):
+            if not defined_interactively(obj):
+                self.modules_named.add(obj.__module__)
+                return NotImplemented
+            if dill_pickler:
                 return NotImplemented
             return byvalue.loads, (self._by_value(obj),)
         if isinstance(obj, types.FunctionType):
             rv = torch_modules.scheduler_step(obj)
             if rv is not None:
                 return rv
-            if dill_pickler or not defined_interactively(obj):
+            if not defined_interactively(obj):
+                self.modules_named.add(obj.__module__)
+                return NotImplemented
+            if dill_pickler:
                 return NotImplemented
             cells = self._cell_numbers(obj)
             return byvalue.load_function, (self._by_value(obj), obj.__qualname__) + ((cells,) if cells else ())

@@ -12,7 +12,7 @@ import sys
 import time
 import types
 
-from . import byvalue, config, counter, module_objects, randomstate, readback, settings
+from . import byvalue, config, counter, module_objects, module_sources, randomstate, readback, settings
 from .capture import Capture, Deferred, VariableSkipped, defined_interactively
 from .compare import dtype_key, held_through, value_digest as compare_value_digest
 from .errors import CheckpointError, CheckpointWriteError, DamagedProbes
@@ -234,6 +234,9 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
         "random_state": saved_random,
         "settings": {**settings.capture(), **({"string_sets": True} if capture.string_sets else {})},
         **({"sources": sources} if (sources := byvalue.cell_sources(capture.sources)) else {}),
+        # the notebook's own modules its pickles and module variables name: a restore says which changed since
+        **({"module_sources": own} if (own := module_sources.record(capture.modules_named | set(modules.values())))
+           else {}),
         "stats": {"seconds": round(time.perf_counter() - started, 4),
                   "bytes_written": capture.bytes_written, "bytes_total": sum(capture.blobs.values())},
         **(extra or {}),

@@ -11,13 +11,14 @@ import importlib
 import io
 import os
 import pickle
+import sys
 import time
 import types
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import dill
 
-from . import byvalue, cuda_io, packed, pandas_cow, resources, set_order
+from . import byvalue, cuda_io, module_sources, packed, pandas_cow, resources, set_order
 from . import settings as process_settings
 from .alignment import address, aligned_copy, is_aligned, private_memory
 from .capture import NAMED_NANS
@@ -592,6 +593,7 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
     wanted = list(names) if names else None
     full = bool(manifest.get("settings")) and not wanted and settings  # sets back what the next cell computes with
     cwd_before = os.getcwd()
+    imported_before = set(sys.modules)
     cwd_set, cwd_note = process_settings.enter_working_directory(manifest["settings"]) if full else (None, None)
     restored, failed = [], {}
     before: dict = {}  # each name the restore sets: what the namespace held (_ABSENT: nothing)
@@ -675,6 +677,11 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
             f"{'that variable is as it was' if one else 'those variables are as they were'}; an earlier checkpoint "
             f"may hold {'it' if one else 'them'} (%gkews_checkpoint list marks the saves of some variables, "
             f"restore --checkpoint ID brings one back)")
+    edited = module_sources.changed(manifest.get("module_sources") or {}, set(sys.modules) - imported_before)
+    if edited:  # a module the kernel had already imported runs the code it had: only these are news
+        restorer.warnings.append(
+            f"{', '.join(edited)} changed since checkpoint {manifest['id']} was saved: what was restored of "
+            f"{'its' if len(edited) == 1 else 'their'} classes and functions runs the code as it is now")
     put_back = [f"import folder {folder} on sys.path" for folder in folders]
     if full:
         done, notes = process_settings.apply(manifest["settings"], manifest["identity"].get("token") == TOKEN)

@@ -146,6 +146,30 @@ def test_a_local_module_that_is_gone_says_where_it_came_from(tmp_path):
         assert fresh.value("json.__name__") == "json"
 
 
+def test_a_restore_names_a_helper_module_edited_since_the_save(tmp_path):
+    """A class of `helpers.py` beside the notebook, edited after the save: the restore imported today's file
+    and the objects ran other code than they were saved with, without a word. It names the module now; an
+    unedited one, and a module of an installed package, are not named."""
+    here = tmp_path / "project"
+    here.mkdir()
+    (here / "helpers_edit.py").write_text("class Scaler:\n    def __call__(self, x): return 2 * x\n")
+    (here / "helpers_same.py").write_text("def shift(x): return x + 1\n")
+    with Kernel(tmp_path / "store", cwd=here) as first:
+        first.run("import json, helpers_same\nfrom helpers_edit import Scaler\nscale = Scaler()\n"
+                  "fns = [helpers_same.shift, json.dumps]")
+        assert "Skipped" not in first.run("%gkews_checkpoint save")
+    (here / "helpers_edit.py").write_text("class Scaler:\n    def __call__(self, x): return 3 * x\n")
+    with Kernel(tmp_path / "store", cwd=here) as fresh:
+        out = fresh.run("%gkews_checkpoint restore")
+        [warning] = [line for line in out.splitlines() if "changed since checkpoint" in line]
+        assert warning.startswith(f"Warning: helpers_edit ({here / 'helpers_edit.py'}) changed since") and \
+            "as it is now" in warning, out
+        assert fresh.value("scale(1)") == 3
+    with Kernel(tmp_path / "store", cwd=here) as unedited:  # the same file again: nothing to say
+        (here / "helpers_edit.py").write_text("class Scaler:\n    def __call__(self, x): return 2 * x\n")
+        assert "changed since" not in unedited.run("%gkews_checkpoint restore")
+
+
 def test_magic_is_loaded_without_load_ext_and_explains_itself(store):
     k = Kernel(store)
     try:

@@ -1,0 +1,62 @@
+"""The source files of the notebook's own modules that a checkpoint needs (a `helpers.py` beside it).
+
+A pickle names a class or function of such a module (`helpers.Model`) and the restore imports it from the
+file as it is then. Edited since the save, the restored objects run other code than they were saved with,
+and nothing said so. A save records each such file's digest; a restore that imports one changed since says
+which, so that a surprise in the next cell has a name.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from .hashing import digest_bytes
+from .module_objects import import_folder
+
+_OWN = ("kernel_state", "jupyter_gkews")  # this project, which a development install also runs from a folder
+# kernel undo saves after every cell: what was found stays known while it holds
+_digests: dict[tuple, str] = {}  # (path, mtime_ns, size) -> digest
+_own_files: dict[tuple, str | None] = {}  # (name, id(module)) -> its source file if a module of the user's own
+
+
+def record(module_names) -> dict:
+    """{module: {"file", "digest"}} for those of these modules imported from a folder of the user's own."""
+    out = {}
+    for name in sorted(set(module_names)):
+        path = _own_file(name, sys.modules.get(name))
+        digest = _file_digest(path) if path else None
+        if digest is not None:
+            out[name] = {"file": path, "digest": digest}
+    return out
+
+
+def _own_file(name: str, module) -> str | None:
+    key = (name, id(module))
+    if key not in _own_files:
+        path = getattr(module, "__file__", None)
+        own = isinstance(path, str) and path.endswith(".py") and name.partition(".")[0] not in _OWN \
+            and name != "__main__" and import_folder(module) is not None
+        _own_files[key] = path if own else None
+    return _own_files[key]
+
+
+def changed(recorded: dict, imported) -> list[str]:
+    """Of the recorded modules that this restore imported, those whose source differs now: "name (file)"."""
+    out = []
+    for name in sorted(set(imported) & set(recorded)):
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if isinstance(path, str) and _file_digest(path) != recorded[name].get("digest"):
+            out.append(f"{name} ({path})")
+    return out
+
+
+def _file_digest(path: str) -> str | None:
+    try:
+        st = os.stat(path)
+        key = (path, st.st_mtime_ns, st.st_size)
+        if key not in _digests:
+            with open(path, "rb") as f:
+                _digests[key] = digest_bytes(f.read())
+        return _digests[key]
+    except OSError:  # gone, unreadable: nothing to compare
+        return None
