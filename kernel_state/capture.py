@@ -202,6 +202,8 @@ class DillPickler(_Hooks, dill.Pickler):
             rv = torch_modules.unwrapped_step(obj)
             if rv is not None:
                 return rv
+        if (t is types.FunctionType or isinstance(obj, type)) and not defined_interactively(obj):
+            self.capture.modules_named.add(getattr(obj, "__module__", None))  # by reference (a class's bases too)
         if (t in _BASIC or t in dill.Pickler.dispatch) and not (
                 byvalue.is_namedtuple_class(obj) and defined_interactively(obj)  # dill drops its methods
                 or module_objects.owner_of(obj)  # bound to random's own generator: by reference

@@ -89,8 +89,11 @@ def import_folder(module) -> str | None:
         return None
     path = os.path.realpath(path)
     folder = os.path.dirname(os.path.dirname(path) if os.path.basename(path).startswith("__init__.") else path)
-    installed = [p for p in (*sysconfig.get_paths().values(), *site.getsitepackages(), site.getusersitepackages())
-                 if p]
-    if any(folder == os.path.realpath(p) or folder.startswith(os.path.realpath(p) + os.sep) for p in installed):
-        return None
-    return folder
+    return None if installed(folder) else folder
+
+
+def installed(path: str) -> bool:
+    """Whether a real path is where Python and its packages are installed (the standard library, site-packages,
+    the environment's prefix), not a folder of the user's own."""
+    places = [p for p in (*sysconfig.get_paths().values(), *site.getsitepackages(), site.getusersitepackages()) if p]
+    return any(path == os.path.realpath(p) or path.startswith(os.path.realpath(p) + os.sep) for p in places)

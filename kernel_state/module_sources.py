@@ -11,18 +11,16 @@ import os
 import sys
 
 from .hashing import digest_bytes
-from .module_objects import import_folder
+from .module_objects import installed
 
 _OWN = ("kernel_state", "jupyter_gkews")  # this project, which a development install also runs from a folder
-# kernel undo saves after every cell: what was found stays known while it holds
-_digests: dict[tuple, str] = {}  # (path, mtime_ns, size) -> digest
 _own_files: dict[tuple, str | None] = {}  # (name, id(module)) -> its source file if a module of the user's own
 
 
 def record(module_names) -> dict:
     """{module: {"file", "digest"}} for those of these modules imported from a folder of the user's own."""
     out = {}
-    for name in sorted(set(module_names)):
+    for name in sorted(n for n in set(module_names) if isinstance(n, str)):
         path = _own_file(name, sys.modules.get(name))
         digest = _file_digest(path) if path else None
         if digest is not None:
@@ -30,33 +28,32 @@ def record(module_names) -> dict:
     return out
 
 
-def _own_file(name: str, module) -> str | None:
-    key = (name, id(module))
-    if key not in _own_files:
-        path = getattr(module, "__file__", None)
-        own = isinstance(path, str) and path.endswith(".py") and name.partition(".")[0] not in _OWN \
-            and name != "__main__" and import_folder(module) is not None
-        _own_files[key] = path if own else None
-    return _own_files[key]
-
-
-def changed(recorded: dict, imported) -> list[str]:
-    """Of the recorded modules that this restore imported, those whose source differs now: "name (file)"."""
+def changed(recorded: dict, names) -> list[str]:
+    """Of the recorded modules among these names, those whose source file differs now: "name (file)"."""
     out = []
-    for name in sorted(set(imported) & set(recorded)):
+    for name in sorted(set(names) & set(recorded)):
         path = getattr(sys.modules.get(name), "__file__", None)
         if isinstance(path, str) and _file_digest(path) != recorded[name].get("digest"):
             out.append(f"{name} ({path})")
     return out
 
 
+def _own_file(name: str, module) -> str | None:
+    """Its file, when the module is the user's own; kept per module object (kernel undo saves after every cell).
+    The file itself is looked at, not its top package's: a folder without __init__.py has no file."""
+    key = (name, id(module))
+    if key not in _own_files:
+        path = getattr(module, "__file__", None)
+        own = isinstance(path, str) and path.endswith(".py") and name.partition(".")[0] not in _OWN \
+            and name != "__main__" and not installed(os.path.realpath(path))
+        _own_files[key] = path if own else None
+    return _own_files[key]
+
+
 def _file_digest(path: str) -> str | None:
+    """Read each time: a copy that keeps the time stamps (cp -p, rsync -t) changes a file of the same size."""
     try:
-        st = os.stat(path)
-        key = (path, st.st_mtime_ns, st.st_size)
-        if key not in _digests:
-            with open(path, "rb") as f:
-                _digests[key] = digest_bytes(f.read())
-        return _digests[key]
+        with open(path, "rb") as f:
+            return digest_bytes(f.read())
     except OSError:  # gone, unreadable: nothing to compare
         return None

@@ -565,7 +565,10 @@ def _import_fix(manifest: dict, module: str) -> str:
     top = module.split(".")[0]
     folder = folders.get(module) or next((f for m, f in folders.items() if m.split(".")[0] == top), None)
     gone = process_settings.missing_import_folders(manifest.get("settings"))
-    if folder:
+    searched = {os.path.realpath(p or os.getcwd()) for p in sys.path if isinstance(p, str)}
+    if folder and folder in searched:  # where this kernel looks already: the file is what is gone
+        fix = f"it was imported from {folder}, which no longer has it: put {top} back there"
+    elif folder:
         fix = f"it was imported from {folder}, not installed: put {folder} on sys.path (or start the kernel there)"
     elif gone:  # a helper module of a folder the notebook had added to sys.path
         fix = f"the saving kernel also imported from {', '.join(gone)}, which is not here: put {top} back there, " \
@@ -677,8 +680,10 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
             f"{'that variable is as it was' if one else 'those variables are as they were'}; an earlier checkpoint "
             f"may hold {'it' if one else 'them'} (%gkews_checkpoint list marks the saves of some variables, "
             f"restore --checkpoint ID brings one back)")
-    edited = module_sources.changed(manifest.get("module_sources") or {}, set(sys.modules) - imported_before)
-    if edited:  # a module the kernel had already imported runs the code it had: only these are news
+    # in the kernel that saved, a module it had imported before runs the code it had then: not news
+    edited = module_sources.changed(manifest.get("module_sources") or {},
+                                    set(sys.modules) - imported_before if same_process else sys.modules)
+    if edited:
         restorer.warnings.append(
             f"{', '.join(edited)} changed since checkpoint {manifest['id']} was saved: what was restored of "
             f"{'its' if len(edited) == 1 else 'their'} classes and functions runs the code as it is now")

@@ -146,28 +146,56 @@ def test_a_local_module_that_is_gone_says_where_it_came_from(tmp_path):
         assert fresh.value("json.__name__") == "json"
 
 
+HELPERS = {
+    "helpers_edit.py": "class Scaler:\n    def __call__(self, x): return 2 * x\n",
+    "helpers_same.py": "def shift(x): return x + 1\n",
+    "base_edit.py": "class Base:\n    def hello(self): return 'v1'\n",
+    "tools/nsmod.py": "class Tool:\n    pass\n",  # a folder without __init__.py
+    "dill_edit.py": "class D:\n    pass\n",
+}
+USES_HELPERS = """import json, helpers_same
+from helpers_edit import Scaler
+from tools.nsmod import Tool
+scale, tool = Scaler(), Tool()
+class Sub(__import__('base_edit').Base): pass
+sub = Sub()
+weird = (compile('1', 'x', 'eval'), __import__('dill_edit').D())
+fns = [helpers_same.shift, json.dumps]"""
+
+
 def test_a_restore_names_a_helper_module_edited_since_the_save(tmp_path):
     """A class of `helpers.py` beside the notebook, edited after the save: the restore imported today's file
-    and the objects ran other code than they were saved with, without a word. It names the module now; an
-    unedited one, and a module of an installed package, are not named."""
+    and the objects ran other code than they were saved with, without a word. It names each module edited
+    since: one a value's class comes from, one in a folder without __init__.py, the base of a notebook class,
+    one inside a variable only dill saves, and one the new kernel imported before the restore. An unedited
+    one and an installed package are not named; a helper deleted since is said to be gone from its folder."""
     here = tmp_path / "project"
-    here.mkdir()
-    (here / "helpers_edit.py").write_text("class Scaler:\n    def __call__(self, x): return 2 * x\n")
-    (here / "helpers_same.py").write_text("def shift(x): return x + 1\n")
+    for name, text in HELPERS.items():
+        (here / name).parent.mkdir(parents=True, exist_ok=True)
+        (here / name).write_text(text)
     with Kernel(tmp_path / "store", cwd=here) as first:
-        first.run("import json, helpers_same\nfrom helpers_edit import Scaler\nscale = Scaler()\n"
-                  "fns = [helpers_same.shift, json.dumps]")
+        first.run(USES_HELPERS)
         assert "Skipped" not in first.run("%gkews_checkpoint save")
-    (here / "helpers_edit.py").write_text("class Scaler:\n    def __call__(self, x): return 3 * x\n")
+        assert "changed since" not in first.run("%gkews_checkpoint restore")  # the kernel that saved
+    for name in HELPERS:
+        if name != "helpers_same.py":
+            (here / name).write_text(HELPERS[name].replace("2 * x", "3 * x") + "EDITED = True\n")
     with Kernel(tmp_path / "store", cwd=here) as fresh:
+        fresh.run("import helpers_edit")  # what it imported before the restore is today's code too
         out = fresh.run("%gkews_checkpoint restore")
         [warning] = [line for line in out.splitlines() if "changed since checkpoint" in line]
-        assert warning.startswith(f"Warning: helpers_edit ({here / 'helpers_edit.py'}) changed since") and \
-            "as it is now" in warning, out
+        edited = ("base_edit.py", "dill_edit.py", "helpers_edit.py", "tools/nsmod.py")
+        named = [f"{f[:-3].replace('/', '.')} ({here / f})" for f in edited]
+        assert warning.startswith(f"Warning: {', '.join(named)} changed since") and "as it is now" in warning, out
         assert fresh.value("scale(1)") == 3
-    with Kernel(tmp_path / "store", cwd=here) as unedited:  # the same file again: nothing to say
-        (here / "helpers_edit.py").write_text("class Scaler:\n    def __call__(self, x): return 2 * x\n")
+    for name, text in HELPERS.items():
+        (here / name).write_text(text)
+    with Kernel(tmp_path / "store", cwd=here) as unedited:
         assert "changed since" not in unedited.run("%gkews_checkpoint restore")
+    (here / "helpers_same.py").unlink()
+    with Kernel(tmp_path / "store", cwd=here) as gone:
+        failed = gone.call({"op": "restore", "notebook": "work/experiment.ipynb"})["result"]["failed"]
+        assert "which no longer has it: put helpers_same back there" in failed["helpers_same"], failed
 
 
 def test_magic_is_loaded_without_load_ext_and_explains_itself(store):
