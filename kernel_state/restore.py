@@ -565,7 +565,11 @@ def _import_fix(manifest: dict, module: str) -> str:
     top = module.split(".")[0]
     folder = folders.get(module) or next((f for m, f in folders.items() if m.split(".")[0] == top), None)
     gone = process_settings.missing_import_folders(manifest.get("settings"))
-    searched = {os.path.realpath(p or os.getcwd()) for p in sys.path if isinstance(p, str)}
+    try:
+        cwd = os.getcwd()
+    except OSError:  # a working directory deleted since: "" searches nothing
+        cwd = None
+    searched = {os.path.realpath(p or cwd) for p in sys.path if isinstance(p, str) and (p or cwd)}
     if folder and folder in searched:  # where this kernel looks already: the file is what is gone
         fix = f"it was imported from {folder}, which no longer has it: put {top} back there"
     elif folder:
