@@ -4,8 +4,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-from jupyter_core.utils import ensure_async
-
 from ..backends.base import LIVE_STATUSES, SnapshotFailed
 from ..bridge import kernel_identity, kernel_leaving, kernel_process
 from ..claim import Claim
@@ -95,7 +93,7 @@ class Pause:
         targets = list(by_kernel.values())
         _refuse_shared_paths(targets)
         for t in targets:
-            if t["type"] == "notebook" and not await self._file_here(t["path"]):
+            if t["type"] == "notebook" and not await self._file_exists(t["path"], unknown=True):
                 # a client that keeps its notebook elsewhere (VS Code names a remote session after its local
                 # file): no file here is no sign of a deletion when it resumes
                 t["no_file"] = True
@@ -112,12 +110,6 @@ class Pause:
             raise BadRequest(f"no running kernel for {named(missing)}; "
                              f"open the notebook and start its kernel, or leave it out")
         return list({id(found[p]): found[p] for p in wanted}.values())
-
-    async def _file_here(self, path: str) -> bool:
-        try:
-            return await ensure_async(self.serverapp.contents_manager.file_exists(path))
-        except Exception:  # a contents service that cannot say: as a file, deleted when it says so
-            return True
 
     def _last_activity(self, notebooks: list[dict]) -> float | None:
         km = self.serverapp.kernel_manager

@@ -238,11 +238,7 @@ class Resume:
             # notebook made at that path since is a new one; so is one whose path runs a kernel now
             if not (nb.get("found_missing") and nb.get("checkpoint")) or await self._live_session(nb["path"]):
                 continue
-            try:
-                back = await ensure_async(self.serverapp.contents_manager.file_exists(nb["path"]))
-            except Exception:  # a contents service that cannot say: as it was
-                back = False
-            if back:
+            if await self._file_exists(nb["path"], unknown=False):  # one that cannot say: as it was
                 for key in ("deleted", "found_missing", "next_step"):
                     nb.pop(key, None)
                 nb.update(status=NotebookStatus.RELEASED, verdict=None, error=None)
@@ -254,10 +250,15 @@ class Resume:
             return False  # its kernel lived on: verified as it is
         if nb.get("type") == "console" or nb.get("no_file"):
             return False  # a console's path names no file, nor did this one's when it was paused
+        # a contents service that cannot say: start the kernel as before
+        return not await self._file_exists(nb["path"], unknown=True)
+
+    async def _file_exists(self, path: str, unknown: bool) -> bool:
+        """Whether the contents service has a file at path; `unknown` when it cannot say (it raised)."""
         try:
-            return not await ensure_async(self.serverapp.contents_manager.file_exists(nb["path"]))
-        except Exception:  # a contents service that cannot say: start the kernel as before
-            return False
+            return await ensure_async(self.serverapp.contents_manager.file_exists(path))
+        except Exception:
+            return unknown
 
     async def _verify_or_restore(self, nb: dict, hold_file: str) -> None:
         """Same process with bit-identical state: live-verified. Anything else: restore from the checkpoint.
