@@ -115,9 +115,10 @@ def subclass_view(data, cls, state: dict):
 
 
 def hook_dict(hooks: list):
-    """A restored dict of hooks (a tensor's `_backward_hooks`, an optimizer's step hooks), keyed by new
-    handle ids: the saved ones would collide with the handles this kernel gives out next, and a hook
-    registered later would replace a restored one."""
+    """A dict of hooks as checkpoints before 2026-12-07 saved it (a tensor's `_backward_hooks`, an
+    optimizer's step hooks: the hooks alone), keyed by new handle ids. Later ones save the dict itself, keys
+    and all, which the handles that hold it share; the restore reserves the saving kernel's handle ids
+    (torch_modules.reserve_handle_ids), so that no hook registered later replaces a restored one."""
     from collections import OrderedDict
 
     from torch.utils.hooks import RemovableHandle
@@ -134,10 +135,10 @@ def tensor_extras(t, grad, backward_hooks, post_hooks):
     one restored sets them, so a hook never runs twice."""
     if grad is not None and t.grad is None:
         t.grad = grad
-    if backward_hooks and not t._backward_hooks:
-        t._backward_hooks = hook_dict(backward_hooks)  # as register_hook does, also where grad is off now
+    if backward_hooks and not t._backward_hooks:  # as register_hook does, also where grad is off now
+        t._backward_hooks = backward_hooks if isinstance(backward_hooks, dict) else hook_dict(backward_hooks)
     if post_hooks and not getattr(t, "_post_accumulate_grad_hooks", None):
-        t._post_accumulate_grad_hooks = hook_dict(post_hooks)
+        t._post_accumulate_grad_hooks = post_hooks if isinstance(post_hooks, dict) else hook_dict(post_hooks)
     return t
 
 

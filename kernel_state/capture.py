@@ -42,7 +42,7 @@ import dill
 
 from . import (byvalue, cuda_io, module_objects, packed, pending_names, plain_values, reconstruct, set_order,
                shared_memory, skip_hints, torch_modules, weak_containers)
-from .alignment import (array_from_layout, hook_dict, masked_view, small_root, subclass_view, tensor_extras, view_of,
+from .alignment import (array_from_layout, masked_view, small_root, subclass_view, tensor_extras, view_of,
                         view_of_bytearray, writeable)
 from .dirty_pages import PAGE, TRACKER
 from .dtype_json import dtype_to_json
@@ -235,16 +235,6 @@ def _memo_of(pickler) -> dict:
 
 class VariableSkipped(Exception):
     pass
-
-
-class _Hooks_:
-    """An optimizer's dict of hooks in its pickled state: restored as a dict keyed by new handle ids."""
-
-    def __init__(self, hooks: list):
-        self.hooks = hooks
-
-    def __reduce__(self):
-        return hook_dict, (self.hooks,)
 
 
 class Deferred(Exception):
@@ -707,8 +697,9 @@ class Capture:
             for attr in OPTIMIZER_HOOKS:
                 hooks = getattr(opt, attr, None)
                 if hooks:
-                    state[attr] = held = _Hooks_(list(hooks.values()))
-                    self._keep.append(held)
+                    # the dict itself, keys and all: a handle (`h = opt.register_step_post_hook(fn)`) holds it
+                    # too, and after a restore h.remove() must still remove the hook from the optimizer's dict
+                    state[attr] = hooks
                     self._hooked.extend(f"{type(opt).__name__}.{attr.lstrip('_')}:{_hook_name(h)}"
                                         for h in hooks.values())
         return rv[:2] + (state,) + rv[3:]
@@ -717,13 +708,14 @@ class Capture:
         """What a tensor's table row does not hold: a gradient that is no strided tensor (sparse) and its
         gradient hooks. None when it has neither."""
         grad = _grad(t) if "grad" not in self.tensors[key] else None
-        hooks = [list((getattr(t, attr, None) or {}).values()) if self._with_hooks else []
+        # the dicts themselves, as for an optimizer's hooks: a handle of p.register_hook(fn) holds the same one
+        hooks = [(getattr(t, attr, None) or {}) if self._with_hooks else {}
                  for attr in ("_backward_hooks", "_post_accumulate_grad_hooks")]
         if grad is None and not any(hooks):
             return None
         self._hooked.extend(f"{'Parameter' if isinstance(t, _torch().nn.Parameter) else 'tensor'}"
-                            f"{list(t.shape)}:{_hook_name(h)}" for h in hooks[0] + hooks[1])
-        return (grad,) + tuple(hooks)
+                            f"{list(t.shape)}:{_hook_name(h)}" for d in hooks for h in d.values())
+        return (grad,) + tuple(d or None for d in hooks)
 
     @staticmethod
     def _reduce_masked(obj):

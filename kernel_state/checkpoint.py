@@ -12,7 +12,8 @@ import sys
 import time
 import types
 
-from . import byvalue, config, counter, module_objects, module_sources, randomstate, readback, settings
+from . import (byvalue, config, counter, module_objects, module_sources, randomstate, readback, settings,
+               torch_modules)
 from .capture import Capture, Deferred, VariableSkipped, defined_interactively
 from .compare import dtype_key, held_through, value_digest as compare_value_digest
 from .errors import CheckpointError, CheckpointWriteError, DamagedProbes
@@ -230,6 +231,7 @@ def stage(ns: dict, shell, store: Store, nb: str, *, names=None, exclude=(), tra
         "tensors": capture.tensors, "arrays": capture.arrays, "storages": capture.storages,
         "blobs": capture.blobs, "probes": _evaluate_probes(ns, store, nb) if probes else [],
         "execution_count": counter.current(shell),
+        **({"hook_ids": ids} if (ids := torch_modules.handle_ids()) is not None else {}),
         **({"continues": continues} if (continues := counter.continued()) else {}),
         "random_state": saved_random,
         "settings": {**settings.capture(), **({"string_sets": True} if capture.string_sets else {})},

@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import dill
 
-from . import byvalue, cuda_io, module_sources, packed, pandas_cow, resources, set_order
+from . import byvalue, cuda_io, module_sources, packed, pandas_cow, resources, set_order, torch_modules
 from . import settings as process_settings
 from .alignment import address, aligned_copy, is_aligned, private_memory
 from .capture import NAMED_NANS
@@ -596,6 +596,7 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
     same_process = manifest["identity"].get("token") == TOKEN
     byvalue.register_sources(manifest.get("sources"))  # the cells of the definitions saved by value
     restorer = Restorer(store, manifest, device)
+    torch_modules.reserve_handle_ids(manifest.get("hook_ids"))  # the hook dicts it restores keep their keys
     folders = process_settings.extend_sys_path(manifest.get("settings"))  # before anything imports from them
     wanted = list(names) if names else None
     full = bool(manifest.get("settings")) and not wanted and settings  # sets back what the next cell computes with

@@ -204,3 +204,22 @@ def derived_class_attributes(cls) -> tuple[str, ...]:
     if meta is not None and isinstance(cls, meta) and "_backward_cls" in cls.__dict__:
         return ("_backward_cls",)
     return ()
+
+
+def handle_ids() -> int | None:
+    """The next id torch gives a hook's handle (RemovableHandle.next_id, one counter for the whole process):
+    a checkpoint records it, since the hook dicts it saves keep their keys. None when torch is not imported."""
+    hooks = sys.modules.get("torch.utils.hooks")
+    return getattr(getattr(hooks, "RemovableHandle", None), "next_id", None)
+
+
+def reserve_handle_ids(saved: int | None) -> None:
+    """Before a restore: the ids the saving kernel gave out are not given out again here, or the next
+    `register_forward_hook` on a restored module could take a restored hook's key and replace it."""
+    if not isinstance(saved, int):
+        return
+    try:
+        from torch.utils.hooks import RemovableHandle
+    except ImportError:
+        return
+    RemovableHandle.next_id = max(RemovableHandle.next_id, saved)

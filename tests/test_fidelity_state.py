@@ -924,6 +924,38 @@ x = torch.randn(4, 3) * 10
         assert fresh.value("len(opt._optimizer_step_post_hooks)") == 2
 
 
+def test_hook_handles_still_remove_their_hooks_after_a_restore(tmp_path):
+    """`h = opt.register_step_post_hook(fn)` came back pointing at a dict nothing held: `h.remove()` did
+    nothing and the hook ran on (verify said h changed). The handles of an optimizer's, a parameter's and a
+    module's hooks remove them after a restore in a fresh kernel, and a hook registered there replaces none
+    of the restored ones (a new handle took a restored hook's key)."""
+    setup = """
+import torch
+m = torch.nn.Linear(2, 1)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+log = []
+def post(o, a, kw): log.append('post')
+def fwd(mod, i, o): log.append('fwd')
+def grad(g): log.append('grad')
+h = opt.register_step_post_hook(post)
+fh = m.register_forward_hook(fwd)
+gh = m.weight.register_hook(grad)
+def step():
+    log.clear(); opt.zero_grad(); m(torch.ones(1, 2)).sum().backward(); opt.step(); return sorted(log)
+"""
+    with Kernel(tmp_path) as first:
+        first.run(setup)
+        assert first.call({"op": "save"})["result"]["skipped"] == {}
+    with Kernel(tmp_path) as fresh:
+        assert "Not restored" not in fresh.run("%gkews_checkpoint restore")
+        assert changed(fresh) == []
+        assert fresh.value("step()") == ["fwd", "grad", "post"]
+        fresh.run("def later(mod, i, o): log.append('later')\nlh = m.register_forward_hook(later)")
+        assert fresh.value("step()") == ["fwd", "grad", "later", "post"]
+        fresh.run("h.remove(); fh.remove(); gh.remove()")
+        assert fresh.value("step()") == ["later"]
+
+
 def test_numpy_subclass_views_and_arrays_over_an_array_array_still_share_memory(tmp_path):
     """`s.view(np.recarray)`, `a.view(np.matrix)` and `np.frombuffer(array.array)` came back as copies of
     their own (ndarray's pickling of a subclass copies its bytes, unaligned): equal at the restore, apart
