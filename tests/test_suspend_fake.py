@@ -215,10 +215,13 @@ async def test_capacity_limit_falls_back_without_trying(jp_fetch, jp_serverapp, 
 
 
 async def test_auto_without_the_extra_shuts_down_and_says_why(jp_fetch, jp_serverapp, jp_root_dir, monkeypatch):
-    """The default (auto, the real driver) on a machine without the gpu extra: the pause works as before."""
+    """The default (auto, the real driver) on a GPU machine without the gpu extra: the pause works as before,
+    and each notebook's message says how to get the suspend."""
     import sys
     monkeypatch.setitem(sys.modules, "cuda", None)  # as if cuda-bindings were not installed
-    backend = jp_serverapp.web_app.settings["gkews_lifecycle"].backend
+    lifecycle = jp_serverapp.web_app.settings["gkews_lifecycle"]
+    monkeypatch.setattr(lifecycle, "gpu_count", 1)
+    backend = lifecycle.backend
     backend.release_mode, backend.gpu_api = "auto", "nvidia"
     kid, _ = await start(jp_fetch, jp_serverapp, jp_root_dir, "nb.ipynb")
     paused = await pause(jp_fetch)
@@ -228,6 +231,20 @@ async def test_auto_without_the_extra_shuts_down_and_says_why(jp_fetch, jp_serve
                                     "the NVIDIA driver bindings are not installed"), nb["message"]
     assert 'pip install "jupyter-gkews[gpu]"' in nb["message"]
     assert paused[""]["message"] == "paused 1 notebook(s)"  # as before: nothing lives on
+
+
+async def test_auto_on_a_machine_without_a_gpu_gives_no_gpu_advice(jp_fetch, jp_serverapp, jp_root_dir, monkeypatch):
+    """A laptop or a CPU-only server (no GPU in the session): a pause shuts the kernels down without telling
+    every notebook to install the GPU extra."""
+    import sys
+    monkeypatch.setitem(sys.modules, "cuda", None)
+    lifecycle = jp_serverapp.web_app.settings["gkews_lifecycle"]
+    monkeypatch.setattr(lifecycle, "gpu_count", 0)
+    lifecycle.backend.release_mode, lifecycle.backend.gpu_api = "auto", "nvidia"
+    kid, _ = await start(jp_fetch, jp_serverapp, jp_root_dir, "nb.ipynb")
+    nb = (await pause(jp_fetch))["nb.ipynb"]
+    assert nb["status"] == "released" and kid not in jp_serverapp.kernel_manager
+    assert nb["message"] == "released (checkpoint on disk)", nb["message"]
 
 
 async def test_a_cell_run_while_suspended_runs_after_the_verify(jp_fetch, jp_serverapp, jp_root_dir, fake_gpu):

@@ -107,6 +107,11 @@ class LocalBackend(Backend):
                 self._gpu = (CudaCheckpointDriver(), NvmlMemory())
         return self._gpu
 
+    def _gpus_here(self) -> bool:
+        """Whether this session holds a GPU (c.GkewsApp.gpu_count, detected by default)."""
+        lifecycle = getattr(self.parent, "lifecycle", None)
+        return bool(getattr(lifecycle, "gpu_count", 1))
+
     def _say(self, message: str) -> None:
         self.log.info("gkews: %s", one_line(message))
         lifecycle = getattr(self.parent, "lifecycle", None)
@@ -180,6 +185,10 @@ class LocalBackend(Backend):
             _, memory = self._open_gpu()
             on_gpu = memory.processes()
         except GpuUnavailable as exc:
+            if self.release_mode == "auto" and not self._gpus_here():
+                # a laptop or a CPU-only server: nothing to suspend, and advice to install the GPU extra is noise
+                self.log.info("gkews: no GPU in this session: the kernels are shut down (%s)", exc)
+                return {nb["path"]: ("shutdown", "") for nb in notebooks}
             why = f"GPU suspend is not available: {exc}"
             log = self.log.warning if self.release_mode == "suspend" else self.log.info
             log("gkews: %s; the kernels are shut down (release_mode=%s)", why, self.release_mode)
