@@ -270,6 +270,8 @@ async def test_a_notebook_deleted_while_paused_is_not_restored_into_a_new_one_at
     await jp_fetch("api", "contents", path, method="DELETE")
     s = await status(jp_fetch)
     assert s["notebooks"][0]["status"] == "lost" and "deleted while paused" in s["notebooks"][0]["error"], s
+    # not what the pause did with it ("released (checkpoint on disk)"), which no longer holds
+    assert s["notebooks"][0]["message"].startswith("deleted while paused: not resumed; its checkpoint "), s
     assert [e["path"] for e in await events(jp_fetch) if e["event"] == "notebook-deleted"] == [path]
     new = (await open_notebook(jp_fetch, jp_root_dir, path))["kernel"]["id"]
     await run_cell(jp_serverapp, new, "result = 'new work'")

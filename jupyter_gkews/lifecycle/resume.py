@@ -454,7 +454,9 @@ def mark_lost(nb: dict, why: str, when: str = "while paused") -> None:
     it: it is not resumed, so it has no verdict (not a failed resume: the metrics and the report leave it out of
     the resumes and count it apart, from its `notebook-deleted` event)."""
     checkpoint = nb["checkpoint"]
+    # its message said what the pause did with it ("released ..."), which no longer holds
     nb.update(status=NotebookStatus.LOST, verdict=None, deleted=True,
+              message=f"deleted {when}: not resumed; its checkpoint {checkpoint} stays in the store",
               error=f"the notebook file {nb['path']} was deleted {when}, {why}",
               next_step=f"its checkpoint {checkpoint} stays in the store: in another notebook run "
                         f"%gkews_checkpoint restore --notebook {magic_quoted(nb.get('saved_as') or nb['path'])} "
