@@ -200,8 +200,9 @@ async def test_standalone_consoles_save_under_their_own_session_path(jp_fetch, j
     assert sorted(c["notebook"] for c in listed) == ["console-1-aaaa"] * 2 + ["console-1-bbbb"] * 2
 
 
-async def test_a_pause_from_paused_that_checkpoints_nothing_leaves_the_others_paused(
-        jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+async def pause_a_then_b_while_busy(jp_fetch, jp_serverapp, jp_root_dir, tmp_path) -> tuple[str, str]:
+    """a.ipynb paused; b.ipynb, opened meanwhile, left running by a pause of it while a cell runs (its cell
+    ends after). The kernel ids of a and b."""
     a = (await open_notebook(jp_fetch, jp_root_dir, "a.ipynb"))["kernel"]["id"]
     await run_cell(jp_serverapp, a, "x = 41")
     assert (await post(jp_fetch, "pause")).code == 202
@@ -228,6 +229,31 @@ async def test_a_pause_from_paused_that_checkpoints_nothing_leaves_the_others_pa
     finally:
         gate.touch()
         client.stop_channels()
+    await wait_kernel_state(jp_serverapp, b, "idle")
+    return a, b
+
+
+async def test_a_notebook_a_pause_left_running_is_named_lost_when_the_server_restarts(
+        jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    """b.ipynb was left running (busy) by a pause from paused, then the server restarted: b's kernel stopped
+    with it, yet its status still said "busy" with a kernel id no server had, and the resume said "resumed: 1
+    restored-from-checkpoint", never naming b's loss."""
+    await pause_a_then_b_while_busy(jp_fetch, jp_serverapp, jp_root_dir, tmp_path)
+    lifecycle = jp_serverapp.web_app.settings["gkews_lifecycle"]
+    lifecycle.load()  # what a restarted server does first: the state it finds on disk
+    nb = {n["path"]: n for n in (await wait_for(jp_fetch, ("paused",)))["notebooks"]}
+    assert (nb["b.ipynb"]["status"], nb["a.ipynb"]["status"]) == ("lost", "released")
+    assert "its kernel stopped with the server" in nb["b.ipynb"]["error"]
+
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["message"].startswith("resumed: 1 restored-from-checkpoint; not resumed: b.ipynb (left running "
+                                         "by the pause"), resumed["message"]
+
+
+async def test_a_pause_from_paused_that_checkpoints_nothing_leaves_the_others_paused(
+        jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
+    a, b = await pause_a_then_b_while_busy(jp_fetch, jp_serverapp, jp_root_dir, tmp_path)
 
     # now idle: paused from its own toolbar, with the others still paused
     assert (await post(jp_fetch, "pause", {"notebooks": ["b.ipynb"]})).code == 202

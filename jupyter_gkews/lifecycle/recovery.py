@@ -9,6 +9,11 @@ from ..state import now
 from ..states import Event, NotebookStatus, State, awaiting_resume, check_recovery
 
 
+#: what a pause leaves running: a kernel of the server's own, which stops with it
+LEFT_RUNNING = (NotebookStatus.BUSY, NotebookStatus.NOT_CHECKPOINTED, NotebookStatus.RUNNING,
+                NotebookStatus.CHECKPOINTED)
+
+
 class Recovery:
     """The start-up of Lifecycle (a mixin)."""
 
@@ -31,7 +36,19 @@ class Recovery:
         elif saved["state"] == State.RESUMING:
             self._roll_back_interrupted_resume()
         else:
+            if saved["state"] == State.PAUSED:
+                self._left_running_stopped()
             self._record(Event.STARTED)
+
+    def _left_running_stopped(self) -> None:
+        """Notebooks a pause left running (busy, or not checkpointed) had their kernels stop with the server:
+        said "busy" with a kernel id no server has, and the resume never named them. They are lost, and the
+        resume says so (unsaved_note)."""
+        for nb in self.state["notebooks"]:
+            if nb.get("status") in LEFT_RUNNING:
+                nb.update(status=NotebookStatus.LOST, verdict=None,
+                          error=f"left running by the pause ({nb.get('error') or nb['status']}), its kernel stopped "
+                                f"with the server: what it held since its last checkpoint is gone")
 
     async def recover(self) -> None:
         """After the server started: what a backend does on finding the state paused, a pause it rolled
