@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
-from serverkit import gkews_server_config, open_notebook, post, run_cell, server_watching, wait_for, wait_kernel_state
+from serverkit import (events, gkews_server_config, open_notebook, post, run_cell, server_watching, wait_for,
+                       wait_kernel_state)
 
 
 @pytest.fixture
@@ -218,7 +220,11 @@ async def pause_a_then_b_while_busy(jp_fetch, jp_serverapp, jp_root_dir, tmp_pat
     client.execute(f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\ny = 1")
     try:
         await wait_kernel_state(jp_serverapp, b, "busy")
+        busy_seen = time.time()
         assert (await post(jp_fetch, "pause", {"notebooks": ["b.ipynb"]})).code == 202
+        # a cell was running: not idle (the report counted the time since the cell began as idle)
+        asked = [e for e in await events(jp_fetch) if e["event"] == "pause-requested"][-1]
+        assert asked["last_activity"] >= round(busy_seen, 3), (asked, busy_seen)
         after = await wait_for(jp_fetch, ("paused", "failed"))
         # not "failed ... every kernel is still running": a.ipynb's kernel is shut down, and still paused
         assert after["state"] == "paused", after["message"]

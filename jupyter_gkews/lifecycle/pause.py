@@ -112,7 +112,11 @@ class Pause:
         return list({id(found[p]): found[p] for p in wanted}.values())
 
     def _last_activity(self, notebooks: list[dict]) -> float | None:
+        """When the notebooks were last active: now, while a cell runs in one of them (a silent cell sends no
+        message, and the report counted its run time as idle)."""
         km = self.serverapp.kernel_manager
+        if any(km.get_kernel(nb["kernel_id"]).execution_state == "busy" for nb in notebooks if nb["kernel_id"] in km):
+            return now()
         times = [getattr(km.get_kernel(nb["kernel_id"]), "last_activity", None)
                  for nb in notebooks if nb["kernel_id"] in km]
         times = [t.timestamp() for t in times if t is not None]
