@@ -684,3 +684,18 @@ async def _resumed_with_x_back(jp_fetch, jp_serverapp) -> None:
     assert nb["verdict"] == "restored-from-checkpoint" and "deleted" not in nb, nb
     schema.validate_response("status", resumed)
     assert (await run_cell(jp_serverapp, nb["kernel_id"], "print(x + 1)")).strip() == "42"
+
+
+async def test_a_resume_names_the_variables_the_pause_could_not_save(jp_fetch, jp_serverapp, jp_root_dir):
+    """An open file and a generator cannot be saved: the pause named them, but the resume's message read
+    "resumed: 1 restored-from-checkpoint" alone, as if all were back in the new kernel."""
+    kid = (await open_notebook(jp_fetch, jp_root_dir, "work/io.ipynb"))["kernel"]["id"]
+    await run_cell(jp_serverapp, kid, "fh = open('notes.txt', 'w')\ngen = (i for i in range(3))\nx = 41")
+    assert (await post(jp_fetch, "pause")).code == 202
+    paused = await wait_for(jp_fetch, ("paused", "failed"))
+    assert sorted(paused["notebooks"][0]["skipped"]) == ["fh", "gen"], paused["notebooks"][0]
+    assert (await post(jp_fetch, "resume")).code == 202
+    resumed = await wait_for(jp_fetch, ("active", "failed"))
+    assert resumed["message"] == ("resumed: 1 restored-from-checkpoint; not saved by the pause, so not back in "
+                                  "work/io.ipynb (re-run their cells): fh, gen"), resumed["message"]
+    assert "42" in await run_cell(jp_serverapp, kid, "print(x + 1)")

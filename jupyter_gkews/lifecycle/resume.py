@@ -158,6 +158,7 @@ class Resume:
             for nb in notebooks:
                 if nb["verdict"] == Verdict.PARTIALLY_RESTORED:
                     message += f"; not restored in {nb['path']}: {', '.join(sorted(nb['failed']))}"
+                message += unsaved_variables_note(nb)
             message += deleted_note(deleted) + unsaved_note(unsaved)
             waiting = [nb["path"] for nb in self.state["notebooks"] if awaiting_resume(nb)]
             if waiting:  # not named in this resume, or failed in it: a resume brings them back
@@ -466,6 +467,16 @@ def mark_lost(nb: dict, why: str, when: str = "while paused") -> None:
 def deleted_note(paths: list[str]) -> str:
     """What a resume's message says of the notebooks deleted while paused."""
     return f"; deleted while paused, not resumed: {', '.join(paths)}" if paths else ""
+
+
+def unsaved_variables_note(nb: dict) -> str:
+    """What a resume's message says of the variables a notebook's checkpoint could not hold (an open file, a
+    generator): in a new process they are gone, and "resumed: 1 restored-from-checkpoint" alone read as all back."""
+    skipped = nb.get("skipped_at_save") or {}
+    if not skipped or nb.get("same_process") or nb.get("verdict") not in (Verdict.RESTORED_FROM_CHECKPOINT,
+                                                                          Verdict.PARTIALLY_RESTORED):
+        return ""
+    return f"; not saved by the pause, so not back in {nb['path']} (re-run their cells): {', '.join(sorted(skipped))}"
 
 
 def unsaved_note(notebooks: list[dict]) -> str:
