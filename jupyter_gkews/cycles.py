@@ -37,6 +37,9 @@ class Cycles:
         self.by_number: dict[int, dict] = {}
         #: cycles the last event ended without a resume of their own (see _close_earlier)
         self.closed: list[dict] = []
+        #: a pause from paused that paused nothing (a busy kernel) -> the cycle it left paused: its later
+        #: events (the resume) are that cycle's
+        self.continued: dict[int, int] = {}
 
     def add(self, e: dict, timeline: dict | None = None) -> dict | None:
         """Fold one event in; the cycle it belongs to (None for events outside any cycle). A live server
@@ -44,11 +47,11 @@ class Cycles:
         n = e.get("cycle") or 0
         if n <= 0:
             return None
+        n = self.continued.get(n, n)
         c = self.by_number.setdefault(n, new_cycle(n))
         t, kind = c["timeline"], e.get("event")
         self.closed = []
         if kind == Event.PAUSE_REQUESTED:
-            self._close_earlier(n, e["time"])
             t["pause_requested"] = e["time"]
             t["last_activity"] = e.get("last_activity")
             c.update(reason=e.get("reason", PauseReason.USER), gpus=e.get("gpus"))
@@ -60,6 +63,11 @@ class Cycles:
                 c["notebooks"][e["path"]]["pause_error"] = e.get("error")
         elif kind == Event.RELEASING:
             c["snapshot_bytes"] = int(((e.get("snapshot") or {}).get("bytes")) or 0)
+        elif kind == Event.PAUSED and e.get("continues_cycle"):
+            # nothing more was paused: an attempt that failed, with its cause; the earlier cycle goes on
+            self.continued[n] = e["continues_cycle"]
+            c.update(result="pause failed", pause_failed=e.get("message"))
+            return c
         elif kind in (Event.PAUSED, Event.RESUMED):
             times = dict(e.get("timeline") or {})
             # every notebook the resumes brought back failed: no kernel is ready yet (a retry that brings one is)
@@ -69,6 +77,8 @@ class Cycles:
                 times.pop("restore_done", None)
             _merge(c, times)
             if kind == Event.PAUSED:
+                # a pause from paused that released more: the earlier cycle's release ends as it was asked
+                self._close_earlier(n, t.get("pause_requested", e["time"]))
                 t.setdefault("environment_stopped", e["time"])
                 c["result"] = "paused"
                 # False: a kernel the pause left running kept the GPUs (older logs: every GPU was released)
@@ -111,9 +121,10 @@ class Cycles:
         return c
 
     def _close_earlier(self, number: int, time: float) -> None:
-        """A pause from paused starts a cycle while the earlier one is still released: the earlier one ends
-        here, and the new one counts from its own release on, so that no hour counts twice (and none of
-        the earlier cycle stays "still paused" once the new one resumed)."""
+        """A pause from paused that paused more starts a cycle while the earlier one is still released: the
+        earlier one ends where the new one was asked, and the new one counts from its own release on, so
+        that no hour counts twice (and none of the earlier cycle stays "still paused" once the new one
+        resumed). One that paused nothing ends nothing (continued, above)."""
         for other in self.by_number.values():
             ot = other["timeline"]
             if other["cycle"] < number and ot.get("environment_stopped") and not ot.get("capacity_obtained"):

@@ -64,12 +64,15 @@ class MetricsRecorder:
             CHECKPOINT_SECONDS.set(t["checkpoint_done"] - t["pause_requested"])
 
     def _fold_earlier(self, record: dict) -> None:
-        """The current cycle's events an earlier server wrote, into the reducer only (no metric moves)."""
+        """The current cycle's events an earlier server wrote, into the reducer only (no metric moves), and
+        those of the cycle it continues (a pause from paused that paused nothing)."""
         n = record.get("cycle") or 0
         if n <= 0 or self._earlier_events is None:
             return
-        for e in self._earlier_events():
-            if e.get("cycle") == n and e != record:
+        earlier = [e for e in self._earlier_events() if e != record]
+        wanted = {n} | {e["continues_cycle"] for e in earlier if e.get("cycle") == n and e.get("continues_cycle")}
+        for e in earlier:
+            if e.get("cycle") in wanted:
                 self.cycles.add(e)
 
     def _count_released(self, cycle: dict) -> None:
@@ -94,7 +97,9 @@ class MetricsRecorder:
         if cycle["gpus"] is None:  # its pause-requested event is not in the log: count this server's GPUs
             cycle["gpus"] = self.gpu_count
         event, t = record["event"], cycle["timeline"]
-        if event == Event.PAUSED:
+        if event == Event.PAUSED and record.get("continues_cycle"):  # a pause from paused that paused nothing
+            PAUSES.labels(cycle["reason"] or "user", "failed").inc()
+        elif event == Event.PAUSED:
             PAUSES.labels(cycle["reason"] or "user", "paused").inc()
             CHECKPOINT_BYTES.set(kept_bytes(state))
             if t.get("checkpoint_done") and t.get("pause_requested"):

@@ -260,6 +260,10 @@ async def test_a_notebook_a_pause_left_running_is_named_lost_when_the_server_res
 async def test_a_pause_from_paused_that_checkpoints_nothing_leaves_the_others_paused(
         jp_fetch, jp_serverapp, jp_root_dir, tmp_path):
     a, b = await pause_a_then_b_while_busy(jp_fetch, jp_serverapp, jp_root_dir, tmp_path)
+    # a.ipynb's cycle goes on: its timeline, not the failed attempt's (which had no environment_stopped)
+    after = await wait_for(jp_fetch, ("paused",))
+    assert after["timeline"]["environment_stopped"] < after["timeline"].get("resume_requested", float("inf"))
+    assert [e.get("continues_cycle") for e in await events(jp_fetch) if e["event"] == "paused"] == [None, 1]
 
     # now idle: paused from its own toolbar, with the others still paused
     assert (await post(jp_fetch, "pause", {"notebooks": ["b.ipynb"]})).code == 202

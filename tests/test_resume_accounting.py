@@ -245,6 +245,30 @@ async def test_a_pause_from_paused_ends_the_earlier_cycle_and_no_hour_counts_twi
     assert _metric_over(events, 2) == pytest.approx(first["gpu_hours_released"] + second["gpu_hours_released"])
 
 
+async def test_a_pause_from_paused_that_paused_nothing_is_a_failed_attempt_and_the_earlier_cycle_goes_on():
+    """b.ipynb, opened while a.ipynb was paused, was busy when its own pause came: nothing more was paused.
+    That attempt counted as a pause, ended the first cycle's release when it was asked (its hours stopped
+    there), and took the resume for its own."""
+    first = pause_events(1, MONDAY, last_activity=MONDAY - H, gpus=2)
+    asked = MONDAY + 2 * H
+    attempt = [ev(asked, "pause-requested", 2, "pausing", "checkpointing", notebooks=["b.ipynb"], reason="user",
+                  last_activity=asked - 60, gpus=2),
+               ev(asked + 60, "notebook-not-checkpointed", 2, "pausing", "checkpointing", path="b.ipynb",
+                  error="its kernel was still running a cell after 60 s"),
+               ev(asked + 60, "paused", 2, "paused", message="nothing more was paused: b.ipynb: busy; still paused: "
+                  "train.ipynb", timeline=first[-1]["timeline"], environment_released=True, continues_cycle=1)]
+    events = first + attempt + resume_events(2, MONDAY + 5 * H, 20, "restored-from-checkpoint")
+    report = build_report(events, until=MONDAY + 30 * 24 * H)
+    one, two = report["cycles"]
+    assert (one["result"], two["result"]) == ("resumed", "pause failed")
+    assert not one["still_paused"] and one["released_hours"] == pytest.approx(5.0)  # until the resume's capacity
+    assert two["released_hours"] == 0 and two["pause_failed"].startswith("nothing more was paused: b.ipynb")
+    assert one["notebooks"]["train.ipynb"]["verdict"] == "restored-from-checkpoint"
+    assert report["totals"]["paused"] == 1 and report["totals"]["pause_failures"] == {two["pause_failed"]: 1}
+    assert report["totals"]["gpu_hours_released"] == pytest.approx(10.0)
+    assert _metric_over(events, 2) == pytest.approx(10.0)
+
+
 async def test_a_resume_with_nothing_to_restore_ends_the_release():
     """The server died in a pause before any checkpoint: the restarted one finished it paused with nothing
     saved, and the resume had nothing to restore (no `restoring` step): the cycle stayed "still paused"."""

@@ -42,6 +42,7 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
         self.gpu_count = gpu_count  # recorded with each pause: the report turns paused hours into GPU hours
         self.listeners: list = []  # called with (event record, state) after each write (metrics); any thread
         self._take_snapshot = True
+        self._continued = None  # (cycle, timeline, paused_by) a pause from paused may go back to (pause.py)
         self.checkpoint_root, self.busy_timeout = checkpoint_root, busy_timeout
         self.keep_last, self.max_bytes, self.log = keep_last, max_bytes, log
         self.state = initial_state(backend.name)

@@ -54,6 +54,9 @@ class Pause:
             if last_activity is None:
                 last_activity = self._last_activity(targets)
             self._take_snapshot = snapshot
+            # a pause from paused that pauses nothing leaves the earlier cycle paused, as it was (_pause)
+            self._continued = ((self.state["cycle"], dict(self.state["timeline"]), self.state.get("paused_by"))
+                               if self.state["state"] == State.PAUSED else None)
             message, requested = f"checkpointing {len(targets)} notebook(s)", now()
 
             def begin(state):
@@ -162,9 +165,15 @@ class Pause:
             if notebooks and not done:
                 reasons = "; ".join(dict.fromkeys(f"{nb['path']}: {_reason(nb)}" for nb in left))  # each once
                 if carried:  # a pause from paused: what the earlier one released stays paused
+                    details = {}
+                    if self._continued:  # and its cycle goes on: its timeline, not this attempt's (the report's)
+                        cycle, timeline, paused_by = self._continued
+                        self.state.update(timeline=timeline, paused_by=paused_by)
+                        details["continues_cycle"] = cycle
                     await self._enter(State.PAUSED, None, f"nothing more was paused: {reasons}; still paused: "
                                       f"{', '.join(carried)}", Event.PAUSED, final=True,
-                                      timeline=dict(self.state["timeline"]), environment_released=self._released_all())
+                                      timeline=dict(self.state["timeline"]), environment_released=self._released_all(),
+                                      **details)
                     self._watch_for_restore()
                     return
                 await self._fail(f"No notebook could be checkpointed, so nothing was released: {reasons}.",
