@@ -9,7 +9,10 @@ _HINTS = [
     (r"memoryview", "a memoryview",
      "keep the bytes, bytearray or array it views instead, which is saved"),
     (r"DataLoaderIter", "a DataLoader's iterator (iter(loader))",
-     "the DataLoader itself is saved: call iter() on it again after a restore"),
+     "the DataLoader itself is saved, but not how far this epoch had got: iter() on it after a restore starts a "
+     "new epoch (a shuffled one in the order its saved generator gives next), so the batches this epoch had "
+     "left are not seen; to go on mid-epoch, keep the batch count in a variable and skip that many batches of an "
+     "epoch whose generator you seed per epoch (g.manual_seed(seed + epoch))"),
     (r"_asyncio\.(Future|Task)|EventLoop|_UnixSelectorEventLoop", "an asyncio event loop, task or future",
      "they live only in this process: keep their results, and call asyncio.get_event_loop() again after a restore"),
     (r"sqlite3\.(Connection|Cursor)", "an SQLite connection or cursor",
