@@ -92,8 +92,8 @@ class Cycles:
         elif kind == Event.RECOVERED_INTERRUPTED_PAUSE and e.get("state") == State.FAILED:
             c["pause_failed"] = e.get("message")  # no checkpoint committed: nothing was paused
             c["result"] = "pause failed"
-        elif kind == Event.RECOVERED_INTERRUPTED_PAUSE:
-            t.setdefault("environment_stopped", e["time"])
+        elif kind == Event.RECOVERED_INTERRUPTED_PAUSE:  # the kernels stopped with the server (when it said so)
+            t.setdefault("environment_stopped", (e.get("timeline") or {}).get("environment_stopped") or e["time"])
             c["result"] = "paused"
         elif kind == Event.RESUME_REQUESTED:
             if "resume_requested" in t:  # a retry: what the first resume timed stays

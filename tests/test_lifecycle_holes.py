@@ -121,6 +121,24 @@ async def test_a_kernel_restarted_after_its_checkpoint_is_named_not_checkpointed
     assert (await run_cell(jp_serverapp, a, "print(x)")).strip() == "1"
 
 
+async def test_a_server_stopped_mid_pause_counts_the_release_from_its_stop_not_from_the_restart(
+        jp_fetch, jp_serverapp, jp_root_dir, gate, monkeypatch):
+    """Stopped (SIGTERM) while b.ipynb saved, the server shut the kernels down: the GPUs were free from then on,
+    but the restarted server said the environment stopped when it started (hours released came out short)."""
+    a, b, s = await two_notebooks_pausing(jp_fetch, jp_serverapp, jp_root_dir, gate)
+    lifecycle = jp_serverapp.web_app.settings["gkews_lifecycle"]
+    monkeypatch.setattr(lifecycle, "stop_wait", 0.1)
+    await lifecycle.shutdown()  # what the stopping server does before it shuts the kernels down
+    stopped = lifecycle.state["timeline"]["environment_stopped"]
+    assert s["timeline"]["pause_requested"] <= stopped
+    gate.touch()
+    lifecycle.load()  # the restarted server, on the state on disk
+    after = await status(jp_fetch)
+    assert after["state"] == "paused" and after["timeline"]["environment_stopped"] == stopped, after
+    recovered = [e for e in await events(jp_fetch) if e["event"] == "recovered-interrupted-pause"][-1]
+    assert recovered["timeline"]["environment_stopped"] == stopped <= recovered["time"]
+
+
 # -- problem 2 and 3: a pause is atomic per notebook; what it needs is pinned ------------------------------
 async def test_a_cell_sent_to_a_checkpointed_notebook_waits_and_its_checkpoint_is_pinned(
         jp_fetch, jp_serverapp, jp_root_dir, gate, tmp_path):

@@ -21,7 +21,7 @@ from ..backends.base import LIVE_STATUSES
 from ..claim import Claim
 # LifecycleError and NotFound: re-exported for callers that still import them from here
 from ..errors import Conflict, LifecycleError, NotFound  # noqa: F401
-from ..state import StateStore, initial_state
+from ..state import StateStore, initial_state, now
 from ..states import Event, NotebookStatus, Phase, State, awaiting_resume
 from .holds import Holds
 from .paths import clean_notebook_paths, moved_path, one_line, under  # noqa: F401  (notebook_actions, handlers)
@@ -267,6 +267,8 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
         if self.state["state"] == State.PAUSING and self._tasks:
             # a pause cut here lost every notebook not checkpointed yet, though each would have taken moments
             await asyncio.wait(list(self._tasks), timeout=self.stop_wait)
+        if self.state["state"] == State.PAUSING:
+            await self._stopping_mid_pause()
         # held kernels stay held: the server stopping shuts them down, and a restart rolls the pause forward
         if self._watch:
             self._watch.cancel()
@@ -274,6 +276,18 @@ class Lifecycle(Pause, Holds, Resume, Recovery, Persistence):
             self._restore_watch.cancel()
         for task in list(self._tasks):
             task.cancel()
+
+    async def _stopping_mid_pause(self) -> None:
+        """The kernels stop with this server: the pause's release begins now, not when a restarted server
+        completes the pause (the report's hours began at that restart), so the state on disk says when."""
+        self.state["timeline"]["environment_stopped"] = now()
+        snapshot = copy.deepcopy(self.state)
+        try:
+            async with self._write_lock:
+                await asyncio.to_thread(self.store.save, snapshot)
+        except OSError as exc:  # a full volume: the restart takes its own time instead, as before
+            if self.log:
+                self.log.warning("gkews: the stop during the pause could not be recorded: %s", exc)
 
 
 def gone_while_paused(nb: dict) -> str | None:

@@ -91,11 +91,12 @@ class Persistence:
                 if self.log:
                     self.log.exception("gkews: a listener of the event log failed on %s", record.get("event"))
 
-    def _record(self, event: Event) -> None:
+    def _record(self, event: Event, **details) -> None:
         """Write the state and one event synchronously (a starting server, before it answers requests)."""
         self.state["updated"] = now()
         _one_line(self.state, {})
-        self._write(copy.deepcopy(self.state), event_record(self.state, event, message=self.state["message"]))
+        self._write(copy.deepcopy(self.state), event_record(self.state, event, message=self.state["message"],
+                                                            **details))
 
     def _write_pins(self, snapshot: dict) -> None:
         """Pin in the checkpoint store every checkpoint a notebook of this state would resume from, so that

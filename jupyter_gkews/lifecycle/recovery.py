@@ -66,6 +66,7 @@ class Recovery:
                      "%gkews_checkpoint list shows the checkpoints saved before this pause, and restore brings "
                      "one back")
         check_recovery(self.state["state"], State.FAILED)  # IllegalTransition: a bug, never bad input
+        self.state["timeline"].pop("environment_stopped", None)  # nothing was paused: no release to count
         self.state.update(state=State.FAILED, phase=None, message=f"{reason}. {next_step}",
                           error={"reason": reason, "next_step": next_step})
         self._record(Event.RECOVERED_INTERRUPTED_PAUSE)
@@ -73,7 +74,7 @@ class Recovery:
     def _recovered(self, message: str, event: Event, **changes) -> None:
         check_recovery(self.state["state"], State.PAUSED)  # IllegalTransition: a bug, never bad input
         self.state.update(state=State.PAUSED, phase=None, message=message, **changes)
-        self._record(event)
+        self._record(event, timeline=dict(self.state["timeline"]))  # the report reads when the release began
 
     def _roll_back_interrupted_resume(self) -> None:
         """Every notebook is paused again, the ones already resumed too: their kernels stopped with the
