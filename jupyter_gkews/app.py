@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import os
+import posixpath
 import re
 import zlib
 
@@ -75,6 +77,22 @@ def cannot_write(folder: str) -> OSError | None:
     if not os.access(probe, os.W_OK | os.X_OK):
         return error(PermissionError, errno.EACCES)
     return None
+
+
+#: the type of the session whose kernel is being started (get_kernel_env is not given it)
+_STARTING_TYPE: contextvars.ContextVar = contextvars.ContextVar("gkews_starting_session_type", default=None)
+#: JupyterLab starts a session at <folder>/<uuid4>, and moves it to the notebook's path once its kernel is up
+_PLACEHOLDER = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def kernel_notebook_path(path: str, name: str | None, session_type: str | None) -> str:
+    """The notebook a kernel saves under: its session's path, except a notebook session JupyterLab starts at
+    its placeholder path (<folder>/<uuid4>), whose notebook is <folder>/<name>: the kernel saved its own
+    checkpoints (the magic, kernel undo) under the placeholder, which no list, restore or resume knows."""
+    folder, last = posixpath.split(path)
+    if session_type == "notebook" and name and "/" not in name and _PLACEHOLDER.fullmatch(last):
+        return posixpath.join(folder, name)
+    return path
 
 
 class GkewsApp(ExtensionApp):
@@ -368,13 +386,22 @@ class GkewsApp(ExtensionApp):
         plain = sm.get_kernel_env
         seed = project_hash_seed(os.environ[CONTENTS_ROOT_ENV])
 
+        plain_start = sm.start_kernel_for_session
+
         def get_kernel_env(path, name=None):
             env = plain(path, name)
             if path:
-                env[NOTEBOOK_ENV] = session_path(path)  # `/a.ipynb`, `a//./a.ipynb`: a.ipynb
+                env[NOTEBOOK_ENV] = session_path(kernel_notebook_path(path, name, _STARTING_TYPE.get()))
             env.setdefault(HASH_SEED_ENV, seed)  # a kernel the resume starts hashes as the paused one did
             return env
-        sm.get_kernel_env = get_kernel_env
+
+        async def start_kernel_for_session(*args, **kwargs):
+            started = _STARTING_TYPE.set(kwargs.get("type", args[3] if len(args) > 3 else None))
+            try:
+                return await plain_start(*args, **kwargs)
+            finally:
+                _STARTING_TYPE.reset(started)
+        sm.get_kernel_env, sm.start_kernel_for_session = get_kernel_env, start_kernel_for_session
 
     def _unwritable(self, store: StateStore, exc: OSError) -> str:
         """Which directory could not be written (the state directory, or the checkpoint root, which holds the

@@ -4,20 +4,30 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import posixpath
+import uuid
 
 import nbformat
 
 from jupyter_gkews.kernelready import kernel_ready, own_client
 
 
-async def open_notebook(jp_fetch, root_dir, path: str, kernel_name: str = "python3") -> dict:
-    """What JupyterLab does when a user opens a notebook: a file, then a session with a kernel."""
+async def open_notebook(jp_fetch, root_dir, path: str, kernel_name: str = "python3",
+                        placeholder: bool = False) -> dict:
+    """What JupyterLab does when a user opens a notebook: a file, then a session with a kernel. placeholder:
+    as JupyterLab 4's SessionContext does it, the session started at <folder>/<uuid4> and then moved to the
+    notebook's path (PATCH)."""
     target = root_dir / path
     target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nbformat.v4.new_notebook(), str(target))
+    start = posixpath.join(posixpath.dirname(path), str(uuid.uuid4())) if placeholder else path
     r = await jp_fetch("api", "sessions", method="POST", body=json.dumps(
-        {"path": path, "name": target.name, "type": "notebook", "kernel": {"name": kernel_name}}))
-    return json.loads(r.body)
+        {"path": start, "name": target.name, "type": "notebook", "kernel": {"name": kernel_name}}))
+    session = json.loads(r.body)
+    if placeholder:
+        r = await jp_fetch("api", "sessions", session["id"], method="PATCH", body=json.dumps({"path": path}))
+        session = json.loads(r.body)
+    return session
 
 
 async def run_cell(serverapp, kernel_id: str, code: str, timeout: float = 120) -> str:

@@ -193,6 +193,25 @@ async def test_kernel_undo_from_the_page_toggle_then_rewind(jp_fetch, jp_servera
     assert r.code == 200 and json.loads(r.body)["enabled"] is False
 
 
+async def test_a_notebook_jupyterlab_opens_keeps_its_own_checkpoints_under_its_name(
+        jp_fetch, jp_serverapp, jp_root_dir):
+    """JupyterLab starts a notebook's session at <folder>/<uuid4>, then moves it to the notebook: the kernel
+    saved its own checkpoints (%gkews_checkpoint save, kernel undo) under that placeholder, so the Checkpoints
+    panel showed a section named by a UUID, greyed out, and the notebook's own had none of them."""
+    s = await open_notebook(jp_fetch, jp_root_dir, "work/lab.ipynb", placeholder=True)
+    kid = s["kernel"]["id"]
+    assert s["path"] == "work/lab.ipynb"
+    await run_cell(jp_serverapp, kid, "w = [1]\n%gkews_checkpoint auto on")
+    await run_cell(jp_serverapp, kid, "w.append(2)")
+    await run_cell(jp_serverapp, kid, "%gkews_checkpoint save\n"
+                   "from kernel_state import auto; auto.AUTO.writer.wait_idle(120)")
+    listed = json.loads((await jp_fetch("gkews", "checkpoints")).body)["checkpoints"]
+    assert {c["notebook"] for c in listed} == {"work/lab.ipynb"}, [c["notebook"] for c in listed]
+    assert any(c["auto"] for c in listed) and any(not c["auto"] for c in listed)
+    r = await post(jp_fetch, "checkpoints/auto", {"notebook": "work/lab.ipynb", "action": "status"})
+    assert r.code == 200 and json.loads(r.body)["enabled"] is True
+
+
 async def test_after_a_restart_the_page_rewinds_to_the_row_it_shows(jp_fetch, jp_serverapp, jp_root_dir):
     """After Restart Kernel the cells are numbered from [1] again: "rewind to after cell [2]" on a row of the
     kernel before the restart brings back that row's state (the page sends its id), while a rewind by number
