@@ -293,6 +293,30 @@ export function pausedSentence(status: IStatus): string {
   return parts.join(' ');
 }
 
+/**
+ * A pause from paused that paused nothing (the notebooks it named were busy): the server says "nothing more was
+ * paused: ..."; a "Paused a.ipynb" toast credited it with the earlier pause.
+ */
+export function pausedNothingMore(status: IStatus): boolean {
+  return status.state === 'paused' && status.message.startsWith('nothing more was paused');
+}
+
+function nothingMorePausedSentence(status: IStatus): string {
+  const all = status.notebooks.map(nb => nb.path);
+  const still = status.notebooks.filter(nb => nb.status === 'released' || LIVE_STATUSES.includes(nb.status));
+  const running = status.notebooks.filter(nb => !still.includes(nb) && !nb.deleted && nb.status !== 'lost');
+  const parts = running.map(nb => `${shortName(nb.path, all)} is still running: ${nb.error ?? nb.status}.`);
+  if (still.length) {
+    parts.push(
+      `Still paused: ${names(
+        still.map(nb => nb.path),
+        all
+      )}.`
+    );
+  }
+  return `Nothing more was paused. ${parts.join(' ')}`;
+}
+
 /** "Paused", or who paused and after how long without use, when the idle policy did. */
 function pausedBy(status: IStatus): string {
   if (status.paused_by !== 'idle policy') {
@@ -418,6 +442,9 @@ export function transitionMessage(kind: 'paused' | 'resumed' | 'failed', status:
     return `${reason} ${withFileNames(status.error.next_step, status)}`;
   }
   if (kind === 'paused') {
+    if (pausedNothingMore(status)) {
+      return nothingMorePausedSentence(status);
+    }
     // a resume a server restart cut short comes back paused: "Paused ..." alone read as a new pause
     const cut = status.message.startsWith('the server stopped during a resume')
       ? 'The resume did not finish: the server restarted during it. '

@@ -1,7 +1,7 @@
 import { Notification } from '@jupyterlab/apputils';
 
 import { CommandIDs } from './commands';
-import { shutDownAllNote, transitionMessage } from './describe';
+import { pausedNothingMore, shutDownAllNote, transitionMessage } from './describe';
 import { GkewsModel, ITransition } from './model';
 import { toast } from './toast';
 import { CommandRegistry } from '@lumino/commands';
@@ -32,7 +32,11 @@ export function connectNotifications(model: GkewsModel, commands: CommandRegistr
   model.transition.connect((_, t: ITransition) => {
     switch (t.kind) {
       case 'paused':
-        toast('success', transitionMessage('paused', t.status), { autoClose: 8000, actions: [details] });
+        // a pause that paused nothing more (its notebooks were busy) is no success
+        toast(pausedNothingMore(t.status) ? 'warning' : 'success', transitionMessage('paused', t.status), {
+          autoClose: 8000,
+          actions: [details]
+        });
         break;
       case 'resumed': {
         const worrying = t.status.notebooks.some(

@@ -9,6 +9,7 @@ import {
   doneElsewhere,
   names,
   nextStep,
+  pausedNothingMore,
   statusLabel,
   summarySentence,
   timelineRows,
@@ -180,6 +181,29 @@ describe('GkewsModel', () => {
     byPolicy.timeline = { last_activity: 0, pause_requested: 5 * 3600 };
     expect(transitionMessage('paused', byPolicy)).toMatch(/^Unused for 5 h, the idle policy paused train.ipynb;/);
     expect(transitionMessage('paused', { ...byPolicy, paused_by: 'user' })).toMatch(/^Paused train.ipynb;/);
+  });
+
+  it('says a pause from paused that paused nothing paused nothing', () => {
+    const s = status({
+      state: 'paused',
+      message:
+        'nothing more was paused: second.ipynb: its kernel was still running a cell after 8 s; still paused: first.ipynb',
+      notebooks: [
+        { path: 'first.ipynb', kernel_id: 'k1', status: 'released' },
+        {
+          path: 'second.ipynb',
+          kernel_id: 'k2',
+          status: 'busy',
+          error: 'its kernel was still running a cell after 8 s'
+        }
+      ]
+    });
+    expect(pausedNothingMore(s)).toBe(true);
+    expect(transitionMessage('paused', s)).toBe(
+      'Nothing more was paused. second.ipynb is still running: its kernel was still running a cell after 8 s. ' +
+        'Still paused: first.ipynb.'
+    );
+    expect(pausedNothingMore({ ...s, message: 'paused 1 notebook(s)' })).toBe(false);
   });
 
   it('notices a pause that finished between two reads', async () => {
