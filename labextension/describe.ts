@@ -385,6 +385,22 @@ export function pausedKernelNote(path: string, status: IStatus | null): string |
   return null;
 }
 
+/**
+ * The notebook whose resume needs checkpoint `id`, as the server pins it (paused, pausing or resuming; once
+ * active, left behind by a resume; or holding variables a resume could not restore), or null: deleting it is
+ * refused (409).
+ */
+export function resumesFrom(id: string, status: IStatus | null): string | null {
+  for (const nb of status?.notebooks ?? []) {
+    const awaiting = ['released', 'failed', ...LIVE_STATUSES].includes(nb.status);
+    const resumes = nb.checkpoint === id && (status!.state === 'active' ? awaiting : nb.status !== 'resumed');
+    if (resumes || (nb.unrestored_checkpoints ?? []).includes(id)) {
+      return nb.path;
+    }
+  }
+  return null;
+}
+
 /** What the session is doing, as a sentence (the status item's tooltip and the details). */
 export function summarySentence(status: IStatus): string {
   const paths = status.notebooks.map(nb => nb.path);

@@ -4,7 +4,7 @@ import { Widget } from '@lumino/widgets';
 
 import { showDialog } from './dialog';
 import { checkpointIcon } from './icons';
-import { checkpointLine, formatBytes, pausedKernelNote, plural } from './describe';
+import { checkpointLine, formatBytes, pausedKernelNote, plural, resumesFrom } from './describe';
 import { toast } from './toast';
 import { GkewsModel } from './model';
 import { GkewsError, ICheckpoint } from './types';
@@ -213,7 +213,18 @@ export class CheckpointPanel extends Widget {
         !!paused
       )
     );
-    li.appendChild(this.button('Delete', `Delete checkpoint ${c.id} of ${c.notebook}`, () => this.delete(c)));
+    // the server refuses to delete what a paused notebook resumes from (409): the row says so, not the dialog after
+    const pinnedBy = resumesFrom(c.id, this.model.status);
+    li.appendChild(
+      this.button(
+        'Delete',
+        pinnedBy
+          ? `Checkpoint ${c.id} is the one ${pinnedBy} resumes from: it cannot be deleted until ${pinnedBy} is resumed.`
+          : `Delete checkpoint ${c.id} of ${c.notebook}`,
+        () => this.delete(c),
+        !!pinnedBy
+      )
+    );
     return li;
   }
 

@@ -10,6 +10,7 @@ import {
   names,
   nextStep,
   pausedNothingMore,
+  resumesFrom,
   statusLabel,
   summarySentence,
   timelineRows,
@@ -204,6 +205,29 @@ describe('GkewsModel', () => {
         'Still paused: first.ipynb.'
     );
     expect(pausedNothingMore({ ...s, message: 'paused 1 notebook(s)' })).toBe(false);
+  });
+
+  it('knows which checkpoints a resume needs (the server refuses to delete them)', () => {
+    const paused = status({
+      state: 'paused',
+      notebooks: [
+        { path: 'a.ipynb', kernel_id: 'k1', status: 'released', checkpoint: 'c-a' },
+        { path: 'b.ipynb', kernel_id: 'k2', status: 'busy' }
+      ]
+    });
+    expect(resumesFrom('c-a', paused)).toBe('a.ipynb');
+    expect(resumesFrom('c-other', paused)).toBeNull();
+    const resumed = status({
+      state: 'active',
+      notebooks: [
+        { path: 'a.ipynb', kernel_id: 'k1', status: 'resumed', checkpoint: 'c-a' },
+        { path: 'b.ipynb', kernel_id: 'k2', status: 'failed', checkpoint: 'c-b', unrestored_checkpoints: ['c-old'] }
+      ]
+    });
+    expect(resumesFrom('c-a', resumed)).toBeNull(); // resumed: free to delete
+    expect(resumesFrom('c-b', resumed)).toBe('b.ipynb'); // left behind by the resume
+    expect(resumesFrom('c-old', resumed)).toBe('b.ipynb'); // holds what the resume could not restore
+    expect(resumesFrom('c-a', null)).toBeNull();
   });
 
   it('notices a pause that finished between two reads', async () => {
