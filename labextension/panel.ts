@@ -18,6 +18,24 @@ const AUTO_RETRY_MS = 2000;
  * and delete. Per notebook, a toggle for a checkpoint after every cell, and on
  * those automatic checkpoints "Rewind to after cell [N]".
  */
+/**
+ * A section's Rewind and Restore off while its notebook's kernel runs a cell (why: the server's words), or on
+ * again (why null) where this made them off.
+ */
+function busyRows(rows: HTMLElement, why: string | null): void {
+  for (const b of Array.from(rows.querySelectorAll<HTMLButtonElement>('button[data-into-kernel]'))) {
+    if (why !== null && !b.disabled) {
+      b.dataset.title = b.title;
+      b.disabled = true;
+      b.title = `Not available now: ${why}`;
+    } else if (why === null && b.dataset.title !== undefined) {
+      b.disabled = false;
+      b.title = b.dataset.title;
+      delete b.dataset.title;
+    }
+  }
+}
+
 export class CheckpointPanel extends Widget {
   constructor(
     private model: GkewsModel,
@@ -103,8 +121,8 @@ export class CheckpointPanel extends Widget {
       const section = document.createElement('section');
       const h = document.createElement('h3');
       h.textContent = notebook;
-      section.append(h, this.autoToggle(notebook));
       const ul = document.createElement('ul');
+      section.append(h, this.autoToggle(notebook, ul));
       ul.setAttribute('aria-label', `Checkpoints of ${notebook}`);
       for (const c of checkpoints) {
         ul.appendChild(this.item(c));
@@ -115,7 +133,7 @@ export class CheckpointPanel extends Widget {
   }
 
   /** "Checkpoint after every cell": read from the notebook's kernel, switched there. */
-  private autoToggle(notebook: string): HTMLLabelElement {
+  private autoToggle(notebook: string, rows: HTMLElement): HTMLLabelElement {
     const label = document.createElement('label');
     label.className = 'jp-gkews-Checkpoint-auto';
     const box = document.createElement('input');
@@ -126,6 +144,7 @@ export class CheckpointPanel extends Widget {
     const apply = (status: { enabled: boolean }) => {
       box.checked = status.enabled;
       box.disabled = false;
+      busyRows(rows, null);
     };
     // only a running kernel can say or switch it: no request that can only be refused
     const unavailable = this.unavailable(notebook);
@@ -141,6 +160,7 @@ export class CheckpointPanel extends Widget {
           label.title = `Not available: ${error.message}`;
           // a kernel running a cell answers once the cell ends: ask again then, while the row is shown
           if (error instanceof GkewsError && error.status === 409 && /running a cell/.test(error.message)) {
+            busyRows(rows, error.message); // Rewind and Restore too: the server refuses them until the cell ends
             window.setTimeout(() => label.isConnected && this.isVisible && void ask(), AUTO_RETRY_MS);
           }
         });
@@ -201,7 +221,8 @@ export class CheckpointPanel extends Widget {
           `Rewind to after cell [${cell}]`,
           paused ?? `Bring the kernel of ${c.notebook} back to the end of cell [${cell}]`,
           () => this.rewind(c.notebook, cell, c.id),
-          !!paused
+          !!paused,
+          true
         )
       );
     }
@@ -210,7 +231,8 @@ export class CheckpointPanel extends Widget {
         'Restore',
         paused ?? `Restore checkpoint ${c.id} into the running kernel of ${c.notebook}`,
         () => this.restore(c),
-        !!paused
+        !!paused,
+        true
       )
     );
     // the server refuses to delete what a paused notebook resumes from (409): the row says so, not the dialog after
@@ -228,10 +250,19 @@ export class CheckpointPanel extends Widget {
     return li;
   }
 
-  private button(label: string, description: string, act: () => Promise<void>, disabled = false): HTMLButtonElement {
+  private button(
+    label: string,
+    description: string,
+    act: () => Promise<void>,
+    disabled = false,
+    intoKernel = false
+  ): HTMLButtonElement {
     const b = document.createElement('button');
     b.type = 'button';
     b.disabled = disabled;
+    if (intoKernel) {
+      b.dataset.intoKernel = 'true'; // off while the kernel runs a cell (busyRows)
+    }
     b.className = 'jp-Button jp-mod-styled jp-mod-reject jp-gkews-Checkpoint-action';
     b.textContent = label;
     b.title = description;

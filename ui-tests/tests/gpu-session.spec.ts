@@ -263,12 +263,17 @@ test.describe('with the real sessions API', () => {
     await panel.getByRole('button', { name: 'Refresh the list of checkpoints' }).click();
     await expect(section.locator('.jp-gkews-Checkpoint-auto')).toHaveAttribute('title', /running a cell/);
     await expect(toggle).toBeDisabled();
+    // so are Restore and Rewind: the server refuses them until the cell ends (they were on, and failed after)
+    const restore = section.locator('.jp-gkews-Checkpoint-action', { hasText: 'Restore' }).first();
+    await expect(restore).toBeDisabled();
+    await expect(restore).toHaveAttribute('title', /^Not available now: .*running a cell/);
     // the sessions' poll would draw the list again some seconds later: refused here, so that only the
     // toggle's own asking again can bring it back
     await page.route('**/api/sessions**', route => route.abort());
     await page.contents.uploadContent('', 'text', `${tmpPath}/gate`);
     await expect(toggle).toBeEnabled();
     await expect(toggle).not.toBeChecked();
+    await expect(restore).toBeEnabled();
     await page.unroute('**/api/sessions**');
   });
 
