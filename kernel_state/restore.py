@@ -596,7 +596,6 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
     same_process = manifest["identity"].get("token") == TOKEN
     byvalue.register_sources(manifest.get("sources"))  # the cells of the definitions saved by value
     restorer = Restorer(store, manifest, device)
-    torch_modules.reserve_handle_ids(manifest.get("hook_ids"))  # the hook dicts it restores keep their keys
     folders = process_settings.extend_sys_path(manifest.get("settings"))  # before anything imports from them
     wanted = list(names) if names else None
     full = bool(manifest.get("settings")) and not wanted and settings  # sets back what the next cell computes with
@@ -655,6 +654,7 @@ def restore_namespace(namespace: dict, store, manifest: dict, *, names=None, dev
                     os.chdir(cwd_before)
         raise
     _rebase_notebook_classes(namespace, restored, restorer.warnings)
+    torch_modules.reserve_handle_ids(manifest.get("hook_ids"))  # the hook dicts it restored kept their keys
     try:  # frames that shared memory lazily must copy on their first write again, not write through
         pandas_cow.relink([namespace[n] for n in restored if n in namespace])
     except Exception as exc:  # a pandas whose internals differ: said, never a failed restore

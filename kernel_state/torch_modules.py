@@ -214,12 +214,9 @@ def handle_ids() -> int | None:
 
 
 def reserve_handle_ids(saved: int | None) -> None:
-    """Before a restore: the ids the saving kernel gave out are not given out again here, or the next
-    `register_forward_hook` on a restored module could take a restored hook's key and replace it."""
-    if not isinstance(saved, int):
-        return
-    try:
-        from torch.utils.hooks import RemovableHandle
-    except ImportError:
-        return
-    RemovableHandle.next_id = max(RemovableHandle.next_id, saved)
+    """After a restore: the ids the saving kernel gave out are not given out again here, or the next
+    `register_forward_hook` on a restored module could take a restored hook's key and replace it. A restore
+    that did not import torch restored no hook: torch is not imported for this (a second or more)."""
+    handle = getattr(sys.modules.get("torch.utils.hooks"), "RemovableHandle", None)
+    if isinstance(saved, int) and handle is not None:
+        handle.next_id = max(handle.next_id, saved)
