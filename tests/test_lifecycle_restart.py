@@ -106,6 +106,7 @@ def test_killed_during_pause_finishes_on_restart(tmp_path):
         assert second["status"] == "running", f"the second notebook is no longer being saved: {second}"
         first_checkpoint = first["checkpoint"]
         assert first_checkpoint
+        killed = time.time()
         server.signal(signal.SIGKILL)
 
         # The kernels outlive the server only until their parent poller notices (about a second); one still
@@ -116,11 +117,16 @@ def test_killed_during_pause_finishes_on_restart(tmp_path):
         on_disk = [c["id"] for c in _checkpoints_on_disk(tmp_path / "ckpt", BIG)]
         print(f"orphaned kernel finished its save: {bool(on_disk)}")
 
+        restarted = time.time()
         server.start()
         s = server.status()
         assert s["state"] == "paused", s
         assert s["phase"] is None and s["error"] is None
         assert s["message"].startswith(RECOVERED_PAUSE), s["message"]
+        # the GPU was free once the killed server's kernels ended, not from the restart on: the hours count
+        # from the last the server wrote before the kill
+        timeline = s["timeline"]
+        assert timeline["pause_requested"] <= timeline["environment_stopped"] <= killed < restarted, timeline
         first, second = s["notebooks"]
         assert first["path"] == SMALL and first["status"] == "released"
         assert first["checkpoint"] == first_checkpoint  # the committed checkpoint is the one kept

@@ -127,7 +127,11 @@ class Recovery:
             # that had nothing to bring back, and said nothing of the variables gone with the kernels
             self._failed_on_start(lost)
             return
-        self.state["timeline"].setdefault("environment_stopped", now())
+        # A server stopped with SIGTERM recorded when it shut the kernels down; a killed one did not: its
+        # kernels ended with it (their parent poller), and the last state it wrote (the pause's progress) is
+        # the nearest moment on record. The restart, hours later maybe, counted the GPU as held until then.
+        last_written = min(self.state.get("updated") or now(), now())
+        self.state["timeline"].setdefault("environment_stopped", max(last_written, requested))
         message = f"the server stopped during a pause; completed on restart: {len(released)} notebook(s) paused"
         if stopped:
             message += (f"; stopped the kernel process(es) of {', '.join(stopped)}, detached to live on (GPU "
