@@ -22,7 +22,10 @@ def capture() -> dict:
     decimal = sys.modules.get("decimal")
     if decimal is not None:
         context = decimal.getcontext()
-        out["decimal"] = {"prec": context.prec, "rounding": context.rounding}
+        out["decimal"] = {name: getattr(context, name) for name in _DECIMAL_FIELDS}
+        # the signals that raise (`traps[Inexact] = True`; DivisionByZero trapped by default): a kernel that
+        # had untrapped it computed Infinity where the restored one raised
+        out["decimal"]["traps"] = sorted(signal.__name__ for signal, on in context.traps.items() if on)
     np = sys.modules.get("numpy")
     if np is not None and hasattr(np, "geterr"):
         out["numpy_errors"] = dict(np.geterr())
@@ -42,6 +45,9 @@ def capture() -> dict:
                 pass
     return out
 
+
+# a decimal context's plain settings (its traps are recorded by name)
+_DECIMAL_FIELDS = ("prec", "rounding", "Emin", "Emax", "capitals", "clamp")
 
 # the switches torch keeps as plain attributes: key -> (where, attribute, how a restore names it)
 _TORCH_SWITCHES = {
@@ -133,7 +139,10 @@ def apply(saved: dict, same_process: bool = False) -> tuple[list[str], list[str]
     for name, value in (saved.get("decimal") or {}).items():
         if now.get("decimal", {}).get(name) != value:
             import decimal
-            step(f"decimal {name} {value}", lambda n=name, v=value: setattr(decimal.getcontext(), n, v))
+            if name == "traps":
+                step(f"decimal traps {', '.join(value) or '(none)'}", lambda v=value: _set_traps(decimal, v))
+            else:
+                step(f"decimal {name} {value}", lambda n=name, v=value: setattr(decimal.getcontext(), n, v))
     errors = saved.get("numpy_errors")
     if errors and now.get("numpy_errors") != errors:
         import numpy as np
@@ -150,6 +159,16 @@ def apply(saved: dict, same_process: bool = False) -> tuple[list[str], list[str]
                         "random hash seed (no PYTHONHASHSEED): kernels started with a fixed PYTHONHASHSEED (the "
                         "jupyter-gkews server gives its kernels one) keep that order through a restore")
     return done, warnings
+
+
+def _set_traps(decimal, names: list[str]) -> None:
+    context = decimal.getcontext()
+    signals = {signal.__name__: signal for signal in context.traps}
+    unknown = [name for name in names if name not in signals]
+    if unknown:
+        raise ValueError(f"this Python's decimal has no signal {', '.join(unknown)}")
+    for name, signal in signals.items():
+        context.traps[signal] = name in names
 
 
 def enter_working_directory(saved: dict | None) -> tuple[str | None, str | None]:
