@@ -71,7 +71,9 @@ VIEW_LIMIT = 16 << 20    # a variable's views of part of a storage are fingerpri
 PROTOCOL = 5
 _PLAIN = (int, float, str, bytes, bool, type(None), complex)
 _FLAT = {int, float, str, bytes, bool, type(None)}
-FLAT_MIN = 1024  # a dict or list of plain scalars from this length on is pickled without the hooks (_flat)
+_NESTED = {dict, list, tuple}
+_FLAT_TOP = {dict, list, str, bytes}  # what _flat may take
+FLAT_MIN = 1024  # plain data (_flat) of this many items and more is pickled without the hooks
 _NEWOBJ = (copyreg.__newobj__, copyreg.__newobj_ex__)  # protocol 2's `cls.__new__(cls, *args)`
 _CONTAINERS = {dict, list, tuple, set, frozenset, collections.OrderedDict}
 # what both picklers save by their own code, before any reducer_override
@@ -215,17 +217,43 @@ class DillPickler(_Hooks, dill.Pickler):
 PICKLERS = {"pickle": FastPickler, "dill": DillPickler}
 
 
-def _flat(value) -> bool:
-    """A dict or list of at least FLAT_MIN items, all int, str, bytes, bool, None or a float that is not a NaN
-    (a NaN's identity goes through the hooks: named_nan)."""
-    t = type(value)
-    if t is not dict and t is not list or len(value) < FLAT_MIN:
-        return False
-    for part in (value, value.values()) if t is dict else (value,):
-        kinds = set(map(type, part))
-        if not kinds <= _FLAT or float in kinds and not all(x == x for x in part if type(x) is float):
-            return False
-    return True
+def _flat(value, taken: dict, mine: str | None) -> list | None:
+    """Plain data: a dict or list holding at least FLAT_MIN items, all plain scalars (int, str, bytes, bool, None,
+    a float that is not a NaN: a NaN's identity goes through the hooks, named_nan) or dicts, lists and tuples of
+    them at any depth (records, a vocabulary of tuples): the dicts and lists inside it, which a later variable
+    may hold too. A str or bytes of at least FLAT_MIN characters: []. None for any other value, and for one
+    holding an object that `taken` (id -> variable) gives to another variable than `mine` (its pickle refers
+    to that one, as the hooks do).
+
+    Looked at one level at a time, each level's items in one pass of C loops: a million small records cost a
+    walk of seconds one object at a time, more than the pickle itself."""
+    if type(value) in (str, bytes):  # a long text or blob: its digest walk spent seconds in repr()
+        return [] if len(value) >= FLAT_MIN else None
+    if type(value) not in (dict, list):
+        return None
+    inside, level, seen, count = [], [value], {id(value)}, 0
+    while level:
+        dicts = [x for x in level if type(x) is dict]
+        items = list(itertools.chain(itertools.chain.from_iterable(level),  # a dict's keys, a list's items
+                                     itertools.chain.from_iterable(map(dict.values, dicts))))
+        count += len(items)
+        kinds = set(map(type, items))
+        if float in kinds and any(map(math.isnan, [x for x in items if type(x) is float])):
+            return None
+        if not kinds - _FLAT:
+            break
+        if not kinds <= _FLAT | _NESTED:
+            return None
+        level = [x for x in items if type(x) in _NESTED]
+        ids = list(map(id, level))
+        if not seen.isdisjoint(ids) or len(set(ids)) < len(ids):  # held twice, or holding itself: looked at once
+            level = list({id(x): x for x in level if id(x) not in seen}.values())
+            ids = list(map(id, level))
+        seen.update(ids)
+        if any(taken[i] != mine for i in taken.keys() & ids):
+            return None
+        inside.extend(x for x in level if type(x) is not tuple)
+    return inside if count >= FLAT_MIN else None
 
 
 def _memo_of(pickler) -> dict:
@@ -286,6 +314,8 @@ class Capture:
         self._sets: dict[int, tuple] = {}  # id of a set saved by reference (_set_reference) -> (variable, number)
         self.string_sets = False  # a set or frozenset of strings was saved: its order depends on the hash seed
         self._shared: dict[int, tuple] = {}
+        self._inside: dict[int, str] = {}  # id of a dict or list inside a variable's plain data -> the variable
+        self._lendable: dict[str, object] = {}  # those variables whose memo is not in _shared yet (_lend)
         self._reductions: dict[int, tuple] = {}
         self._small_roots: dict[int, _SmallRoot] = {}  # id of a small array's root: its pickled memory
         self._attrs_sent: set[int] = set()  # tensors whose Python attributes this variable's pickle holds
@@ -347,10 +377,14 @@ class Capture:
             self._attrs_sent, self._extras_sent, self._extras = set(), set(), {}
             self._nested = int(kind == "dill")
             buf = io.BytesIO()
-            # a dict or list of plain scalars: pickled without the hooks (the same bytes: none would act), and
-            # only the container itself can be a later variable's; a vocabulary of a million keys spent a
-            # second, after every cell with kernel undo, in the hooks and in copying the pickler's memo
-            flat = kind == "pickle" and _flat(value) and self.reference(value) is None
+            # plain data (a vocabulary, a list of records): pickled without the hooks (the same bytes: none
+            # would act), its memo copied only for a later variable that holds a dict or list of it (_lend); a
+            # million records spent ten seconds, after every cell with kernel undo, in the hooks and the memo
+            # (reference() after _flat: it has side effects, a set's first reference carries its items)
+            inside = _flat(value, self._owners(), name) if kind == "pickle" and type(value) in _FLAT_TOP else None
+            if inside is not None and self.reference(value) is not None:
+                inside = None
+            flat = inside is not None
             try:
                 pickler = pickle.Pickler(buf, protocol=PROTOCOL) if flat else PICKLERS[kind](buf, protocol=PROTOCOL)
                 if not flat:
@@ -391,7 +425,9 @@ class Capture:
             if views:
                 record["views"] = views
             try:
-                record["digest"] = self._value_digest(name, value, digest)
+                # plain data's pickle is its value, byte for byte (no hook acted): walking a million records
+                # for the digest took longer than the save itself, and verify walked them again
+                record["digest"] = f"pickle:{digest}" if flat else self._value_digest(name, value, digest)
             except Exception:  # a value the walk cannot read (datetime64 cells, meta or nested tensors):
                 # verify compares its pickle instead, the same way on both sides
                 record["digest"] = f"pickle:{digest}"
@@ -404,6 +440,9 @@ class Capture:
             if kind == "pickle":  # dill edits its memo as it goes: its indices are not the unpickler's
                 # a dict or list is memoized before its items: index 0
                 self._share(name, {id(value): (0, value)} if flat else _memo_of(pickler))
+                if inside:
+                    self._lendable[name] = value
+                    self._inside.update(dict.fromkeys(map(id, inside), name))
             return record
         exc = errors[0]
         if isinstance(exc, RecursionError):  # pickling recurses once per level: the limit is Python's
@@ -486,6 +525,24 @@ class Capture:
             if oid not in self._shared and not isinstance(obj, _PLAIN) and not self._by_name(obj):
                 self._shared[oid] = (name, index)
 
+    def _owners(self) -> dict:
+        """id -> the variable that is the object, or whose pickle holds it (_flat)."""
+        owners = dict(self.var_ids)
+        owners.update(self._inside)
+        owners.update((oid, shared[0]) for oid, shared in self._shared.items())
+        return owners
+
+    def _lend(self, oid: int) -> tuple | None:
+        """(variable, memo index) of a dict or list inside an earlier variable's plain data (_flat), whose memo
+        was not kept: it is pickled again, the same way, for its memo (the same indices as the one saved)."""
+        name = self._inside.get(oid)
+        value = self._lendable.pop(name, None) if name is not None else None
+        if value is not None:
+            pickler = pickle.Pickler(io.BytesIO(), protocol=PROTOCOL)
+            pickler.dump(value)
+            self._share(name, _memo_of(pickler))
+        return self._shared.get(oid)
+
     def _by_name(self, obj) -> bool:
         """Saved as a name (an imported class, function or module, torch.float32): every pickle can
         name it itself, so no variable needs another one for it."""
@@ -512,7 +569,7 @@ class Capture:
         if path is not None:
             self._var_names.add(path[1])
             return path
-        shared = self._shared.get(id(obj))
+        shared = self._shared.get(id(obj)) or (self._lend(id(obj)) if id(obj) in self._inside else None)
         if shared is not None and shared[0] != self._current:
             self.variables[shared[0]]["shared"] = True
             self._var_memo = True
@@ -634,8 +691,12 @@ class Capture:
                 return rv
             if not defined_interactively(obj):
                 self.modules_named.add(obj.__module__)
-                return NotImplemented
-            if dill_pickler:
+                if dill_pickler or "<locals>" not in obj.__qualname__:
+                    return NotImplemented
+                # a library's nested function (torch's parametrizations.weight_norm hooks one onto the module):
+                # the standard pickler cannot name it, and its whole variable went to dill, whose pickle shares
+                # no object with another variable's (`h = m.register_forward_hook(...)` removed nothing)
+            elif dill_pickler:
                 return NotImplemented
             cells = self._cell_numbers(obj)
             return byvalue.load_function, (self._by_value(obj), obj.__qualname__) + ((cells,) if cells else ())
@@ -745,7 +806,8 @@ class Capture:
         variable. It goes through this capture's hooks like the rest: what its defaults, closure or class
         attributes hold is refused when it is a live resource (dill would re-open a file, mode 'w'
         truncating it), and refers to other variables, tensors and arrays instead of copying them."""
-        self.sources.update(byvalue.source_files(obj))
+        if defined_interactively(obj):  # a library's function has its source file
+            self.sources.update(byvalue.source_files(obj))
         buf = io.BytesIO()
         pickler = DillPickler(buf, protocol=PROTOCOL)
         pickler.capture = self

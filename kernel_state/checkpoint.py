@@ -454,7 +454,7 @@ def verify(namespace=None, *, notebook=None, root=None, checkpoint=None) -> dict
         live_fp = _fingerprints(dry.storages, live, compared)
         # the value digest (compare.py) where the checkpoint has one; older ones compare pickles, and so
         # does a value the save could not walk (`pickle:`; the walk may read it now)
-        same_value = _same_value(saved, live)
+        same_value = _same_value(saved, live, lambda: compare_value_digest(ns[name]))
         if same_value and saved_fp == live_fp:
             variables[name] = {"verdict": "match", "tensors": len(saved_fp)}
         elif len(saved_fp) == len(live_fp) and same_value:
@@ -509,9 +509,13 @@ def _fingerprints(storages: dict, variable: dict, compared: set) -> list:
             for i, s in enumerate(variable["storages"])]
 
 
-def _same_value(saved: dict, live: dict) -> bool:
+def _same_value(saved: dict, live: dict, walked) -> bool:
+    """`walked()`: the live value's walked digest, where the save walked it and the live value is plain data now
+    compared by its pickle (a checkpoint from before that: its plain data holds no object of another variable)."""
     if "digest" not in saved or saved["digest"].startswith("pickle:"):
         return live["pickle"] == saved["pickle"]
+    if live["digest"].startswith("pickle:"):
+        return walked() == saved["digest"]
     return live["digest"] == saved["digest"]
 
 
