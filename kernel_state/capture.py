@@ -217,13 +217,13 @@ class DillPickler(_Hooks, dill.Pickler):
 PICKLERS = {"pickle": FastPickler, "dill": DillPickler}
 
 
-def _flat(value, taken: dict, mine: str | None) -> list | None:
+def _flat(value, held_elsewhere) -> list | None:
     """Plain data: a dict or list holding at least FLAT_MIN items, all plain scalars (int, str, bytes, bool, None,
     a float that is not a NaN: a NaN's identity goes through the hooks, named_nan) or dicts, lists and tuples of
     them at any depth (records, a vocabulary of tuples): the dicts and lists inside it, which a later variable
     may hold too. A str or bytes of at least FLAT_MIN characters: []. None for any other value, and for one
-    holding an object that `taken` (id -> variable) gives to another variable than `mine` (its pickle refers
-    to that one, as the hooks do).
+    holding an object that `held_elsewhere(ids)` says another variable is or holds (its pickle refers to that
+    one, as the hooks do).
 
     Looked at one level at a time, each level's items in one pass of C loops: a million small records cost a
     walk of seconds one object at a time, more than the pickle itself."""
@@ -250,7 +250,7 @@ def _flat(value, taken: dict, mine: str | None) -> list | None:
             level = list({id(x): x for x in level if id(x) not in seen}.values())
             ids = list(map(id, level))
         seen.update(ids)
-        if any(taken[i] != mine for i in taken.keys() & ids):
+        if held_elsewhere(ids):
             return None
         inside.extend(x for x in level if type(x) is not tuple)
     return inside if count >= FLAT_MIN else None
@@ -381,7 +381,7 @@ class Capture:
             # would act), its memo copied only for a later variable that holds a dict or list of it (_lend); a
             # million records spent ten seconds, after every cell with kernel undo, in the hooks and the memo
             # (reference() after _flat: it has side effects, a set's first reference carries its items)
-            inside = _flat(value, self._owners(), name) if kind == "pickle" and type(value) in _FLAT_TOP else None
+            inside = _flat(value, self._held_elsewhere) if kind == "pickle" and type(value) in _FLAT_TOP else None
             if inside is not None and self.reference(value) is not None:
                 inside = None
             flat = inside is not None
@@ -525,12 +525,15 @@ class Capture:
             if oid not in self._shared and not isinstance(obj, _PLAIN) and not self._by_name(obj):
                 self._shared[oid] = (name, index)
 
-    def _owners(self) -> dict:
-        """id -> the variable that is the object, or whose pickle holds it (_flat)."""
-        owners = dict(self.var_ids)
-        owners.update(self._inside)
-        owners.update((oid, shared[0]) for oid, shared in self._shared.items())
-        return owners
+    def _held_elsewhere(self, ids: list) -> bool:
+        """Whether another variable than the one being saved is one of these objects, or its pickle holds one
+        (_flat). Looked up, not merged: the shared table of a model's pickle has many entries."""
+        mine = self._current
+        if any(self.var_ids[i] != mine for i in self.var_ids.keys() & ids):
+            return True
+        if any(self._inside[i] != mine for i in self._inside.keys() & ids):
+            return True
+        return any(self._shared[i][0] != mine for i in self._shared.keys() & ids)
 
     def _lend(self, oid: int) -> tuple | None:
         """(variable, memo index) of a dict or list inside an earlier variable's plain data (_flat), whose memo
